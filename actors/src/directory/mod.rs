@@ -1,0 +1,344 @@
+//! The directory / key-registry actor: the one writer of users, plans, projects, folders, sheet
+//! identities, shares, reports and keys.
+//!
+//! Readers never message it. They load the published [`DirectoryState`] (an `Arc` behind an
+//! `ArcSwap`), which is replaced whole after every change **once the change's record is
+//! durable**, so authorization is lock-free, always sees one consistent state, and never acts
+//! on a change a crash could take back. A revoked key or a removed share counts from the next
+//! request that starts after the revoke is acknowledged.
+
+mod state;
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use arc_swap::ArcSwap;
+use wal::{codec, Lsn};
+
+use crate::error::{Error, Result};
+use crate::fixture::{self, Fixture, GrantSpec, IssuedSecret};
+use crate::model::{ApiKey, KeyId, Millis, Plan, Role, ScopeType, Share, UserId};
+use crate::record::{DirectoryChange, Record};
+use crate::registry::SheetRegistry;
+use crate::shared::Shared;
+use crate::sheet::SheetState;
+pub use state::{DirectoryState, Target};
+
+/// The directory as readers see it.
+#[derive(Debug, Default)]
+pub struct Published {
+    /// The state.
+    pub state: Arc<DirectoryState>,
+    /// The LSN of the last record it reflects.
+    pub lsn: Lsn,
+}
+
+/// Where readers find the published directory.
+pub type PublishedDirectory = Arc<ArcSwap<Published>>;
+
+/// What an import added.
+#[derive(Clone, Debug, Default)]
+pub struct ImportReport {
+    /// Objects added, by kind.
+    pub counts: Vec<(&'static str, usize)>,
+    /// Secrets generated for keys that came without one (shown once).
+    pub issued: Vec<IssuedSecret>,
+}
+
+/// Add a fixture's objects.
+#[derive(Message)]
+#[rtype(result = "Result<ImportReport>")]
+pub struct Import(pub Fixture);
+
+/// Create a key.
+#[derive(Message)]
+#[rtype(result = "Result<(ApiKey, String)>")]
+pub struct CreateKey {
+    /// The owner.
+    pub owner_id: UserId,
+    /// The name.
+    pub name: String,
+    /// The grants asked for.
+    pub grants: Vec<GrantSpec>,
+    /// Expiry; default one year.
+    pub expires_at: Option<Millis>,
+}
+
+/// Revoke a key.
+#[derive(Message)]
+#[rtype(result = "Result<ApiKey>")]
+pub struct RevokeKey(pub KeyId);
+
+/// Set (or with role `None`, remove) a share.
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct SetShare {
+    /// The user.
+    pub user_id: UserId,
+    /// Project, folder or sheet.
+    pub scope_type: ScopeType,
+    /// The object.
+    pub scope_id: u64,
+    /// The role, or `None` to remove the share.
+    pub role: Option<Role>,
+}
+
+/// Set a user's plan.
+#[derive(Message)]
+#[rtype(result = "Result<()>")]
+pub struct SetPlan {
+    /// The user.
+    pub user_id: UserId,
+    /// The plan.
+    pub plan: Plan,
+}
+
+/// The state and the LSN every directory record at or below it is reflected in (checkpoints).
+#[derive(Message)]
+#[rtype(result = "(Arc<DirectoryState>, Lsn)")]
+pub struct SnapshotDirectory;
+
+/// The one writer of the directory.
+pub struct DirectoryActor {
+    /// The latest applied state (may be ahead of the published one until its flush).
+    state: Arc<DirectoryState>,
+    published: PublishedDirectory,
+    shared: Shared,
+    sheets: SheetRegistry,
+}
+
+impl DirectoryActor {
+    /// An actor over recovered state, already published at `lsn`.
+    pub fn new(
+        state: Arc<DirectoryState>,
+        published: PublishedDirectory,
+        shared: Shared,
+        sheets: SheetRegistry,
+    ) -> Self {
+        DirectoryActor { state, published, shared, sheets }
+    }
+
+    /// Log `record`, apply `change` to a copy of the state, and publish the copy once durable.
+    fn commit<T: Send + 'static>(
+        &mut self,
+        record: Record,
+        change: impl FnOnce(&mut DirectoryState),
+        reply: T,
+    ) -> ResponseFuture<Result<T>> {
+        let appended = codec::encode(&record)
+            .map_err(Error::from)
+            .and_then(|b| Ok(self.shared.wal.append(b)?));
+        let commit = match appended {
+            Ok(c) => c,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let mut next = (*self.state).clone();
+        change(&mut next);
+        self.state = Arc::new(next);
+        let (state, published, lsn) = (self.state.clone(), self.published.clone(), commit.lsn());
+        Box::pin(async move {
+            commit.await?;
+            // Flushes complete in LSN order, but the futures may be polled out of order.
+            published.rcu(|cur| {
+                if cur.lsn < lsn {
+                    Arc::new(Published { state: state.clone(), lsn })
+                } else {
+                    cur.clone()
+                }
+            });
+            Ok(reply)
+        })
+    }
+}
+
+impl Actor for DirectoryActor {
+    type Context = Context<Self>;
+}
+
+impl Handler<Import> for DirectoryActor {
+    type Result = ResponseFuture<Result<ImportReport>>;
+
+    fn handle(&mut self, msg: Import, _: &mut Self::Context) -> Self::Result {
+        let now = self.shared.clock.now();
+        let (batch, issued) =
+            match fixture::prepare(msg.0, &self.state, self.shared.row_ids.peek(), now) {
+                Ok(x) => x,
+                Err(e) => return Box::pin(async move { Err(e) }),
+            };
+        let rows: usize = batch.sheets.iter().map(|s| s.rows.len()).sum();
+        let report = ImportReport {
+            counts: vec![
+                ("users", batch.users.len()),
+                ("projects", batch.projects.len()),
+                ("folders", batch.folders.len()),
+                ("sheets", batch.sheets.len()),
+                ("columns", batch.sheets.iter().map(|s| s.columns.len()).sum()),
+                ("rows", rows),
+                ("shares", batch.shares.len()),
+                ("reports", batch.reports.len()),
+                ("keys", batch.keys.len()),
+            ],
+            issued,
+        };
+        if let Some(max) = batch.sheets.iter().flat_map(|s| &s.rows).map(|r| r.id).max() {
+            self.shared.row_ids.observe(max);
+        }
+        let sheets: Vec<SheetState> = batch
+            .sheets
+            .iter()
+            .map(|s| {
+                SheetState::new(s.meta.id, s.meta.created_at, s.columns.clone(), s.rows.clone())
+            })
+            .collect();
+        let applied = batch.clone();
+        let fut =
+            self.commit(Record::Import(Box::new(batch)), |d| d.apply_import(&applied), report);
+        // The sheets' actors exist before the directory publishes them: no request can reach
+        // a sheet the registry does not know.
+        let lsn = self.shared.wal.last_lsn();
+        for state in sheets {
+            self.sheets.spawn(state, self.shared.clone(), lsn);
+        }
+        fut
+    }
+}
+
+impl Handler<CreateKey> for DirectoryActor {
+    type Result = ResponseFuture<Result<(ApiKey, String)>>;
+
+    fn handle(&mut self, msg: CreateKey, _: &mut Self::Context) -> Self::Result {
+        let build = || -> Result<(ApiKey, String)> {
+            let state = &self.state;
+            if !state.users.contains_key(&msg.owner_id) {
+                return Err(Error::invalid(format!("user {} does not exist", msg.owner_id)));
+            }
+            if msg.grants.is_empty() {
+                return Err(Error::invalid("a key needs at least one grant"));
+            }
+            let mut grants = Vec::new();
+            for (i, g) in msg.grants.iter().enumerate() {
+                let grant = fixture::check_grant(state, *g, &format!("grants[{i}]"))?;
+                if let Some(id) = grant.scope_id {
+                    let target = match grant.scope_type {
+                        ScopeType::Project => Target::Project(id),
+                        ScopeType::Folder => Target::Folder(id),
+                        _ => Target::Sheet(id),
+                    };
+                    let held = state.user_role(msg.owner_id, target);
+                    if held < Some(grant.verb.ceiling()) {
+                        return Err(Error::Invalid {
+                            message: format!(
+                                "grants[{i}]: user {} cannot grant {:?} on {:?} {id}: they hold {}",
+                                msg.owner_id,
+                                grant.verb,
+                                grant.scope_type,
+                                held.map_or("no role".to_string(), |r| format!("{r:?}"))
+                            )
+                            .to_lowercase(),
+                            detail: Some(serde_json::json!({
+                                "scopeId": id,
+                                "reason": "the owner does not hold this level on the object"
+                            })),
+                        });
+                    }
+                }
+                grants.push(grant);
+            }
+            let now = self.shared.clock.now();
+            let expires = msg.expires_at.unwrap_or(now + fixture::DEFAULT_KEY_LIFETIME_MS);
+            let secret = fixture::generate_secret();
+            let key = fixture::new_key(
+                state.next_key_id(),
+                msg.owner_id,
+                msg.name.clone(),
+                &secret,
+                grants,
+                now,
+                Some(expires),
+            );
+            Ok((key, secret))
+        };
+        match build() {
+            Ok((key, secret)) => {
+                let change = DirectoryChange::CreateKey(Box::new(key.clone()));
+                let applied = change.clone();
+                self.commit(
+                    Record::Directory(change),
+                    move |d| d.apply_change(&applied),
+                    (key, secret),
+                )
+            }
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+}
+
+impl Handler<RevokeKey> for DirectoryActor {
+    type Result = ResponseFuture<Result<ApiKey>>;
+
+    fn handle(&mut self, msg: RevokeKey, _: &mut Self::Context) -> Self::Result {
+        let Some(key) = self.state.keys.get(&msg.0).cloned() else {
+            return Box::pin(async move { Err(Error::NotFound(format!("key {}", msg.0))) });
+        };
+        let change = DirectoryChange::RevokeKey(msg.0);
+        let applied = change.clone();
+        self.commit(
+            Record::Directory(change),
+            move |d| d.apply_change(&applied),
+            ApiKey { revoked: true, ..key },
+        )
+    }
+}
+
+impl Handler<SetShare> for DirectoryActor {
+    type Result = ResponseFuture<Result<()>>;
+
+    fn handle(&mut self, msg: SetShare, _: &mut Self::Context) -> Self::Result {
+        let s = &self.state;
+        let exists = match msg.scope_type {
+            ScopeType::Project => s.projects.contains_key(&msg.scope_id),
+            ScopeType::Folder => s.folders.contains_key(&msg.scope_id),
+            ScopeType::Sheet => s.sheets.contains_key(&msg.scope_id),
+            ScopeType::Account => false,
+        };
+        if !s.users.contains_key(&msg.user_id) {
+            return Box::pin(async move { Err(Error::NotFound(format!("user {}", msg.user_id))) });
+        }
+        if !exists {
+            let what = format!("{:?} {}", msg.scope_type, msg.scope_id).to_lowercase();
+            return Box::pin(async move { Err(Error::NotFound(what)) });
+        }
+        let share = Share {
+            user_id: msg.user_id,
+            scope_type: msg.scope_type,
+            scope_id: msg.scope_id,
+            role: msg.role.unwrap_or(Role::Viewer),
+        };
+        let change = DirectoryChange::SetShare { share, present: msg.role.is_some() };
+        let applied = change.clone();
+        self.commit(Record::Directory(change), move |d| d.apply_change(&applied), ())
+    }
+}
+
+impl Handler<SetPlan> for DirectoryActor {
+    type Result = ResponseFuture<Result<()>>;
+
+    fn handle(&mut self, msg: SetPlan, _: &mut Self::Context) -> Self::Result {
+        if !self.state.users.contains_key(&msg.user_id) {
+            return Box::pin(async move { Err(Error::NotFound(format!("user {}", msg.user_id))) });
+        }
+        let change = DirectoryChange::SetPlan { user_id: msg.user_id, plan: msg.plan };
+        let applied = change.clone();
+        self.commit(Record::Directory(change), move |d| d.apply_change(&applied), ())
+    }
+}
+
+impl Handler<SnapshotDirectory> for DirectoryActor {
+    type Result = MessageResult<SnapshotDirectory>;
+
+    fn handle(&mut self, _: SnapshotDirectory, _: &mut Self::Context) -> Self::Result {
+        // Every directory record is appended and applied inside one handler of this actor, so
+        // all of them up to the log's last LSN are in `state`.
+        MessageResult((self.state.clone(), self.shared.wal.last_lsn()))
+    }
+}

@@ -1,0 +1,71 @@
+//! The domain's one error type.
+//!
+//! Every message that can fail returns [`Result`]. The HTTP layer maps each variant to exactly
+//! one error code of the API, so the variants follow the codes a client can act on, and carry
+//! the details the contract promises (the current row on a version conflict, the column on a
+//! coercion failure). Nothing here knows about HTTP.
+
+use crate::coerce::CoerceError;
+use crate::model::{ColumnId, Row};
+
+/// `Result` with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything a domain operation can refuse or fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The object does not exist (or, at the HTTP layer, is out of the caller's reach).
+    #[error("{0} not found")]
+    NotFound(String),
+    /// A cell value failed coercion (or named an unknown column).
+    #[error(transparent)]
+    Coerce(#[from] CoerceError),
+    /// The write named a stale version.
+    #[error("row {} has version {}, not the version sent", .current.id, .current.version)]
+    VersionConflict {
+        /// The row as it is now.
+        current: Box<Row>,
+        /// With `baseCells`: cells the request changes that also changed since the base.
+        conflicting: Option<Vec<ColumnId>>,
+        /// With `baseCells`: cells the request changes that did not change since the base.
+        mergeable: Option<Vec<ColumnId>>,
+    },
+    /// The sheet is at its plan's row cap.
+    #[error("the sheet has reached its cap of {cap} rows")]
+    CapacityExceeded {
+        /// The cap that applies.
+        cap: u64,
+    },
+    /// Bad input to an admin or import operation, with a sentence naming the offending object.
+    #[error("{message}")]
+    Invalid {
+        /// What is wrong, naming the object.
+        message: String,
+        /// Optional machine-readable detail (e.g. `{"scopeId": 3}`).
+        detail: Option<serde_json::Value>,
+    },
+    /// The log failed: nothing more can be acknowledged.
+    #[error("write-ahead log: {0}")]
+    Wal(#[from] wal::Error),
+    /// An actor's mailbox is closed (the service is shutting down).
+    #[error("the {0} actor is not running")]
+    Unavailable(&'static str),
+}
+
+impl Error {
+    /// Shorthand for [`Error::Invalid`] without detail.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Error::Invalid { message: message.into(), detail: None }
+    }
+
+    /// Whether the failure is the server's, not the caller's (maps to a 5xx).
+    pub fn is_internal(&self) -> bool {
+        matches!(self, Error::Wal(_) | Error::Unavailable(_))
+    }
+}
+
+impl From<actix::MailboxError> for Error {
+    fn from(_: actix::MailboxError) -> Self {
+        Error::Unavailable("domain")
+    }
+}

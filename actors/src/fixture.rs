@@ -1,0 +1,649 @@
+//! The fixture format (`--seed FILE`, `POST /admin/v1/import`): parsing, validation against the
+//! current directory, cell coercion, and key secrets.
+//!
+//! [`prepare`] turns a fixture into an [`ImportBatch`] or refuses it whole with a sentence naming
+//! the offending object (`rows[3] (id 1003): ...`). Nothing is applied until the whole fixture
+//! is known to be good.
+//!
+//! Rules beyond the format itself: ids must not clash with each other or with existing objects;
+//! columns and rows belong to sheets of the same fixture; row ids must be above every row id the
+//! service has issued (ids are never reused); a row's parent is a row of the same sheet and the
+//! parent links form no cycle.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use rand::distributions::Alphanumeric;
+use rand::Rng;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::coerce::{coerce_cells, CellWrite};
+use crate::directory::DirectoryState;
+use crate::error::{Error, Result};
+use crate::model::*;
+use crate::record::{ImportBatch, SheetImport};
+
+/// The prefix of every key secret.
+pub const SECRET_PREFIX: &str = "svc_live_";
+/// How many characters of a secret stay visible as its prefix.
+const VISIBLE_PREFIX_LEN: usize = SECRET_PREFIX.len() + 4;
+/// Default key lifetime: one year.
+pub const DEFAULT_KEY_LIFETIME_MS: Millis = 365 * 24 * 3600 * 1000;
+
+/// A fixture as sent. Every section is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Fixture {
+    /// Row caps per plan.
+    #[serde(default)]
+    pub plans: Option<FixturePlans>,
+    /// Users.
+    #[serde(default)]
+    pub users: Vec<FixtureUser>,
+    /// Projects.
+    #[serde(default)]
+    pub projects: Vec<FixtureProject>,
+    /// Folders.
+    #[serde(default)]
+    pub folders: Vec<FixtureFolder>,
+    /// Sheets.
+    #[serde(default)]
+    pub sheets: Vec<FixtureSheet>,
+    /// Columns.
+    #[serde(default)]
+    pub columns: Vec<FixtureColumn>,
+    /// Rows.
+    #[serde(default)]
+    pub rows: Vec<FixtureRow>,
+    /// Shares.
+    #[serde(default)]
+    pub shares: Vec<FixtureShare>,
+    /// Reports.
+    #[serde(default)]
+    pub reports: Vec<FixtureReport>,
+    /// API keys.
+    #[serde(default)]
+    pub keys: Vec<FixtureKey>,
+}
+
+/// `plans` section.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixturePlans {
+    /// The free plan's caps.
+    pub free: Option<FixturePlan>,
+    /// The paid plan's caps.
+    pub paid: Option<FixturePlan>,
+}
+
+/// One plan's caps.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixturePlan {
+    /// Rows per sheet.
+    pub max_rows_per_sheet: u64,
+}
+
+/// A user.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixtureUser {
+    /// Id.
+    pub id: UserId,
+    /// Name.
+    pub name: String,
+    /// Plan (default `free`).
+    #[serde(default)]
+    pub plan: Option<Plan>,
+}
+
+/// A project.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixtureProject {
+    /// Id.
+    pub id: ProjectId,
+    /// Name.
+    pub name: String,
+    /// Owner.
+    pub owner_id: UserId,
+}
+
+/// A folder.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixtureFolder {
+    /// Id.
+    pub id: FolderId,
+    /// Project.
+    pub project_id: ProjectId,
+    /// Name.
+    pub name: String,
+}
+
+/// A sheet.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixtureSheet {
+    /// Id.
+    pub id: SheetId,
+    /// Project.
+    pub project_id: ProjectId,
+    /// Folder, if any.
+    #[serde(default)]
+    pub folder_id: Option<FolderId>,
+    /// Name.
+    pub name: String,
+}
+
+/// A column.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixtureColumn {
+    /// Id.
+    pub id: ColumnId,
+    /// Sheet.
+    pub sheet_id: SheetId,
+    /// Name.
+    pub name: String,
+    /// Type.
+    #[serde(rename = "type")]
+    pub ty: ColumnType,
+    /// Position (default: order of appearance).
+    #[serde(default)]
+    pub position: Option<i64>,
+    /// Primary column.
+    #[serde(default)]
+    pub primary: bool,
+    /// Options (option-bearing types only).
+    #[serde(default)]
+    pub options: Option<Vec<String>>,
+}
+
+/// A row.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixtureRow {
+    /// Id.
+    pub id: RowId,
+    /// Sheet.
+    pub sheet_id: SheetId,
+    /// Parent row.
+    #[serde(default)]
+    pub parent_id: Option<RowId>,
+    /// Raw cells by column id.
+    #[serde(default)]
+    pub cells: Map<String, Value>,
+    /// Attachments.
+    #[serde(default)]
+    pub attachments: Vec<FixtureAttachment>,
+}
+
+/// An attachment.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixtureAttachment {
+    /// Name.
+    pub name: String,
+    /// Size.
+    pub bytes: u64,
+}
+
+/// A share.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixtureShare {
+    /// User.
+    pub user_id: UserId,
+    /// `project`, `folder` or `sheet`.
+    pub scope_type: ScopeType,
+    /// Object id.
+    pub scope_id: u64,
+    /// Role.
+    pub role: Role,
+}
+
+/// A report.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixtureReport {
+    /// Id.
+    pub id: ReportId,
+    /// Project.
+    pub project_id: ProjectId,
+    /// The user who saved it.
+    pub owner_id: UserId,
+    /// Name.
+    pub name: String,
+    /// Definition (saved as is; checked when run).
+    #[serde(default)]
+    pub definition: Value,
+}
+
+/// A grant as JSON.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GrantSpec {
+    /// `read` or `write`.
+    pub verb: Verb,
+    /// Scope type.
+    pub scope_type: ScopeType,
+    /// Scope id (null for `account`).
+    #[serde(default)]
+    pub scope_id: Option<u64>,
+}
+
+/// A key.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixtureKey {
+    /// Id (default: the next free one).
+    #[serde(default)]
+    pub id: Option<KeyId>,
+    /// Owner.
+    pub owner_id: UserId,
+    /// Name.
+    pub name: String,
+    /// The secret; generated (and reported once) when absent.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// Grants.
+    pub grants: Vec<GrantSpec>,
+    /// Expiry (RFC 3339); default one year from now.
+    #[serde(default)]
+    pub expires_at: Option<String>,
+}
+
+/// A key secret generated by an import, to be shown exactly once.
+#[derive(Clone, Debug)]
+pub struct IssuedSecret {
+    /// The key.
+    pub key_id: KeyId,
+    /// Its name.
+    pub name: String,
+    /// Its owner.
+    pub owner_id: UserId,
+    /// The secret.
+    pub secret: String,
+}
+
+/// A fresh high-entropy secret: `svc_live_` + 40 alphanumerics (~238 bits).
+pub fn generate_secret() -> String {
+    let tail: String =
+        rand::thread_rng().sample_iter(&Alphanumeric).take(40).map(char::from).collect();
+    format!("{SECRET_PREFIX}{tail}")
+}
+
+/// Whether a string has the key format: `svc_live_` then at least 32 of `[A-Za-z0-9]`.
+pub fn is_valid_secret(secret: &str) -> bool {
+    secret
+        .strip_prefix(SECRET_PREFIX)
+        .is_some_and(|t| t.len() >= 32 && t.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// SHA-256 of a secret: what is stored and looked up.
+pub fn hash_secret(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// Build a key record from its parts (the secret itself is not kept).
+pub fn new_key(
+    id: KeyId,
+    owner_id: UserId,
+    name: String,
+    secret: &str,
+    grants: Vec<Grant>,
+    now: Millis,
+    expires_at: Option<Millis>,
+) -> ApiKey {
+    ApiKey {
+        id,
+        owner_id,
+        name,
+        prefix: secret.chars().take(VISIBLE_PREFIX_LEN).collect(),
+        secret_hash: hash_secret(secret),
+        grants,
+        created_at: now,
+        expires_at,
+        revoked: false,
+    }
+}
+
+/// Parse an RFC 3339 time into milliseconds.
+pub fn parse_time(text: &str) -> Option<Millis> {
+    chrono::DateTime::parse_from_rfc3339(text).ok().map(|t| t.timestamp_millis())
+}
+
+/// Check a grant's shape and that its object exists; `what` names it in messages.
+pub fn check_grant(state: &DirectoryState, g: GrantSpec, what: &str) -> Result<Grant> {
+    let ok = match (g.scope_type, g.scope_id) {
+        (ScopeType::Account, None) => true,
+        (ScopeType::Account, Some(_)) => {
+            return Err(Error::invalid(format!("{what}: an account grant takes a null scopeId")))
+        }
+        (_, None) => return Err(Error::invalid(format!("{what}: scopeId is required"))),
+        (ScopeType::Project, Some(id)) => state.projects.contains_key(&id),
+        (ScopeType::Folder, Some(id)) => state.folders.contains_key(&id),
+        (ScopeType::Sheet, Some(id)) => state.sheets.contains_key(&id),
+    };
+    if !ok {
+        let id = g.scope_id.unwrap_or_default();
+        return Err(Error::Invalid {
+            message: format!("{what}: no {:?} with id {id}", g.scope_type).to_lowercase(),
+            detail: Some(serde_json::json!({"scopeId": id, "reason": "no such object"})),
+        });
+    }
+    Ok(Grant { verb: g.verb, scope_type: g.scope_type, scope_id: g.scope_id })
+}
+
+fn unique<T: Copy + Eq + std::hash::Hash + std::fmt::Display>(
+    kind: &str,
+    ids: impl IntoIterator<Item = T>,
+    existing: impl Fn(T) -> bool,
+) -> Result<()> {
+    let mut seen = HashSet::new();
+    for (i, id) in ids.into_iter().enumerate() {
+        if !seen.insert(id) {
+            return Err(Error::invalid(format!(
+                "{kind}[{i}] (id {id}): the id appears twice in the fixture"
+            )));
+        }
+        if existing(id) {
+            return Err(Error::invalid(format!(
+                "{kind}[{i}] (id {id}): an object with this id already exists"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Validate a fixture against the current directory and turn it into an import batch.
+/// `next_row_id` is the id the service would issue next; fixture rows must be at or above it.
+pub fn prepare(
+    fx: Fixture,
+    current: &DirectoryState,
+    next_row_id: RowId,
+    now: Millis,
+) -> Result<(ImportBatch, Vec<IssuedSecret>)> {
+    unique("users", fx.users.iter().map(|u| u.id), |id| current.users.contains_key(&id))?;
+    unique("projects", fx.projects.iter().map(|p| p.id), |id| current.projects.contains_key(&id))?;
+    unique("folders", fx.folders.iter().map(|f| f.id), |id| current.folders.contains_key(&id))?;
+    unique("sheets", fx.sheets.iter().map(|s| s.id), |id| current.sheets.contains_key(&id))?;
+    unique("columns", fx.columns.iter().map(|c| c.id), |_| false)?;
+    unique("rows", fx.rows.iter().map(|r| r.id), |_| false)?;
+    unique("reports", fx.reports.iter().map(|r| r.id), |id| current.reports.contains_key(&id))?;
+    unique("keys", fx.keys.iter().filter_map(|k| k.id), |id| current.keys.contains_key(&id))?;
+
+    // Build the state the fixture would produce, so references can be checked in one place.
+    let mut next = current.clone();
+    let mut batch = ImportBatch::default();
+    if let Some(plans) = &fx.plans {
+        let mut caps = current.caps;
+        if let Some(p) = &plans.free {
+            caps.free_max_rows = p.max_rows_per_sheet;
+        }
+        if let Some(p) = &plans.paid {
+            caps.paid_max_rows = p.max_rows_per_sheet;
+        }
+        batch.plan_caps = Some(caps);
+    }
+    batch.users = fx
+        .users
+        .into_iter()
+        .map(|u| User { id: u.id, name: u.name, plan: u.plan.unwrap_or(Plan::Free) })
+        .collect();
+    for u in &batch.users {
+        next.users.insert(u.id, u.clone());
+    }
+    for (i, p) in fx.projects.into_iter().enumerate() {
+        if !next.users.contains_key(&p.owner_id) {
+            return Err(Error::invalid(format!(
+                "projects[{i}] (id {}): owner {} does not exist",
+                p.id, p.owner_id
+            )));
+        }
+        let p = Project { id: p.id, name: p.name, owner_id: p.owner_id };
+        next.projects.insert(p.id, p.clone());
+        batch.projects.push(p);
+    }
+    for (i, f) in fx.folders.into_iter().enumerate() {
+        if !next.projects.contains_key(&f.project_id) {
+            return Err(Error::invalid(format!(
+                "folders[{i}] (id {}): project {} does not exist",
+                f.id, f.project_id
+            )));
+        }
+        let f = Folder { id: f.id, project_id: f.project_id, name: f.name };
+        next.folders.insert(f.id, f.clone());
+        batch.folders.push(f);
+    }
+    let mut sheets: BTreeMap<SheetId, SheetImport> = BTreeMap::new();
+    let mut sheet_order = Vec::new();
+    for (i, s) in fx.sheets.into_iter().enumerate() {
+        if !next.projects.contains_key(&s.project_id) {
+            return Err(Error::invalid(format!(
+                "sheets[{i}] (id {}): project {} does not exist",
+                s.id, s.project_id
+            )));
+        }
+        if let Some(folder) = s.folder_id {
+            match next.folders.get(&folder) {
+                Some(f) if f.project_id == s.project_id => {}
+                Some(_) => {
+                    return Err(Error::invalid(format!(
+                        "sheets[{i}] (id {}): folder {folder} is in another project",
+                        s.id
+                    )))
+                }
+                None => {
+                    return Err(Error::invalid(format!(
+                        "sheets[{i}] (id {}): folder {folder} does not exist",
+                        s.id
+                    )))
+                }
+            }
+        }
+        let meta = SheetMeta {
+            id: s.id,
+            project_id: s.project_id,
+            folder_id: s.folder_id,
+            name: s.name,
+            created_at: now,
+        };
+        next.sheets.insert(meta.id, meta.clone());
+        sheet_order.push(meta.id);
+        sheets.insert(meta.id, SheetImport { meta, columns: Vec::new(), rows: Vec::new() });
+    }
+    for (i, c) in fx.columns.into_iter().enumerate() {
+        let Some(sheet) = sheets.get_mut(&c.sheet_id) else {
+            return Err(Error::invalid(format!(
+                "columns[{i}] (id {}): sheet {} is not a sheet of this fixture",
+                c.id, c.sheet_id
+            )));
+        };
+        let options = match (c.ty.has_options(), c.options) {
+            (true, opts) => Some(opts.unwrap_or_default()),
+            (false, Some(_)) => {
+                return Err(Error::invalid(format!(
+                    "columns[{i}] (id {}): a {} column takes no options",
+                    c.id,
+                    c.ty.as_str()
+                )))
+            }
+            (false, None) => None,
+        };
+        let position = c.position.unwrap_or(sheet.columns.len() as i64);
+        sheet.columns.push(Column {
+            id: c.id,
+            sheet_id: c.sheet_id,
+            name: c.name,
+            ty: c.ty,
+            position,
+            options,
+            primary: c.primary,
+        });
+    }
+    let row_sheet: HashMap<RowId, SheetId> = fx.rows.iter().map(|r| (r.id, r.sheet_id)).collect();
+    for (i, r) in fx.rows.iter().enumerate() {
+        let what = format!("rows[{i}] (id {})", r.id);
+        if r.id < next_row_id {
+            return Err(Error::invalid(format!(
+                "{what}: row ids must be at least {next_row_id} (ids are never reused)"
+            )));
+        }
+        if !sheets.contains_key(&r.sheet_id) {
+            return Err(Error::invalid(format!(
+                "{what}: sheet {} is not a sheet of this fixture",
+                r.sheet_id
+            )));
+        }
+        if let Some(parent) = r.parent_id {
+            if row_sheet.get(&parent) != Some(&r.sheet_id) {
+                return Err(Error::invalid(format!(
+                    "{what}: parent {parent} is not a row of sheet {}",
+                    r.sheet_id
+                )));
+            }
+        }
+    }
+    // Parent links must end at a root: walk each chain, at most as long as the row count.
+    let parents: HashMap<RowId, RowId> =
+        fx.rows.iter().filter_map(|r| r.parent_id.map(|p| (r.id, p))).collect();
+    for (i, r) in fx.rows.iter().enumerate() {
+        let (mut at, mut steps) = (r.id, 0);
+        while let Some(&p) = parents.get(&at) {
+            at = p;
+            steps += 1;
+            if steps > parents.len() {
+                return Err(Error::invalid(format!(
+                    "rows[{i}] (id {}): its parent links form a cycle",
+                    r.id
+                )));
+            }
+        }
+    }
+    for (i, r) in fx.rows.into_iter().enumerate() {
+        let sheet = sheets.get_mut(&r.sheet_id).expect("checked above");
+        let columns: BTreeMap<ColumnId, Column> =
+            sheet.columns.iter().map(|c| (c.id, c.clone())).collect();
+        let writes = coerce_cells(&columns, &r.cells)
+            .map_err(|e| Error::invalid(format!("rows[{i}] (id {}): {e}", r.id)))?;
+        let cells = writes
+            .into_iter()
+            .filter_map(|(col, w)| match w {
+                CellWrite::Set(v) => Some((col, Json(v))),
+                CellWrite::Clear => None,
+            })
+            .collect();
+        sheet.rows.push(Row {
+            id: r.id,
+            sheet_id: r.sheet_id,
+            parent_id: r.parent_id,
+            version: 1,
+            cells,
+            attachments: r
+                .attachments
+                .into_iter()
+                .map(|a| Attachment { name: a.name, bytes: a.bytes })
+                .collect(),
+            created_at: now,
+            updated_at: now,
+            source: "import".into(),
+        });
+    }
+    for (i, s) in fx.shares.into_iter().enumerate() {
+        let what = format!("shares[{i}]");
+        if !next.users.contains_key(&s.user_id) {
+            return Err(Error::invalid(format!("{what}: user {} does not exist", s.user_id)));
+        }
+        let exists = match s.scope_type {
+            ScopeType::Account => {
+                return Err(Error::invalid(format!(
+                    "{what}: shares are on a project, folder or sheet"
+                )))
+            }
+            ScopeType::Project => next.projects.contains_key(&s.scope_id),
+            ScopeType::Folder => next.folders.contains_key(&s.scope_id),
+            ScopeType::Sheet => next.sheets.contains_key(&s.scope_id),
+        };
+        if !exists {
+            return Err(Error::invalid(
+                format!("{what}: no {:?} with id {}", s.scope_type, s.scope_id).to_lowercase(),
+            ));
+        }
+        batch.shares.push(Share {
+            user_id: s.user_id,
+            scope_type: s.scope_type,
+            scope_id: s.scope_id,
+            role: s.role,
+        });
+    }
+    for (i, r) in fx.reports.into_iter().enumerate() {
+        let what = format!("reports[{i}] (id {})", r.id);
+        if !next.projects.contains_key(&r.project_id) {
+            return Err(Error::invalid(format!("{what}: project {} does not exist", r.project_id)));
+        }
+        if !next.users.contains_key(&r.owner_id) {
+            return Err(Error::invalid(format!("{what}: owner {} does not exist", r.owner_id)));
+        }
+        batch.reports.push(Report {
+            id: r.id,
+            project_id: r.project_id,
+            owner_id: r.owner_id,
+            name: r.name,
+            definition: Json(r.definition),
+        });
+    }
+    let mut issued = Vec::new();
+    let mut next_key =
+        next.next_key_id().max(fx.keys.iter().filter_map(|k| k.id).max().map_or(1, |m| m + 1));
+    let mut hashes: BTreeSet<[u8; 32]> = BTreeSet::new();
+    for (i, k) in fx.keys.into_iter().enumerate() {
+        let id = k.id.unwrap_or_else(|| {
+            next_key += 1;
+            next_key - 1
+        });
+        let what = format!("keys[{i}] (id {id})");
+        if !next.users.contains_key(&k.owner_id) {
+            return Err(Error::invalid(format!("{what}: owner {} does not exist", k.owner_id)));
+        }
+        let grants = k
+            .grants
+            .iter()
+            .enumerate()
+            .map(|(j, g)| check_grant(&next, *g, &format!("{what} grants[{j}]")))
+            .collect::<Result<Vec<_>>>()?;
+        if grants.is_empty() {
+            return Err(Error::invalid(format!("{what}: a key needs at least one grant")));
+        }
+        let expires_at = match k.expires_at.as_deref() {
+            None => Some(now + DEFAULT_KEY_LIFETIME_MS),
+            Some(text) => Some(parse_time(text).ok_or_else(|| {
+                Error::invalid(format!("{what}: expiresAt is not an RFC 3339 time"))
+            })?),
+        };
+        let secret = match k.secret {
+            Some(s) if is_valid_secret(&s) => s,
+            Some(_) => {
+                return Err(Error::invalid(format!(
+                    "{what}: secret must be `svc_live_` followed by at least 32 characters of [A-Za-z0-9]"
+                )))
+            }
+            None => {
+                let s = generate_secret();
+                issued.push(IssuedSecret { key_id: id, name: k.name.clone(), owner_id: k.owner_id, secret: s.clone() });
+                s
+            }
+        };
+        let key = new_key(id, k.owner_id, k.name, &secret, grants, now, expires_at);
+        if !hashes.insert(key.secret_hash) || current.key_by_hash(&key.secret_hash).is_some() {
+            return Err(Error::invalid(format!(
+                "{what}: this secret is already used by another key"
+            )));
+        }
+        batch.keys.push(key);
+    }
+    batch.sheets = sheet_order.into_iter().filter_map(|id| sheets.remove(&id)).collect();
+    Ok((batch, issued))
+}

@@ -1,0 +1,332 @@
+//! The domain's plain data: ids, users, projects, folders, sheets, columns, rows, shares,
+//! reports and API keys.
+//!
+//! These types are what the log records and checkpoints carry (through `wal::codec`), so they
+//! avoid serde features the binary codec cannot express (untagged enums, `skip_serializing_if`,
+//! `flatten`). JSON cell values travel as [`Json`], which stores itself as JSON text in binary
+//! formats. The HTTP layer never renders these types directly: it maps them to its own views, so
+//! hidden fields (folder id, parent id, attachments, key hashes) cannot leak by accident.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A user (an owner of projects and keys).
+pub type UserId = u64;
+/// A project: holds folders, sheets and reports.
+pub type ProjectId = u64;
+/// A folder inside a project.
+pub type FolderId = u64;
+/// A sheet; also names its [`crate::SheetActor`].
+pub type SheetId = u64;
+/// A column of one sheet.
+pub type ColumnId = u64;
+/// A row. Row ids are global and strictly increasing across the whole service.
+pub type RowId = u64;
+/// A saved report.
+pub type ReportId = u64;
+/// An API key.
+pub type KeyId = u64;
+/// Milliseconds since the Unix epoch, UTC.
+pub type Millis = i64;
+
+/// A JSON value that stores itself as JSON text in non-human-readable formats (the log's binary
+/// codec cannot carry `serde_json::Value`, which needs `deserialize_any`).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Json(pub serde_json::Value);
+
+impl Serialize for Json {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            self.0.serialize(s)
+        } else {
+            s.serialize_str(&self.0.to_string())
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if d.is_human_readable() {
+            serde_json::Value::deserialize(d).map(Json)
+        } else {
+            let text = String::deserialize(d)?;
+            serde_json::from_str(&text).map(Json).map_err(serde::de::Error::custom)
+        }
+    }
+}
+
+/// A user's billing plan; it sets the per-sheet row cap and whether reports may run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Plan {
+    /// The default plan: 5,000 rows per sheet, no report runs.
+    Free,
+    /// 500,000 rows per sheet, reports run.
+    Paid,
+}
+
+/// Roles, lowest to highest. A user's role on a target is the highest role reaching it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// May read.
+    Viewer,
+    /// May read and write rows.
+    Editor,
+    /// Administers the object (no extra API power in v1).
+    Admin,
+    /// Owns the project and everything in it.
+    Owner,
+}
+
+/// The kind of object a grant or share is attached to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScopeType {
+    /// Every object the owner can reach (grants only, with no scope id).
+    Account,
+    /// A project and everything in it.
+    Project,
+    /// A folder and its sheets.
+    Folder,
+    /// One sheet.
+    Sheet,
+}
+
+/// What a key grant allows: `read` is viewer level, `write` is editor level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verb {
+    /// Viewer level.
+    Read,
+    /// Editor level (includes read).
+    Write,
+}
+
+impl Verb {
+    /// The role ceiling this verb gives a key.
+    pub fn ceiling(self) -> Role {
+        match self {
+            Verb::Read => Role::Viewer,
+            Verb::Write => Role::Editor,
+        }
+    }
+}
+
+/// One grant of an API key: a verb on a scope object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Grant {
+    /// `read` or `write`.
+    pub verb: Verb,
+    /// The kind of object covered.
+    pub scope_type: ScopeType,
+    /// The object's id; `None` exactly when `scope_type` is `Account`.
+    pub scope_id: Option<u64>,
+}
+
+/// A user.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct User {
+    /// Caller-chosen id.
+    pub id: UserId,
+    /// Display name (never exposed by the public API).
+    pub name: String,
+    /// The user's plan.
+    pub plan: Plan,
+}
+
+/// A project: its owner holds `owner` on it and everything inside.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Project {
+    /// Caller-chosen id.
+    pub id: ProjectId,
+    /// Name.
+    pub name: String,
+    /// The owning user.
+    pub owner_id: UserId,
+}
+
+/// A folder of a project.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Folder {
+    /// Caller-chosen id.
+    pub id: FolderId,
+    /// The project holding it.
+    pub project_id: ProjectId,
+    /// Name.
+    pub name: String,
+}
+
+/// A sheet's identity and place in the tree. Its columns and rows belong to its actor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SheetMeta {
+    /// Caller-chosen id.
+    pub id: SheetId,
+    /// The project holding it.
+    pub project_id: ProjectId,
+    /// The folder holding it, if any (never exposed).
+    pub folder_id: Option<FolderId>,
+    /// Name.
+    pub name: String,
+    /// When it was created.
+    pub created_at: Millis,
+}
+
+/// A share: a role for a user on a project, folder or sheet; it flows down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Share {
+    /// The user given the role.
+    pub user_id: UserId,
+    /// Project, folder or sheet (never account).
+    pub scope_type: ScopeType,
+    /// The object's id.
+    pub scope_id: u64,
+    /// The role given.
+    pub role: Role,
+}
+
+/// A saved report. The definition is never exposed; it is compiled when the report runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Caller-chosen id.
+    pub id: ReportId,
+    /// The project it belongs to; visibility follows the project.
+    pub project_id: ProjectId,
+    /// The user who saved it; their plan decides whether it may run.
+    pub owner_id: UserId,
+    /// Name.
+    pub name: String,
+    /// The definition as saved (possibly invalid: that fails at run time, not at save time).
+    pub definition: Json,
+}
+
+impl Report {
+    /// The public `type` of the report: `row` or `summary` as the definition says, else `row`.
+    pub fn kind(&self) -> &str {
+        match self.definition.0.get("type").and_then(|t| t.as_str()) {
+            Some("summary") => "summary",
+            _ => "row",
+        }
+    }
+}
+
+/// An API key. Only a SHA-256 hash of the secret is kept.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApiKey {
+    /// Key id (shown as `keyId`).
+    pub id: KeyId,
+    /// The user whose access the key carries.
+    pub owner_id: UserId,
+    /// Name chosen at creation.
+    pub name: String,
+    /// The short visible prefix of the secret (`svc_live_` plus a few characters).
+    pub prefix: String,
+    /// SHA-256 of the whole secret.
+    pub secret_hash: [u8; 32],
+    /// The key's grants.
+    pub grants: Vec<Grant>,
+    /// Creation time.
+    pub created_at: Millis,
+    /// Expiry; `None` means it never expires.
+    pub expires_at: Option<Millis>,
+    /// Revoked keys never work again.
+    pub revoked: bool,
+}
+
+/// The nine column types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ColumnType {
+    /// Free text, at most 4000 characters.
+    Text,
+    /// A finite number.
+    Number,
+    /// A boolean.
+    Checkbox,
+    /// `YYYY-MM-DD`.
+    Date,
+    /// RFC 3339, stored normalized to UTC.
+    Datetime,
+    /// `local@domain`.
+    Contact,
+    /// One of the column's options.
+    Dropdown,
+    /// A list of distinct options.
+    MultiSelect,
+    /// One of the column's options (a symbol set).
+    Symbol,
+}
+
+impl ColumnType {
+    /// The type's name as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ColumnType::Text => "text",
+            ColumnType::Number => "number",
+            ColumnType::Checkbox => "checkbox",
+            ColumnType::Date => "date",
+            ColumnType::Datetime => "datetime",
+            ColumnType::Contact => "contact",
+            ColumnType::Dropdown => "dropdown",
+            ColumnType::MultiSelect => "multi_select",
+            ColumnType::Symbol => "symbol",
+        }
+    }
+
+    /// Whether the type carries `options`.
+    pub fn has_options(self) -> bool {
+        matches!(self, ColumnType::Dropdown | ColumnType::MultiSelect | ColumnType::Symbol)
+    }
+}
+
+/// A column of a sheet.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Column {
+    /// Caller-chosen id.
+    pub id: ColumnId,
+    /// The sheet it belongs to.
+    pub sheet_id: SheetId,
+    /// Name (reports match columns by name).
+    pub name: String,
+    /// Type; decides cell coercion.
+    pub ty: ColumnType,
+    /// Columns are listed by position.
+    pub position: i64,
+    /// Option keys, for option-bearing types only.
+    pub options: Option<Vec<String>>,
+    /// The primary column.
+    pub primary: bool,
+}
+
+/// A file attached to a row; only its size is tracked, for the counters a delete frees.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Attachment {
+    /// File name.
+    pub name: String,
+    /// Size in bytes.
+    pub bytes: u64,
+}
+
+/// A row of a sheet. Cells are keyed by column id and hold the stored (coerced) value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// Global row id.
+    pub id: RowId,
+    /// The sheet it belongs to.
+    pub sheet_id: SheetId,
+    /// The parent row (never exposed); deleting a row deletes its subtree.
+    pub parent_id: Option<RowId>,
+    /// Optimistic-concurrency version: 1 when created, +1 on every successful write.
+    pub version: u64,
+    /// Stored cell values by column id.
+    pub cells: BTreeMap<ColumnId, Json>,
+    /// Files attached to the row.
+    pub attachments: Vec<Attachment>,
+    /// Creation time.
+    pub created_at: Millis,
+    /// Time of the last write.
+    pub updated_at: Millis,
+    /// Where the last write came from: `api` or `import`.
+    pub source: String,
+}

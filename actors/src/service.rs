@@ -1,0 +1,379 @@
+//! Starting the domain: recovery from checkpoint + log, spawning the actors, and checkpoints.
+//!
+//! # Recovery
+//!
+//! 1. The WAL hands over the latest [`Checkpoint`]: the directory, every sheet and the side
+//!    stores, **each with the LSN it reflects** (they are copied one after another while the
+//!    service runs, so they reflect different LSNs).
+//! 2. Every record after the checkpoint is offered to each part it touches, and a part applies
+//!    it only when the record is newer than the part's own LSN. Records carry whole rows, so
+//!    applying is an overwrite.
+//! 3. The row-id counter is raised above every id seen, the derived indexes are rebuilt, and
+//!    the actors start over the result.
+//!
+//! # Checkpoints
+//!
+//! 1. Copy the directory, then each sheet (O(1) copies; each actor answers between two
+//!    messages, so its copy holds every record it appended), then the side stores inside the
+//!    append lock of a [`Record::Marker`]. Each copy is tagged with the log's last LSN at the
+//!    moment it was taken: every record at or below it that touches the part is in the copy.
+//! 2. Wait until everything up to the newest tag is durable, so a checkpoint never holds a
+//!    write the log could still lose.
+//! 3. Write the checkpoint at the **oldest** tag and truncate the log behind it. Records between
+//!    the oldest and a part's own tag are replayed and skipped by that part.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
+use wal::{codec, Lsn, RecoveryReport, Wal};
+
+use crate::directory::{
+    DirectoryActor, DirectoryState, Published, PublishedDirectory, SnapshotDirectory,
+};
+use crate::error::{Error, Result};
+use crate::model::{RowId, SheetId};
+use crate::record::{IdemEntry, Record};
+use crate::registry::SheetRegistry;
+use crate::shared::{Clock, Event, IdemStore, Outbox, RowIds, Shared};
+use crate::sheet::{SheetState, Snapshot};
+
+/// How long an idempotent response is replayed.
+pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// Everything needed to rebuild the domain, as one checkpoint.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The directory.
+    pub directory: DirectoryState,
+    /// LSN the directory reflects.
+    pub directory_lsn: Lsn,
+    /// Each sheet with the LSN it reflects.
+    pub sheets: Vec<(SheetState, Lsn)>,
+    /// LSN the side stores reflect.
+    pub side_lsn: Lsn,
+    /// Stored idempotent responses.
+    pub idem: Vec<IdemEntry>,
+    /// The event outbox.
+    pub events: Vec<Event>,
+    /// The outbox's last sequence number.
+    pub last_event_seq: u64,
+    /// The next row id.
+    pub next_row_id: RowId,
+}
+
+/// Recovery's working state: a part per owner, each with the LSN it reflects.
+struct Rebuild {
+    directory: DirectoryState,
+    directory_lsn: Lsn,
+    /// Sheet state, LSN its copy reflects, LSN of the last record applied to it.
+    sheets: BTreeMap<SheetId, (SheetState, Lsn, Lsn)>,
+    side_lsn: Lsn,
+    idem: Arc<IdemStore>,
+    outbox: Arc<Outbox>,
+    row_ids: Arc<RowIds>,
+    now: i64,
+}
+
+impl wal::Replayer for Rebuild {
+    fn checkpoint(
+        &mut self,
+        _lsn: Lsn,
+        snapshot: &[u8],
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let cp: Checkpoint = codec::decode(snapshot)?;
+        self.directory = cp.directory;
+        self.directory_lsn = cp.directory_lsn;
+        self.sheets = cp.sheets.into_iter().map(|(s, lsn)| (s.id, (s, lsn, 0))).collect();
+        self.side_lsn = cp.side_lsn;
+        for entry in cp.idem {
+            self.idem.complete(entry, 0);
+        }
+        self.outbox.restore(cp.events, cp.last_event_seq);
+        self.row_ids.observe(cp.next_row_id.saturating_sub(1));
+        Ok(())
+    }
+
+    fn record(
+        &mut self,
+        lsn: Lsn,
+        payload: &[u8],
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        match codec::decode::<Record>(payload)? {
+            Record::Import(batch) => {
+                if lsn > self.directory_lsn {
+                    self.directory.apply_import(&batch);
+                }
+                for s in &batch.sheets {
+                    for r in &s.rows {
+                        self.row_ids.observe(r.id);
+                    }
+                    self.sheets.entry(s.meta.id).or_insert_with(|| {
+                        let state = SheetState::new(
+                            s.meta.id,
+                            s.meta.created_at,
+                            s.columns.clone(),
+                            s.rows.clone(),
+                        );
+                        (state, lsn, lsn)
+                    });
+                }
+            }
+            Record::Directory(change) => {
+                if lsn > self.directory_lsn {
+                    self.directory.apply_change(&change);
+                }
+            }
+            Record::Sheet(write) => {
+                for r in &write.put {
+                    self.row_ids.observe(r.id);
+                }
+                if let Some((state, copy_lsn, applied)) = self.sheets.get_mut(&write.sheet_id) {
+                    if lsn > *copy_lsn {
+                        state.apply(&write);
+                        *applied = lsn;
+                    }
+                }
+                if lsn > self.side_lsn {
+                    self.outbox.row_deleted(write.sheet_id, &write.deleted, write.at, lsn);
+                    if let Some(entry) = write.idem {
+                        self.keep_idem(entry, lsn);
+                    }
+                }
+            }
+            Record::Idempotency(entry) => {
+                if lsn > self.side_lsn {
+                    self.keep_idem(entry, lsn);
+                }
+            }
+            Record::Marker => {}
+        }
+        Ok(())
+    }
+}
+
+impl Rebuild {
+    fn keep_idem(&self, entry: IdemEntry, lsn: Lsn) {
+        if entry.completed_at + IDEMPOTENCY_WINDOW.as_millis() as i64 > self.now {
+            self.idem.complete(entry, lsn);
+        }
+    }
+}
+
+/// Settings of the domain.
+#[derive(Clone, Debug)]
+pub struct ServiceConfig {
+    /// The data dir (the log and checkpoint live here).
+    pub data_dir: std::path::PathBuf,
+    /// How many arbiters (threads) the sheet actors are spread over.
+    pub sheet_threads: usize,
+    /// The clock (tests move it).
+    pub clock: Clock,
+}
+
+/// What a checkpoint did.
+#[derive(Clone, Debug)]
+pub struct CheckpointReport {
+    /// The LSN the checkpoint stands at (the log is truncated up to it).
+    pub lsn: Lsn,
+    /// Size of the snapshot written.
+    pub bytes: usize,
+}
+
+/// Counts of a data dir's contents, for `sheetd check` and the stats endpoint.
+#[derive(Clone, Debug, Default)]
+pub struct Counts {
+    /// Users.
+    pub users: usize,
+    /// Projects.
+    pub projects: usize,
+    /// Sheets.
+    pub sheets: usize,
+    /// Rows.
+    pub rows: u64,
+    /// Attachments.
+    pub attachments: u64,
+    /// Bytes of attachments.
+    pub attachment_bytes: u64,
+    /// Keys.
+    pub keys: usize,
+    /// Reports.
+    pub reports: usize,
+}
+
+/// The running domain: the directory, the sheet actors and the shared stores.
+#[derive(Clone)]
+pub struct Service {
+    /// What the actors share (log, clock, side stores).
+    pub shared: Shared,
+    directory: Addr<DirectoryActor>,
+    published: PublishedDirectory,
+    sheets: SheetRegistry,
+    _arbiters: Arc<Vec<Arbiter>>,
+}
+
+fn rebuild(shared_parts: (&Arc<IdemStore>, &Arc<Outbox>, &Arc<RowIds>), now: i64) -> Rebuild {
+    Rebuild {
+        directory: DirectoryState::default(),
+        directory_lsn: 0,
+        sheets: BTreeMap::new(),
+        side_lsn: 0,
+        idem: shared_parts.0.clone(),
+        outbox: shared_parts.1.clone(),
+        row_ids: shared_parts.2.clone(),
+        now,
+    }
+}
+
+impl Service {
+    /// Recover the data dir and start the actors. Must run inside an actix system.
+    pub fn open(config: ServiceConfig) -> Result<(Service, RecoveryReport)> {
+        let idem = Arc::new(IdemStore::new(IDEMPOTENCY_WINDOW));
+        let outbox = Arc::new(Outbox::default());
+        let row_ids = Arc::new(RowIds::default());
+        row_ids.observe(0);
+        let mut rebuild = rebuild((&idem, &outbox, &row_ids), config.clock.now());
+        let (wal, report) = Wal::recover(wal::Config::default_for(&config.data_dir), &mut rebuild)?;
+        let shared = Shared { wal, clock: config.clock, row_ids, idem, outbox };
+
+        let arbiters: Vec<Arbiter> =
+            (0..config.sheet_threads.max(1)).map(|_| Arbiter::new()).collect();
+        let sheets = SheetRegistry::new(arbiters.iter().map(|a| a.handle()).collect());
+        for (_, (mut state, _, applied)) in std::mem::take(&mut rebuild.sheets) {
+            state.reindex();
+            sheets.spawn(state, shared.clone(), applied);
+        }
+        let mut directory = rebuild.directory;
+        directory.reindex();
+        let directory = Arc::new(directory);
+        let published = Arc::new(ArcSwap::from_pointee(Published {
+            state: directory.clone(),
+            lsn: report.last_lsn,
+        }));
+        let actor =
+            DirectoryActor::new(directory, published.clone(), shared.clone(), sheets.clone());
+        let directory = actor.start();
+        Ok((
+            Service { shared, directory, published, sheets, _arbiters: Arc::new(arbiters) },
+            report,
+        ))
+    }
+
+    /// Replay a data dir without changing it and count what it holds (`sheetd check`).
+    pub fn verify(data_dir: &std::path::Path) -> Result<(RecoveryReport, Counts)> {
+        let idem = Arc::new(IdemStore::new(IDEMPOTENCY_WINDOW));
+        let (outbox, row_ids) = (Arc::new(Outbox::default()), Arc::new(RowIds::default()));
+        let mut rebuild =
+            rebuild((&idem, &outbox, &row_ids), chrono::Utc::now().timestamp_millis());
+        let report = Wal::verify(wal::Config::default_for(data_dir), &mut rebuild)?;
+        let d = &rebuild.directory;
+        let mut counts = Counts {
+            users: d.users.len(),
+            projects: d.projects.len(),
+            sheets: rebuild.sheets.len(),
+            keys: d.keys.len(),
+            reports: d.reports.len(),
+            ..Default::default()
+        };
+        for (state, _, _) in rebuild.sheets.values() {
+            counts.rows += state.rows.len() as u64;
+            let (n, bytes) = state.attachment_totals();
+            counts.attachments += n;
+            counts.attachment_bytes += bytes;
+        }
+        Ok((report, counts))
+    }
+
+    /// The directory as of the last durable change.
+    pub fn directory(&self) -> Arc<DirectoryState> {
+        self.published.load().state.clone()
+    }
+
+    /// The directory actor (for admin changes).
+    pub fn directory_actor(&self) -> &Addr<DirectoryActor> {
+        &self.directory
+    }
+
+    /// The actor of a sheet.
+    pub fn sheet(&self, id: SheetId) -> Option<Addr<SheetActor>> {
+        self.sheets.get(id)
+    }
+
+    /// Every sheet actor.
+    pub fn sheets(&self) -> Vec<(SheetId, Addr<SheetActor>)> {
+        self.sheets.all()
+    }
+
+    /// Wait until `lsn` is durable (before revealing anything read at it).
+    pub async fn visible(&self, lsn: Lsn) -> Result<()> {
+        Ok(self.shared.wal.wait_durable(lsn).await?)
+    }
+
+    /// Take a checkpoint and truncate the log behind it.
+    pub async fn checkpoint(&self) -> Result<CheckpointReport> {
+        let (directory, directory_lsn) = self.directory.send(SnapshotDirectory).await?;
+        let mut sheets = Vec::new();
+        for (_, addr) in self.sheets.all() {
+            let view = addr.send(Snapshot).await?;
+            sheets.push((view.state, view.as_of));
+        }
+        let (idem, outbox) = (self.shared.idem.clone(), self.shared.outbox.clone());
+        let mut side = None;
+        let marker = codec::encode(&Record::Marker)?;
+        let commit = self.shared.wal.append_with(|_| {
+            side = Some((idem.snapshot(), outbox.snapshot()));
+            marker
+        })?;
+        let side_lsn = commit.lsn();
+        commit.await?;
+        let (idem, (events, last_event_seq)) = side.expect("set inside append_with");
+        let lsn = sheets
+            .iter()
+            .map(|(_, l)| *l)
+            .chain([directory_lsn, side_lsn])
+            .min()
+            .unwrap_or(side_lsn);
+        let checkpoint = Checkpoint {
+            directory: (*directory).clone(),
+            directory_lsn,
+            sheets,
+            side_lsn,
+            idem,
+            events,
+            last_event_seq,
+            next_row_id: self.shared.row_ids.peek(),
+        };
+        let bytes = codec::encode(&checkpoint)?;
+        let size = bytes.len();
+        let wal = self.shared.wal.clone();
+        tokio::task::spawn_blocking(move || wal.checkpoint(lsn, &bytes))
+            .await
+            .map_err(|_| Error::Unavailable("checkpoint"))??;
+        Ok(CheckpointReport { lsn, bytes: size })
+    }
+
+    /// Counts of what the service holds.
+    pub async fn counts(&self) -> Result<Counts> {
+        let d = self.directory();
+        let mut counts = Counts {
+            users: d.users.len(),
+            projects: d.projects.len(),
+            sheets: d.sheets.len(),
+            keys: d.keys.len(),
+            reports: d.reports.len(),
+            ..Default::default()
+        };
+        for (_, addr) in self.sheets.all() {
+            let s = addr.send(crate::sheet::Describe).await?;
+            counts.rows += s.row_count;
+            counts.attachments += s.attachments.0;
+            counts.attachment_bytes += s.attachments.1;
+        }
+        Ok(counts)
+    }
+}
+
+use crate::sheet::SheetActor;

@@ -1,0 +1,261 @@
+//! What every actor shares: the log, the clock, the global row-id counter, and the two side
+//! stores written by many sheets (idempotency responses and the event outbox).
+//!
+//! # Why the side stores change inside the append lock
+//!
+//! The side stores are global while their records come from many actors. Each change to them is
+//! made inside [`wal::Wal::append_with`], whose closure runs under the log's append lock, so the
+//! order of changes equals the order of LSNs. That gives two guarantees cheaply:
+//! a checkpoint copies them at an exact LSN by appending a [`crate::record::Record::Marker`]
+//! and copying inside that closure, and a reader that only trusts entries at or below the
+//! durable LSN sees a gap-free prefix (event sequence numbers follow LSN order).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
+use wal::{Lsn, Wal};
+
+use crate::model::{KeyId, Millis, RowId, SheetId};
+use crate::record::IdemEntry;
+
+/// The service clock: system time plus an offset, so tests can move time forward (for the
+/// idempotency window) without sleeping.
+#[derive(Clone, Debug, Default)]
+pub struct Clock {
+    offset_ms: Arc<AtomicI64>,
+}
+
+impl Clock {
+    /// Now, in milliseconds since the epoch.
+    pub fn now(&self) -> Millis {
+        chrono::Utc::now().timestamp_millis() + self.offset_ms.load(Ordering::Relaxed)
+    }
+
+    /// Move the clock forward (tests only need this; production never calls it).
+    pub fn advance(&self, by: Duration) {
+        self.offset_ms.fetch_add(by.as_millis() as i64, Ordering::Relaxed);
+    }
+}
+
+/// The global row-id allocator: ids are strictly increasing and never reused, also across
+/// restarts (recovery raises it above every id any record or checkpoint has seen).
+#[derive(Debug, Default)]
+pub struct RowIds {
+    next: AtomicU64,
+}
+
+impl RowIds {
+    /// Take the next id.
+    pub fn allocate(&self) -> RowId {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The id the next allocation returns.
+    pub fn peek(&self) -> RowId {
+        self.next.load(Ordering::Relaxed)
+    }
+
+    /// Make sure every future id is above `seen`.
+    pub fn observe(&self, seen: RowId) {
+        self.next.fetch_max(seen + 1, Ordering::Relaxed);
+    }
+}
+
+/// The state of one idempotency key.
+#[derive(Clone, Debug)]
+enum Slot {
+    /// The first request is still running.
+    InProgress { fingerprint: [u8; 32] },
+    /// Completed; replayable once `lsn` is durable.
+    Done { entry: Arc<IdemEntry>, lsn: Lsn },
+}
+
+/// What [`IdemStore::claim`] found.
+#[derive(Debug)]
+pub enum Claim {
+    /// Nothing stored: the caller now holds the key and must complete or release it.
+    Fresh,
+    /// A completed request with the same fingerprint: replay it (after `lsn` is durable).
+    Replay(Arc<IdemEntry>, Lsn),
+    /// The same key is held by a request that is still running.
+    InProgress,
+    /// The same key was used for a different request.
+    Reused,
+}
+
+/// Idempotency responses, namespaced per API key, kept for the replay window.
+#[derive(Debug)]
+pub struct IdemStore {
+    slots: DashMap<(KeyId, String), Slot>,
+    window_ms: Millis,
+}
+
+impl IdemStore {
+    /// An empty store with a replay window.
+    pub fn new(window: Duration) -> Self {
+        IdemStore { slots: DashMap::new(), window_ms: window.as_millis() as Millis }
+    }
+
+    /// Look up `key` for `key_id`; take it when it is free (or its record has expired).
+    pub fn claim(&self, key_id: KeyId, key: &str, fingerprint: [u8; 32], now: Millis) -> Claim {
+        match self.slots.entry((key_id, key.to_owned())) {
+            Entry::Vacant(v) => {
+                v.insert(Slot::InProgress { fingerprint });
+                Claim::Fresh
+            }
+            Entry::Occupied(mut o) => match o.get() {
+                Slot::Done { entry, .. } if entry.completed_at + self.window_ms <= now => {
+                    o.insert(Slot::InProgress { fingerprint });
+                    Claim::Fresh
+                }
+                Slot::Done { entry, lsn } if entry.fingerprint == fingerprint => {
+                    Claim::Replay(entry.clone(), *lsn)
+                }
+                Slot::InProgress { fingerprint: f } if *f == fingerprint => Claim::InProgress,
+                _ => Claim::Reused,
+            },
+        }
+    }
+
+    /// Give a key back when the request ended without a stored response.
+    pub fn release(&self, key_id: KeyId, key: &str) {
+        self.slots
+            .remove_if(&(key_id, key.to_owned()), |_, s| matches!(s, Slot::InProgress { .. }));
+    }
+
+    /// Store a completed response. Called inside the append lock of the record carrying it.
+    pub fn complete(&self, entry: IdemEntry, lsn: Lsn) {
+        let key = (entry.key_id, entry.idem_key.clone());
+        self.slots.insert(key, Slot::Done { entry: Arc::new(entry), lsn });
+    }
+
+    /// Drop completed responses whose window has passed; returns how many were dropped.
+    pub fn purge(&self, now: Millis) -> usize {
+        let before = self.slots.len();
+        self.slots.retain(|_, s| match s {
+            Slot::Done { entry, .. } => entry.completed_at + self.window_ms > now,
+            Slot::InProgress { .. } => true,
+        });
+        before - self.slots.len()
+    }
+
+    /// Completed responses, for a checkpoint.
+    pub fn snapshot(&self) -> Vec<IdemEntry> {
+        self.slots
+            .iter()
+            .filter_map(|s| match s.value() {
+                Slot::Done { entry, .. } => Some((**entry).clone()),
+                Slot::InProgress { .. } => None,
+            })
+            .collect()
+    }
+
+    /// How many completed responses are held.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+/// One internal event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position in the outbox, from 1, in log order.
+    pub seq: u64,
+    /// The event type; `ROW_DELETED` is the only one in v1.
+    pub kind: String,
+    /// The sheet the row belonged to.
+    pub sheet_id: SheetId,
+    /// The row deleted.
+    pub row_id: RowId,
+    /// When it happened.
+    pub at: Millis,
+    /// The record carrying it; readers only see events whose record is durable.
+    #[serde(skip)]
+    pub lsn: Lsn,
+}
+
+/// The outbox of internal events (`ROW_DELETED`), in log order.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    inner: Mutex<OutboxInner>,
+}
+
+#[derive(Debug, Default)]
+struct OutboxInner {
+    events: VecDeque<Event>,
+    next_seq: u64,
+}
+
+impl Outbox {
+    /// Record `ROW_DELETED` for each row. Called inside the append lock of the delete's record.
+    pub fn row_deleted(&self, sheet_id: SheetId, rows: &[RowId], at: Millis, lsn: Lsn) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for &row_id in rows {
+            inner.next_seq += 1;
+            let seq = inner.next_seq;
+            inner.events.push_back(Event {
+                seq,
+                kind: "ROW_DELETED".into(),
+                sheet_id,
+                row_id,
+                at,
+                lsn,
+            });
+        }
+    }
+
+    /// Up to `limit` events after `after` whose records are durable.
+    pub fn read(&self, after: u64, limit: usize, durable: Lsn) -> Vec<Event> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let start = inner.events.partition_point(|e| e.seq <= after);
+        inner.events.range(start..).take_while(|e| e.lsn <= durable).take(limit).cloned().collect()
+    }
+
+    /// Events and the next sequence number, for a checkpoint.
+    pub fn snapshot(&self) -> (Vec<Event>, u64) {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        (inner.events.iter().cloned().collect(), inner.next_seq)
+    }
+
+    /// Restore from a checkpoint.
+    pub fn restore(&self, events: Vec<Event>, next_seq: u64) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.events = events.into();
+        inner.next_seq = next_seq;
+    }
+
+    /// How many events are held.
+    pub fn len(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).events.len()
+    }
+
+    /// Whether no event is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Everything the actors share. Cheap to clone.
+#[derive(Clone)]
+pub struct Shared {
+    /// The write-ahead log.
+    pub wal: Wal,
+    /// The service clock.
+    pub clock: Clock,
+    /// The global row-id allocator.
+    pub row_ids: Arc<RowIds>,
+    /// Idempotency responses.
+    pub idem: Arc<IdemStore>,
+    /// Internal events.
+    pub outbox: Arc<Outbox>,
+}

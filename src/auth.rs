@@ -1,0 +1,120 @@
+//! Authentication and the one authorization function.
+//!
+//! The request middleware resolves the bearer key once (it needs it for rate limiting) and
+//! leaves an [`Authn`] in the request; the [`Caller`] extractor turns "no usable key" into the
+//! single 401. [`Caller::authorize`] is the only place a handler decides access: it asks the
+//! directory for the effective role and answers 404 (not readable, identical to missing) or 403
+//! (readable, not writable).
+
+use std::future::{ready, Ready};
+use std::sync::Arc;
+
+use actix_web::dev::Payload;
+use actix_web::{FromRequest, HttpMessage, HttpRequest};
+use actors::model::{ApiKey, Millis, Role};
+use actors::{DirectoryState, Target};
+
+use crate::error::ApiError;
+
+/// The request id, set by the request middleware.
+#[derive(Clone, Debug)]
+pub struct RequestId(pub String);
+
+impl FromRequest for RequestId {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(Ok(req
+            .extensions()
+            .get::<RequestId>()
+            .cloned()
+            .unwrap_or_else(|| RequestId(String::new()))))
+    }
+}
+
+/// What the middleware found about the caller's key.
+#[derive(Clone)]
+pub struct Authn {
+    /// The usable key, if the request carried one.
+    pub key: Option<ApiKey>,
+    /// The directory the key was found in (used for every decision of this request).
+    pub directory: Arc<DirectoryState>,
+}
+
+/// The usable key of a `Authorization: Bearer <key>` header, if any. Every failure is the same
+/// `None`: the 401 never says whether the token's shape was recognized.
+pub fn resolve_key(
+    header: Option<&str>,
+    directory: &DirectoryState,
+    now: Millis,
+) -> Option<ApiKey> {
+    let value = header?;
+    let (scheme, token) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = token.trim();
+    if !actors::fixture::is_valid_secret(token) {
+        return None;
+    }
+    let key = directory.key_by_hash(&actors::fixture::hash_secret(token))?;
+    let usable = !key.revoked && key.expires_at.is_none_or(|t| t > now);
+    usable.then(|| key.clone())
+}
+
+/// What a request needs on its target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Viewer level.
+    Read,
+    /// Editor level.
+    Write,
+}
+
+/// An authenticated caller.
+#[derive(Clone)]
+pub struct Caller {
+    /// The key.
+    pub key: ApiKey,
+    /// The directory this request decides by.
+    pub directory: Arc<DirectoryState>,
+    /// The request id.
+    pub request_id: String,
+}
+
+impl Caller {
+    /// The effective role on `target`, or 404 / 403 as the contract says. `what` names the
+    /// target in the 404 message (the same text whether missing or out of reach).
+    pub fn authorize(&self, target: Target, need: Need, what: &str) -> Result<Role, ApiError> {
+        match self.directory.effective_role(&self.key, target) {
+            None => Err(ApiError::not_found(what)),
+            Some(role) if need == Need::Write && role < Role::Editor => Err(ApiError::new(
+                crate::error::Code::Forbidden,
+                format!("This key can read {} but not write it.", what.to_lowercase()),
+            )),
+            Some(role) => Ok(role),
+        }
+    }
+
+    /// Whether `target` is readable (for filtering lists).
+    pub fn can_read(&self, target: Target) -> bool {
+        self.directory.effective_role(&self.key, target).is_some()
+    }
+}
+
+impl FromRequest for Caller {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let ext = req.extensions();
+        let request_id = ext.get::<RequestId>().map(|r| r.0.clone()).unwrap_or_default();
+        ready(match ext.get::<Authn>() {
+            Some(Authn { key: Some(key), directory }) => {
+                Ok(Caller { key: key.clone(), directory: directory.clone(), request_id })
+            }
+            _ => Err(ApiError::unauthorized()),
+        })
+    }
+}

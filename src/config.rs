@@ -1,0 +1,62 @@
+//! The command line: `sheetd serve`, `sheetd key create|revoke|list`, `sheetd check`.
+//! Every `serve` flag is also an environment variable `SHEETD_<NAME>`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// sheetd: a durable, versioned JSON REST API over spreadsheet data.
+#[derive(Debug, Parser)]
+#[command(name = "sheetd", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service.
+    Serve(ServeArgs),
+    /// Verify a data dir that no server holds open: replay the log, print counts, exit non-zero
+    /// on damage.
+    Check {
+        /// The data dir.
+        #[arg(long, env = "SHEETD_DATA_DIR", default_value = "./sheetd-data")]
+        data_dir: PathBuf,
+    },
+}
+
+/// `sheetd serve` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Public API address (served under /api/v1).
+    #[arg(long, env = "SHEETD_ADDR", default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    /// Admin API address.
+    #[arg(long, env = "SHEETD_ADMIN_ADDR", default_value = "127.0.0.1:8081")]
+    pub admin_addr: SocketAddr,
+    /// Where the log, checkpoints and demo keys live.
+    #[arg(long, env = "SHEETD_DATA_DIR", default_value = "./sheetd-data")]
+    pub data_dir: PathBuf,
+    /// Load this fixture into an empty data dir.
+    #[arg(long, env = "SHEETD_SEED")]
+    pub seed: Option<PathBuf>,
+    /// Start an empty data dir empty (no demo workspace).
+    #[arg(long, env = "SHEETD_NO_DEMO")]
+    pub no_demo: bool,
+    /// The admin bearer token; generated and printed once when not set.
+    #[arg(long, env = "SHEETD_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Requests per rolling minute per API key (or per client IP without a usable key).
+    #[arg(long, env = "SHEETD_RATE_LIMIT_PER_MINUTE", default_value_t = 600)]
+    pub rate_limit_per_minute: u64,
+    /// Largest request body; larger ones get 413.
+    #[arg(long, env = "SHEETD_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long, env = "SHEETD_LOG_JSON")]
+    pub log_json: bool,
+}

@@ -1,0 +1,237 @@
+//! The one API error type and its envelope.
+//!
+//! Every 4xx/5xx leaves as `{errorCode, message, detail, requestId}`. Handlers return
+//! [`ApiError`]; the request middleware (see [`crate::middleware`]) adds the request id when it
+//! renders the body, and turns any other framework error into the envelope too, so there is no
+//! path by which a bare error page can leave. [`Code`] is the single table from error code to
+//! HTTP status.
+
+use std::fmt;
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde_json::{json, Value};
+
+/// Every error code of the API (the 11 of the spec, and the three report codes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    /// Missing, malformed, revoked or expired key.
+    Unauthorized,
+    /// Readable target, no write scope.
+    Forbidden,
+    /// Missing or out of reach (identical either way).
+    NotFound,
+    /// Bad input.
+    ValidationFailed,
+    /// Stale row version.
+    VersionConflict,
+    /// A capacity limit was reached.
+    CapacityExceeded,
+    /// Too many requests.
+    RateLimitExceeded,
+    /// Idempotency key reused for another request.
+    IdempotencyKeyReused,
+    /// Idempotency key still in use by a running request.
+    IdempotencyInProgress,
+    /// Body too large.
+    PayloadTooLarge,
+    /// The server failed.
+    InternalError,
+    /// Report owner not on a paid plan.
+    PaymentRequired,
+    /// Report definition cannot be compiled or run.
+    ReportCompileFailed,
+    /// Report exceeds a run cap.
+    ReportCapExceeded,
+}
+
+impl Code {
+    /// The `(status, errorCode)` of a code: the one table.
+    pub fn parts(self) -> (StatusCode, &'static str) {
+        use Code::*;
+        match self {
+            Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
+            NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            ValidationFailed => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+            VersionConflict => (StatusCode::CONFLICT, "version_conflict"),
+            CapacityExceeded => (StatusCode::CONFLICT, "capacity_exceeded"),
+            RateLimitExceeded => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_exceeded"),
+            IdempotencyKeyReused => (StatusCode::CONFLICT, "idempotency_key_reused"),
+            IdempotencyInProgress => (StatusCode::CONFLICT, "idempotency_in_progress"),
+            PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            InternalError => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+            PaymentRequired => (StatusCode::PAYMENT_REQUIRED, "payment_required"),
+            ReportCompileFailed => (StatusCode::UNPROCESSABLE_ENTITY, "report_compile_failed"),
+            ReportCapExceeded => (StatusCode::PAYLOAD_TOO_LARGE, "report_cap_exceeded"),
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(self) -> StatusCode {
+        self.parts().0
+    }
+
+    /// The `errorCode` slug.
+    pub fn slug(self) -> &'static str {
+        self.parts().1
+    }
+}
+
+/// Where a validation problem is: `["body", "rows", 3, "version"]`.
+pub type Loc = Vec<Value>;
+
+/// An API error: code, a sentence for people, and machine-readable detail.
+#[derive(Clone, Debug)]
+pub struct ApiError {
+    /// The code.
+    pub code: Code,
+    /// A sentence naming the thing.
+    pub message: String,
+    /// Detail as the contract describes it for the code (or null).
+    pub detail: Value,
+    /// Extra response headers (`Retry-After`, `WWW-Authenticate`).
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl ApiError {
+    /// An error with no detail.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        ApiError { code, message: message.into(), detail: Value::Null, headers: Vec::new() }
+    }
+
+    /// Add detail.
+    pub fn with_detail(mut self, detail: Value) -> Self {
+        self.detail = detail;
+        self
+    }
+
+    /// Add a response header.
+    pub fn with_header(mut self, name: &'static str, value: String) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+
+    /// The single 401: identical for missing, malformed, unknown, revoked and expired keys.
+    pub fn unauthorized() -> Self {
+        ApiError::new(
+            Code::Unauthorized,
+            "A valid API key is required: send `Authorization: Bearer <key>`.",
+        )
+        .with_header("WWW-Authenticate", "Bearer".into())
+    }
+
+    /// A 404 that says the same whether the object is missing or out of reach.
+    pub fn not_found(what: impl fmt::Display) -> Self {
+        ApiError::new(Code::NotFound, format!("{what} not found."))
+    }
+
+    /// A 422 validation body with one problem.
+    pub fn validation(loc: Loc, msg: impl Into<String>, kind: &str) -> Self {
+        let msg = msg.into();
+        ApiError::new(Code::ValidationFailed, format!("Request validation failed: {msg}"))
+            .with_detail(json!([{"loc": loc, "msg": msg, "type": kind}]))
+    }
+
+    /// An internal error; the cause is logged, never sent.
+    pub fn internal(cause: impl fmt::Display) -> Self {
+        tracing::error!(error = %cause, "internal error");
+        ApiError::new(
+            Code::InternalError,
+            "The server failed to handle the request; it has been logged.",
+        )
+    }
+
+    /// The envelope without `requestId` (the form bulk results carry).
+    pub fn item_body(&self) -> Value {
+        json!({"errorCode": self.code.slug(), "message": self.message, "detail": self.detail})
+    }
+
+    /// The envelope with `requestId`, as bytes.
+    pub fn body(&self, request_id: &str) -> Vec<u8> {
+        let mut v = self.item_body();
+        v["requestId"] = Value::String(request_id.to_owned());
+        serde_json::to_vec(&v).unwrap_or_default()
+    }
+
+    /// The full response, with body and headers.
+    pub fn response(&self, request_id: &str) -> HttpResponse {
+        let mut res = HttpResponse::build(self.code.status());
+        res.content_type("application/json");
+        for (name, value) in &self.headers {
+            res.insert_header((*name, value.as_str()));
+        }
+        res.body(self.body(request_id))
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code.slug(), self.message)
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.code.status()
+    }
+
+    /// Rendered without a request id here; the request middleware re-renders it with one.
+    fn error_response(&self) -> HttpResponse {
+        self.response("")
+    }
+}
+
+impl From<actors::Error> for ApiError {
+    fn from(e: actors::Error) -> Self {
+        ApiError::from(&e)
+    }
+}
+
+impl From<&actors::Error> for ApiError {
+    fn from(e: &actors::Error) -> Self {
+        use actors::Error as E;
+        match e {
+            E::NotFound(what) => ApiError::not_found(capitalize(what)),
+            E::Coerce(c) => {
+                ApiError::new(Code::ValidationFailed, format!("Cell value refused: {c}."))
+                    .with_detail(json!({"column_id": c.column_id, "reason": c.reason}))
+            }
+            E::VersionConflict { current, conflicting, mergeable } => {
+                let mut detail = json!({
+                    "currentVersion": current.version,
+                    "current": crate::views::RowView::from(&**current),
+                });
+                let ids =
+                    |v: &Vec<u64>| Value::from(v.iter().map(|c| c.to_string()).collect::<Vec<_>>());
+                if let (Some(c), Some(m)) = (conflicting, mergeable) {
+                    detail["conflictingColumns"] = ids(c);
+                    detail["mergeableColumns"] = ids(m);
+                }
+                ApiError::new(
+                    Code::VersionConflict,
+                    format!(
+                        "Row {} is at version {}; re-read it and retry.",
+                        current.id, current.version
+                    ),
+                )
+                .with_detail(detail)
+            }
+            E::CapacityExceeded { cap } => ApiError::new(
+                Code::CapacityExceeded,
+                format!("The sheet has reached its cap of {cap} rows."),
+            )
+            .with_detail(json!({"maxRowsPerSheet": cap})),
+            E::Invalid { message, detail } => {
+                ApiError::new(Code::ValidationFailed, message.clone())
+                    .with_detail(detail.clone().unwrap_or(Value::Null))
+            }
+            e @ (E::Wal(_) | E::Unavailable(_)) => ApiError::internal(e),
+        }
+    }
+}
+
+fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
+}

@@ -1,0 +1,165 @@
+//! `Idempotency-Key` on the four row writes (decisions §8).
+//!
+//! 1. The header is checked (1 to 255 visible ASCII characters, else 422) and the request is
+//!    fingerprinted: SHA-256 of method, path, query and body bytes.
+//! 2. The key is claimed in the idempotency store, namespaced by API key: a completed request
+//!    with the same fingerprint is replayed byte for byte (after its record is durable), a
+//!    different request under the same key is 409 `idempotency_key_reused`, a running one 409
+//!    `idempotency_in_progress`.
+//! 3. The response is stored in the **same log record** as the write it guards (the sheet
+//!    actor renders it through [`actors::sheet::Render`]); an answer decided before any sheet is
+//!    reached (404, 403) is stored in a record of its own. Either way, after a crash the write
+//!    and its stored response both exist or neither does.
+//! 4. If the request ends any other way (5xx), the claim is released so a retry runs again.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse};
+use actors::record::{IdemEntry, Record};
+use actors::shared::Claim;
+use sha2::{Digest, Sha256};
+use wal::codec;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, Code};
+use crate::server::AppState;
+
+/// The header.
+pub const HEADER: &str = "idempotency-key";
+
+/// A claimed idempotency key; released on drop unless its response was stored.
+pub struct Claimed {
+    state: actix_web::web::Data<AppState>,
+    /// The key's namespace.
+    pub key_id: u64,
+    /// The header value.
+    pub idem_key: String,
+    /// The request's fingerprint.
+    pub fingerprint: [u8; 32],
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        // A no-op once the response is stored: only an in-progress claim is removed.
+        self.state.service.shared.idem.release(self.key_id, &self.idem_key);
+    }
+}
+
+/// What to do with a write request.
+pub enum Begin {
+    /// Run it; with `Some`, its response must be stored.
+    Run(Option<Claimed>),
+    /// Answer with this (a replay).
+    Answer(HttpResponse),
+}
+
+/// Whether a response of this status is stored for replay (§8): every status below 500 except
+/// 401, 429, request-validation 422 and the idempotency 409s (none of which reach this point).
+pub fn storable(status: u16) -> bool {
+    status < 500
+}
+
+/// Check the header, fingerprint the request and claim the key.
+pub async fn begin(
+    state: &actix_web::web::Data<AppState>,
+    req: &HttpRequest,
+    caller: &Caller,
+    body: &[u8],
+) -> Result<Begin, ApiError> {
+    let Some(raw) = req.headers().get(HEADER) else { return Ok(Begin::Run(None)) };
+    let key = raw
+        .to_str()
+        .ok()
+        .filter(|k| (1..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()))
+        .ok_or_else(|| {
+            ApiError::validation(
+                vec!["header".into(), "Idempotency-Key".into()],
+                "`Idempotency-Key` must be 1 to 255 visible ASCII characters",
+                "value_error",
+            )
+        })?
+        .to_owned();
+    let mut hash = Sha256::new();
+    for part in [
+        req.method().as_str().as_bytes(),
+        req.path().as_bytes(),
+        req.query_string().as_bytes(),
+        body,
+    ] {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part);
+    }
+    let fingerprint: [u8; 32] = hash.finalize().into();
+    let shared = &state.service.shared;
+    match shared.idem.claim(caller.key.id, &key, fingerprint, shared.clock.now()) {
+        Claim::Fresh => Ok(Begin::Run(Some(Claimed {
+            state: state.clone(),
+            key_id: caller.key.id,
+            idem_key: key,
+            fingerprint,
+        }))),
+        Claim::Replay(entry, lsn) => {
+            state.service.visible(lsn).await?;
+            Ok(Begin::Answer(replay(&entry)))
+        }
+        Claim::InProgress => Err(ApiError::new(
+            Code::IdempotencyInProgress,
+            "A request with this Idempotency-Key is still being processed; retry shortly.",
+        )),
+        Claim::Reused => Err(ApiError::new(
+            Code::IdempotencyKeyReused,
+            "This Idempotency-Key was already used for a different request.",
+        )),
+    }
+}
+
+/// The stored response, byte for byte, marked as a replay.
+pub fn replay(entry: &IdemEntry) -> HttpResponse {
+    let status = StatusCode::from_u16(entry.status).unwrap_or(StatusCode::OK);
+    let mut res = HttpResponse::build(status);
+    res.insert_header(("x-request-id", entry.request_id.as_str()))
+        .insert_header(("idempotent-replayed", "true"));
+    if entry.body.is_empty() {
+        res.finish()
+    } else {
+        res.content_type("application/json").body(entry.body.clone())
+    }
+}
+
+/// Store an error decided before the write reached a sheet (404, 403), in a record of its own,
+/// and answer with exactly the stored bytes.
+pub async fn store_error(
+    state: &actix_web::web::Data<AppState>,
+    claim: Claimed,
+    err: ApiError,
+    request_id: &str,
+) -> Result<HttpResponse, ApiError> {
+    let status = err.code.status().as_u16();
+    if !storable(status) {
+        return Err(err);
+    }
+    let shared = &state.service.shared;
+    let entry = IdemEntry {
+        key_id: claim.key_id,
+        idem_key: claim.idem_key.clone(),
+        fingerprint: claim.fingerprint,
+        status,
+        body: err.body(request_id),
+        request_id: request_id.to_owned(),
+        completed_at: shared.clock.now(),
+    };
+    let bytes = codec::encode(&Record::Idempotency(entry.clone())).map_err(ApiError::internal)?;
+    let idem = shared.idem.clone();
+    let stored = entry.clone();
+    let commit = shared.wal.append_with(move |lsn| {
+        idem.complete(stored, lsn);
+        bytes
+    });
+    commit.map_err(ApiError::internal)?.await.map_err(ApiError::internal)?;
+    let mut res = err.response(request_id);
+    drop(claim);
+    res.headers_mut().insert(
+        actix_web::http::header::HeaderName::from_static("x-request-id"),
+        actix_web::http::header::HeaderValue::from_str(request_id).map_err(ApiError::internal)?,
+    );
+    Ok(res)
+}

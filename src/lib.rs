@@ -1,0 +1,29 @@
+//! sheetd: the HTTP server and CLI over the [`actors`] domain.
+//!
+//! # Layout
+//!
+//! - [`config`]: command line and environment.
+//! - [`server`]: start-up (recovery, seeding), the two listeners, graceful stop.
+//! - [`middleware`]: request ids, rate limiting, panics, the error envelope, request logs.
+//! - [`auth`]: bearer keys and the one authorization function.
+//! - [`error`]: the one API error type and its code table.
+//! - [`input`]: path, query and body parsing into the contract's 422 bodies.
+//! - [`cursor`]: the one cursor codec.
+//! - [`idempotency`]: `Idempotency-Key` on row writes.
+//! - [`rate_limit`]: the rolling-minute limiter.
+//! - [`routes`]: one file per resource, and the admin side.
+//! - [`views`]: response bodies.
+//! - [`metrics`]: request counters for the admin metrics endpoint.
+
+pub mod auth;
+pub mod config;
+pub mod cursor;
+pub mod error;
+pub mod idempotency;
+pub mod input;
+pub mod metrics;
+pub mod middleware;
+pub mod rate_limit;
+pub mod routes;
+pub mod server;
+pub mod views;

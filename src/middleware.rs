@@ -1,0 +1,159 @@
+//! The request middleware: one place for what every request gets.
+//!
+//! In order: a request id; on the public API, the caller's key resolved once and the rate
+//! limit checked (429 before any handler runs); the handler, with a panic caught and turned into
+//! a 500 envelope; every error response rendered as the envelope with the request id; the
+//! `X-Request-Id` and rate-limit headers; one log line with request id, key id (never the
+//! secret), route, status and latency.
+
+use std::panic::AssertUnwindSafe;
+use std::time::Instant;
+
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::middleware::Next;
+use actix_web::{web, HttpMessage};
+use futures_util::FutureExt;
+use rand::Rng;
+use serde_json::json;
+
+use crate::auth::{resolve_key, Authn, RequestId};
+use crate::error::{ApiError, Code};
+use crate::rate_limit::{Decision, Subject};
+use crate::server::AppState;
+
+/// A fresh request id: `req_` and 24 hex digits.
+pub fn new_request_id() -> String {
+    format!("req_{:024x}", rand::thread_rng().gen::<u128>() >> 32)
+}
+
+/// The envelope for an error the framework produced (not an [`ApiError`]).
+fn framework_error(status: StatusCode) -> ApiError {
+    match status.as_u16() {
+        401 => ApiError::unauthorized(),
+        403 => ApiError::new(Code::Forbidden, "Forbidden."),
+        404 | 405 => ApiError::new(Code::NotFound, "No such route."),
+        413 => ApiError::new(Code::PayloadTooLarge, "The request body is too large."),
+        429 => ApiError::new(Code::RateLimitExceeded, "Too many requests."),
+        400..=499 => ApiError::validation(
+            vec![json!("body")],
+            "the request could not be read",
+            "value_error",
+        ),
+        _ => ApiError::internal(format!("framework error with status {status}")),
+    }
+}
+
+fn rate_headers(d: &Decision) -> [(&'static str, String); 5] {
+    [
+        ("x-ratelimit-limit", d.limit.to_string()),
+        ("x-ratelimit-remaining", d.remaining.to_string()),
+        ("x-ratelimit-reset", d.reset.to_string()),
+        ("ratelimit-policy", format!("\"default\";q={};w=60", d.limit)),
+        ("ratelimit", format!("\"default\";r={};t={}", d.remaining, d.reset_after)),
+    ]
+}
+
+/// The rate limit's 429.
+pub fn too_many(d: &Decision) -> ApiError {
+    let wait = d.reset_after.max(1);
+    ApiError::new(
+        Code::RateLimitExceeded,
+        format!("Rate limit of {} requests per minute exceeded; retry in {wait} s.", d.limit),
+    )
+    .with_detail(json!({"retry_after_seconds": wait}))
+    .with_header("retry-after", wait.to_string())
+}
+
+/// Run a handler with its panics caught: a panic becomes a 500 envelope and the worker keeps
+/// serving. Wrapped around each resource, after routing, because the router needs the request
+/// to itself until it has matched.
+pub async fn catch_panic(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let http_req = req.request().clone();
+    match AssertUnwindSafe(next.call(req)).catch_unwind().await {
+        Ok(res) => res.map(ServiceResponse::map_into_boxed_body),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            let api = ApiError::internal(format!("handler panicked: {what}"));
+            Ok(ServiceResponse::new(http_req, actix_web::HttpResponse::from_error(api)))
+        }
+    }
+}
+
+/// The request middleware. Requests under `/api/` are keyed and rate limited; the admin
+/// listener's are not.
+pub async fn request_context(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let started = Instant::now();
+    let request_id = new_request_id();
+    req.extensions_mut().insert(RequestId(request_id.clone()));
+    let state = req.app_data::<web::Data<AppState>>().cloned();
+    let public = req.path().starts_with("/api/");
+    let mut decision = None;
+    let mut key_id = None;
+    if let (Some(state), true) = (&state, public) {
+        let now = state.service.shared.clock.now();
+        let directory = state.service.directory();
+        let header = req.headers().get("authorization").and_then(|v| v.to_str().ok());
+        let key = resolve_key(header, &directory, now);
+        key_id = key.as_ref().map(|k| k.id);
+        let subject = match &key {
+            Some(k) => Subject::Key(k.id),
+            None => Subject::Ip(
+                req.peer_addr().map_or(std::net::Ipv4Addr::LOCALHOST.into(), |a| a.ip()),
+            ),
+        };
+        let d = state.limiter.check(subject, now);
+        decision = Some(d);
+        req.extensions_mut().insert(d);
+        req.extensions_mut().insert(Authn { key, directory });
+    }
+    let mut res = match decision {
+        Some(d) if !d.allowed => req.into_response(too_many(&d).response(&request_id)),
+        _ => next.call(req).await?.map_into_boxed_body(),
+    };
+    if let Some(err) = res.response().error() {
+        let api =
+            err.as_error::<ApiError>().cloned().unwrap_or_else(|| framework_error(res.status()));
+        res = res.into_response(api.response(&request_id));
+    }
+    let headers = res.headers_mut();
+    if !headers.contains_key("x-request-id") {
+        if let Ok(v) = HeaderValue::from_str(&request_id) {
+            headers.insert(HeaderName::from_static("x-request-id"), v);
+        }
+    }
+    if let Some(d) = &decision {
+        for (name, value) in rate_headers(d) {
+            if let Ok(v) = HeaderValue::from_str(&value) {
+                headers.insert(HeaderName::from_static(name), v);
+            }
+        }
+    }
+    let status = res.status().as_u16();
+    let route = res.request().match_pattern().unwrap_or_else(|| "<unmatched>".into());
+    tracing::info!(
+        request_id = %res.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or(&request_id),
+        key_id = key_id.map_or(-1, |k| k as i64),
+        method = %res.request().method(),
+        route = %route,
+        status,
+        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+        "request"
+    );
+    if let Some(state) = &state {
+        state.metrics.observe(&route, status, started.elapsed());
+    }
+    Ok(res)
+}

@@ -1,0 +1,65 @@
+//! The public API's routes under `/api/v1`, one file per resource.
+
+pub mod admin;
+pub mod me;
+pub mod reports;
+pub mod rows;
+pub mod sheets;
+
+use actix_web::{web, HttpResponse};
+use serde::Serialize;
+
+use crate::error::ApiError;
+
+/// A 200 JSON response.
+pub fn ok<T: Serialize>(body: &T) -> Result<HttpResponse, ApiError> {
+    let bytes = serde_json::to_vec(body).map_err(ApiError::internal)?;
+    Ok(HttpResponse::Ok().content_type("application/json").body(bytes))
+}
+
+/// Unknown route or method under `/api/v1`.
+pub async fn no_route() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::new(crate::error::Code::NotFound, "No such route."))
+}
+
+/// A resource whose unknown methods are 404 envelopes and whose handler panics are 500s.
+pub fn resource(
+    path: &str,
+) -> actix_web::Resource<
+    impl actix_web::dev::ServiceFactory<
+        actix_web::dev::ServiceRequest,
+        Config = (),
+        Response = actix_web::dev::ServiceResponse<actix_web::body::BoxBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    web::resource(path)
+        .wrap(actix_web::middleware::from_fn(crate::middleware::catch_panic))
+        .default_service(web::to(no_route))
+}
+
+/// Register every route of the public API.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    let resource = crate::routes::resource;
+    cfg.service(resource("/me").route(web::get().to(me::get_me)))
+        .service(resource("/sheets").route(web::get().to(sheets::list_sheets)))
+        .service(resource("/sheets/{sheet_id}").route(web::get().to(sheets::get_sheet)))
+        .service(resource("/sheets/{sheet_id}/columns").route(web::get().to(sheets::list_columns)))
+        .service(resource("/sheets/{sheet_id}/rows").route(web::get().to(rows::list_rows)))
+        .service(
+            resource("/sheets/{sheet_id}/rows:bulkAdd").route(web::post().to(rows::bulk_add_rows)),
+        )
+        .service(
+            resource("/sheets/{sheet_id}/rows:bulkUpdate")
+                .route(web::post().to(rows::bulk_update_rows)),
+        )
+        .service(
+            resource("/sheets/{sheet_id}/rows/{row_id}")
+                .route(web::patch().to(rows::patch_row))
+                .route(web::delete().to(rows::delete_row)),
+        )
+        .service(resource("/reports").route(web::get().to(reports::list_reports)))
+        .service(resource("/reports/{report_id}").route(web::get().to(reports::get_report)))
+        .default_service(web::to(no_route));
+}

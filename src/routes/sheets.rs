@@ -1,0 +1,118 @@
+//! `GET /sheets`, `GET /sheets/{sheet_id}`, `GET /sheets/{sheet_id}/columns`.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use actors::sheet::{Describe, ListColumns, SheetSummary, Snapshot};
+use actors::Target;
+use futures_util::future::try_join_all;
+
+use crate::auth::{Caller, Need};
+use crate::cursor::Kind;
+use crate::error::ApiError;
+use crate::input::{paging, path_id};
+use crate::routes::ok;
+use crate::server::AppState;
+use crate::views::{ColumnView, ListView, RowView, RowsPage, SheetView, SheetWithChildrenView};
+
+/// listSheets: readable sheets by id, keyset paged.
+pub async fn list_sheets(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    let page = paging(&req, &state.cursors, Some((Kind::Sheets, 0)))?;
+    let start = page.after.map_or(0, |a| a.saturating_add(1));
+    let mut metas: Vec<_> = caller
+        .directory
+        .sheets
+        .range(start..)
+        .map(|(_, m)| m)
+        .filter(|m| caller.can_read(Target::Sheet(m.id)))
+        .take(page.limit + 1)
+        .collect();
+    let more = metas.len() > page.limit;
+    metas.truncate(page.limit);
+    let summaries: Vec<SheetSummary> = try_join_all(metas.iter().map(|m| {
+        let addr = state.service.sheet(m.id);
+        async move {
+            match addr {
+                Some(a) => a.send(Describe).await.map_err(ApiError::internal),
+                None => Err(ApiError::internal(format!("sheet {} has no actor", m.id))),
+            }
+        }
+    }))
+    .await?;
+    let lsn = summaries.iter().map(|s| s.visible_lsn).max().unwrap_or(0);
+    state.service.visible(lsn).await?;
+    let next_cursor =
+        more.then(|| state.cursors.encode(Kind::Sheets, 0, metas.last().map_or(0, |m| m.id)));
+    ok(&ListView {
+        data: metas.iter().zip(&summaries).map(|(m, s)| SheetView::new(m, s)).collect(),
+        next_cursor,
+        request_id: caller.request_id,
+    })
+}
+
+/// The sheet's actor, once the caller may touch it as `need` says.
+pub fn sheet_actor(
+    state: &AppState,
+    caller: &Caller,
+    sheet_id: u64,
+    need: Need,
+) -> Result<actix::Addr<actors::SheetActor>, ApiError> {
+    let what = format!("Sheet {sheet_id}");
+    caller.authorize(Target::Sheet(sheet_id), need, &what)?;
+    state.service.sheet(sheet_id).ok_or_else(|| ApiError::not_found(&what))
+}
+
+/// getSheet: the sheet, its columns and the first page of rows.
+pub async fn get_sheet(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    let sheet_id = path_id(&req, "sheet_id")?;
+    let page = paging(&req, &state.cursors, None)?;
+    let addr = sheet_actor(&state, &caller, sheet_id, Need::Read)?;
+    let meta = caller
+        .directory
+        .sheets
+        .get(&sheet_id)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found("Sheet"))?;
+    let view = addr.send(Snapshot).await.map_err(ApiError::internal)?;
+    state.service.visible(view.lsn).await?;
+    let (rows, more) = view.state.page(None, page.limit);
+    let summary = SheetSummary {
+        row_count: view.state.rows.len() as u64,
+        column_count: view.state.columns.len() as u64,
+        created_at: view.state.created_at,
+        updated_at: view.state.updated_at,
+        attachments: (0, 0),
+        visible_lsn: view.lsn,
+    };
+    let next_cursor =
+        more.then(|| state.cursors.encode(Kind::Rows, sheet_id, rows.last().map_or(0, |r| r.id)));
+    ok(&SheetWithChildrenView {
+        sheet: SheetView::new(&meta, &summary),
+        columns: view.columns.iter().map(ColumnView::from).collect(),
+        rows: RowsPage { data: rows.iter().map(RowView::from).collect(), next_cursor },
+        request_id: caller.request_id,
+    })
+}
+
+/// listColumns: by position, one page.
+pub async fn list_columns(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    let sheet_id = path_id(&req, "sheet_id")?;
+    let addr = sheet_actor(&state, &caller, sheet_id, Need::Read)?;
+    let (columns, lsn) = addr.send(ListColumns).await.map_err(ApiError::internal)?;
+    state.service.visible(lsn).await?;
+    ok(&ListView {
+        data: columns.iter().map(ColumnView::from).collect(),
+        next_cursor: None,
+        request_id: caller.request_id,
+    })
+}

@@ -1,0 +1,261 @@
+//! Starting and stopping the service: recover the data dir, seed it when empty, serve the
+//! public API and the admin API, and on the way out drain, checkpoint and close the log.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+
+use actix_web::{middleware::from_fn, web, App, HttpServer};
+use actors::directory::{Import, ImportReport};
+use actors::fixture::Fixture;
+use actors::shared::Clock;
+use actors::{Service, ServiceConfig};
+use anyhow::Context;
+use rand::RngCore;
+
+use crate::config::ServeArgs;
+use crate::cursor::CursorCodec;
+use crate::metrics::Metrics;
+use crate::middleware::request_context;
+use crate::rate_limit::RateLimiter;
+
+/// The embedded demo workspace.
+pub const DEMO_FIXTURE: &str = include_str!("demo.json");
+
+/// What every handler can reach.
+pub struct AppState {
+    /// The domain.
+    pub service: Service,
+    /// The cursor codec.
+    pub cursors: CursorCodec,
+    /// The rate limiter.
+    pub limiter: RateLimiter,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// The admin token.
+    pub admin_token: String,
+    /// Request metrics.
+    pub metrics: Metrics,
+}
+
+/// How to start: the serve flags plus what tests inject.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The flags.
+    pub args: ServeArgs,
+    /// The clock (tests move it forward).
+    pub clock: Clock,
+    /// Print generated secrets to stdout (the binary does; in-process tests do not).
+    pub print_secrets: bool,
+}
+
+/// A running service.
+pub struct Running {
+    /// The public API's bound address.
+    pub addr: SocketAddr,
+    /// The admin API's bound address.
+    pub admin_addr: SocketAddr,
+    /// The admin token in force.
+    pub admin_token: String,
+    /// Demo or seed keys generated at this start (secrets, shown once).
+    pub issued: Vec<actors::fixture::IssuedSecret>,
+    /// The domain.
+    pub state: web::Data<AppState>,
+    servers: [actix_web::dev::ServerHandle; 2],
+}
+
+/// How long in-flight requests may run after a stop begins.
+pub const SHUTDOWN_GRACE_SECS: u64 = 10;
+
+/// The cursor key: 32 random bytes kept in the data dir, so cursors survive restarts.
+fn cursor_key(data_dir: &Path) -> anyhow::Result<[u8; 32]> {
+    let path = data_dir.join("cursor.key");
+    if let Ok(bytes) = std::fs::read(&path) {
+        if let Ok(key) = <[u8; 32]>::try_from(bytes.as_slice()) {
+            return Ok(key);
+        }
+        anyhow::bail!(
+            "{} is damaged (expected 32 bytes); delete it to issue new cursors",
+            path.display()
+        );
+    }
+    let mut key = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut key);
+    write_private(&path, &key)?;
+    Ok(key)
+}
+
+/// Write a file readable by its owner only.
+fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    Ok(())
+}
+
+/// Parse a fixture, naming the place of a problem.
+pub fn parse_fixture(text: &str, origin: &str) -> anyhow::Result<Fixture> {
+    let de = &mut serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        anyhow::anyhow!("fixture {origin} is invalid at `{}`: {}", e.path(), e.inner())
+    })
+}
+
+/// Load a fixture (the seed or the demo) into a freshly created data dir.
+async fn seed(
+    service: &Service,
+    opts: &Options,
+) -> anyhow::Result<Vec<actors::fixture::IssuedSecret>> {
+    let (text, origin, demo) = match (&opts.args.seed, opts.args.no_demo) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read seed {}", path.display()))?;
+            (text, path.display().to_string(), false)
+        }
+        (None, false) => (DEMO_FIXTURE.to_owned(), "(embedded demo)".to_owned(), true),
+        (None, true) => return Ok(Vec::new()),
+    };
+    let fixture = parse_fixture(&text, &origin)?;
+    let ImportReport { counts, issued } = service
+        .directory_actor()
+        .send(Import(fixture))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .map_err(|e| anyhow::anyhow!("fixture {origin} was refused: {e}"))?;
+    tracing::info!(fixture = %origin, ?counts, "seeded an empty data dir");
+    if demo && !issued.is_empty() {
+        let mut text = String::from("# sheetd demo keys: shown once. keyId ownerId name secret\n");
+        for k in &issued {
+            text.push_str(&format!("{} {} {} {}\n", k.key_id, k.owner_id, k.name, k.secret));
+        }
+        write_private(&opts.args.data_dir.join("demo-keys.txt"), text.as_bytes())?;
+    }
+    if opts.print_secrets && !issued.is_empty() {
+        println!(
+            "Generated API keys (shown once; demo keys are also in <data-dir>/demo-keys.txt):"
+        );
+        for k in &issued {
+            println!("  key {} ({}, owner {}): {}", k.key_id, k.name, k.owner_id, k.secret);
+        }
+    }
+    Ok(issued)
+}
+
+/// Recover, seed when empty, and start both listeners. Runs inside an actix system.
+pub async fn start(opts: Options) -> anyhow::Result<Running> {
+    let args = &opts.args;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create data dir {}", args.data_dir.display()))?;
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let (service, report) = Service::open(ServiceConfig {
+        data_dir: args.data_dir.clone(),
+        sheet_threads: threads,
+        clock: opts.clock.clone(),
+    })
+    .with_context(|| format!("cannot open data dir {}", args.data_dir.display()))?;
+    tracing::info!(
+        checkpoint_lsn = report.checkpoint_lsn,
+        records_replayed = report.records_replayed,
+        bytes_replayed = report.bytes_replayed,
+        last_lsn = report.last_lsn,
+        torn_tail_dropped = report.torn_tail_dropped,
+        elapsed_ms = report.elapsed.as_millis() as u64,
+        "recovery complete"
+    );
+    let fresh = report.last_lsn == 0 && report.checkpoint_lsn.is_none();
+    let issued = if fresh {
+        seed(&service, &opts).await?
+    } else {
+        if args.seed.is_some() {
+            tracing::warn!("the data dir already holds data; --seed is ignored");
+        }
+        Vec::new()
+    };
+    let admin_token = match &args.admin_token {
+        Some(t) => t.clone(),
+        None => {
+            let t = actors::fixture::generate_secret().replacen("svc_live_", "adm_", 1);
+            if opts.print_secrets {
+                println!("Admin token (shown once): {t}");
+            }
+            t
+        }
+    };
+    let state = web::Data::new(AppState {
+        service,
+        cursors: CursorCodec::new(cursor_key(&args.data_dir)?),
+        limiter: RateLimiter::new(args.rate_limit_per_minute),
+        max_body_bytes: args.max_body_bytes,
+        admin_token: admin_token.clone(),
+        metrics: Metrics::default(),
+    });
+    let public =
+        TcpListener::bind(args.addr).with_context(|| format!("cannot listen on {}", args.addr))?;
+    let admin = TcpListener::bind(args.admin_addr)
+        .with_context(|| format!("cannot listen on {}", args.admin_addr))?;
+    let (addr, admin_addr) = (public.local_addr()?, admin.local_addr()?);
+    let app_state = state.clone();
+    let public = HttpServer::new(move || {
+        App::new()
+            .app_data(app_state.clone())
+            .wrap(from_fn(request_context))
+            .service(web::scope("/api/v1").configure(crate::routes::configure))
+            .default_service(web::to(crate::routes::no_route))
+    })
+    .workers(threads)
+    .disable_signals()
+    .shutdown_timeout(SHUTDOWN_GRACE_SECS)
+    .listen(public)?
+    .run();
+    let admin_state = state.clone();
+    let admin = HttpServer::new(move || {
+        App::new()
+            .app_data(admin_state.clone())
+            .wrap(from_fn(request_context))
+            .configure(crate::routes::admin::configure)
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(SHUTDOWN_GRACE_SECS)
+    .listen(admin)?
+    .run();
+    let servers = [public.handle(), admin.handle()];
+    actix_rt::spawn(public);
+    actix_rt::spawn(admin);
+    tracing::info!(%addr, %admin_addr, "serving");
+    Ok(Running { addr, admin_addr, admin_token, issued, state, servers })
+}
+
+/// Stop serving (draining in-flight requests), checkpoint, and close the log.
+pub async fn stop(running: Running) -> anyhow::Result<()> {
+    for server in &running.servers {
+        server.stop(true).await;
+    }
+    let report = running.state.service.checkpoint().await.context("final checkpoint")?;
+    tracing::info!(lsn = report.lsn, bytes = report.bytes, "final checkpoint written");
+    running.state.service.shared.wal.shutdown().context("closing the log")?;
+    Ok(())
+}
+
+/// Resolve on SIGTERM or Ctrl-C.
+pub async fn wait_for_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the server");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

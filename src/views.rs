@@ -1,0 +1,298 @@
+//! Response bodies (`*View`) in the API's camelCase shapes.
+//!
+//! Views are built from domain types field by field, so what the API shows is exactly what is
+//! listed here: no folder id, parent id, attachments, key hash or report definition can leak by
+//! a derive.
+
+use actors::model::{Column, Grant, Millis, Report, Row, ScopeType, SheetMeta, Verb};
+use actors::sheet::SheetSummary;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// RFC 3339 UTC with milliseconds.
+pub fn timestamp(ms: Millis) -> Option<String> {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
+/// A list page.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListView<T> {
+    /// Items.
+    pub data: Vec<T>,
+    /// Cursor of the next page, null on the last.
+    pub next_cursor: Option<String>,
+    /// Request id.
+    pub request_id: String,
+}
+
+/// SheetV1.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SheetView {
+    /// Id.
+    pub id: u64,
+    /// Name.
+    pub name: String,
+    /// Project.
+    pub project_id: u64,
+    /// Columns.
+    pub column_count: u64,
+    /// Rows.
+    pub row_count: u64,
+    /// Created.
+    pub created_at: Option<String>,
+    /// Last row write.
+    pub updated_at: Option<String>,
+}
+
+impl SheetView {
+    /// From the directory's identity and the actor's counters.
+    pub fn new(meta: &SheetMeta, s: &SheetSummary) -> Self {
+        SheetView {
+            id: meta.id,
+            name: meta.name.clone(),
+            project_id: meta.project_id,
+            column_count: s.column_count,
+            row_count: s.row_count,
+            created_at: timestamp(s.created_at),
+            updated_at: timestamp(s.updated_at),
+        }
+    }
+}
+
+/// The first page of rows inside a sheet.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RowsPage {
+    /// Rows.
+    pub data: Vec<RowView>,
+    /// Continues on listRows.
+    pub next_cursor: Option<String>,
+}
+
+/// SheetV1WithChildren.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SheetWithChildrenView {
+    /// The sheet's fields.
+    #[serde(flatten)]
+    pub sheet: SheetView,
+    /// Columns by position.
+    pub columns: Vec<ColumnView>,
+    /// First page of rows.
+    pub rows: RowsPage,
+    /// Request id.
+    pub request_id: String,
+}
+
+/// ColumnV1.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ColumnView {
+    /// Id.
+    pub id: u64,
+    /// Sheet.
+    pub sheet_id: u64,
+    /// Name.
+    pub name: String,
+    /// Type.
+    #[serde(rename = "type")]
+    pub ty: &'static str,
+    /// Position.
+    pub position: i64,
+    /// Options (option-bearing types only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub options: Option<Vec<String>>,
+    /// Primary column.
+    pub primary: bool,
+}
+
+impl From<&Column> for ColumnView {
+    fn from(c: &Column) -> Self {
+        ColumnView {
+            id: c.id,
+            sheet_id: c.sheet_id,
+            name: c.name.clone(),
+            ty: c.ty.as_str(),
+            position: c.position,
+            options: c.options.clone(),
+            primary: c.primary,
+        }
+    }
+}
+
+/// `updatedBy`.
+#[derive(Serialize)]
+pub struct UpdatedBy {
+    /// `api` for rows written through this API.
+    pub source: String,
+}
+
+/// RowV1.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RowView {
+    /// Id.
+    pub id: u64,
+    /// Sheet.
+    pub sheet_id: u64,
+    /// Version.
+    pub version: u64,
+    /// Cells by column id, stored values verbatim.
+    pub cells: Map<String, Value>,
+    /// Created.
+    pub created_at: Option<String>,
+    /// Last write.
+    pub updated_at: Option<String>,
+    /// Where the last write came from.
+    pub updated_by: UpdatedBy,
+}
+
+impl From<&Row> for RowView {
+    fn from(r: &Row) -> Self {
+        RowView {
+            id: r.id,
+            sheet_id: r.sheet_id,
+            version: r.version,
+            cells: r.cells.iter().map(|(k, v)| (k.to_string(), v.0.clone())).collect(),
+            created_at: timestamp(r.created_at),
+            updated_at: timestamp(r.updated_at),
+            updated_by: UpdatedBy { source: r.source.clone() },
+        }
+    }
+}
+
+/// ReportSummaryV1.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportSummaryView {
+    /// Id.
+    pub id: u64,
+    /// Name.
+    pub name: String,
+    /// `row` or `summary`.
+    #[serde(rename = "type")]
+    pub ty: String,
+    /// Project.
+    pub project_id: u64,
+}
+
+impl From<&Report> for ReportSummaryView {
+    fn from(r: &Report) -> Self {
+        ReportSummaryView {
+            id: r.id,
+            name: r.name.clone(),
+            ty: r.kind().to_owned(),
+            project_id: r.project_id,
+        }
+    }
+}
+
+/// ScopeGrant.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantView {
+    /// `read` or `write`.
+    pub verb: &'static str,
+    /// `account`, `project`, `folder` or `sheet`.
+    pub scope_type: &'static str,
+    /// Object id, null for account.
+    pub scope_id: Option<u64>,
+}
+
+impl From<&Grant> for GrantView {
+    fn from(g: &Grant) -> Self {
+        GrantView {
+            verb: match g.verb {
+                Verb::Read => "read",
+                Verb::Write => "write",
+            },
+            scope_type: match g.scope_type {
+                ScopeType::Account => "account",
+                ScopeType::Project => "project",
+                ScopeType::Folder => "folder",
+                ScopeType::Sheet => "sheet",
+            },
+            scope_id: g.scope_id,
+        }
+    }
+}
+
+/// RateLimit.
+#[derive(Serialize, Clone, Copy, Debug)]
+pub struct RateLimitView {
+    /// Ceiling per minute.
+    pub limit: u64,
+    /// Left in the window.
+    pub remaining: u64,
+    /// Unix seconds when a slot frees.
+    pub reset: i64,
+}
+
+/// MeResponseV1.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MeView {
+    /// Key id.
+    pub key_id: u64,
+    /// Owner id.
+    pub owner_id: u64,
+    /// Grants.
+    pub scopes: Vec<GrantView>,
+    /// Current window.
+    pub rate_limit: RateLimitView,
+    /// Request id.
+    pub request_id: String,
+}
+
+/// BulkResultItem.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkResultItemView {
+    /// Position in the request.
+    pub index: usize,
+    /// `succeeded` or `failed`.
+    pub status: &'static str,
+    /// The row, when succeeded.
+    pub row: Option<RowView>,
+    /// The error envelope without requestId, when failed.
+    pub error: Option<Value>,
+}
+
+/// BulkWriteResponse.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkWriteView {
+    /// One per input row, in order.
+    pub results: Vec<BulkResultItemView>,
+    /// Succeeded items.
+    pub succeeded_count: usize,
+    /// Failed items.
+    pub failed_count: usize,
+    /// Request id.
+    pub request_id: String,
+}
+
+/// A row with the request id (patchRow's response).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RowResponseView {
+    /// The row.
+    #[serde(flatten)]
+    pub row: RowView,
+    /// Request id.
+    pub request_id: String,
+}
+
+/// A report summary with the request id (getReport's response).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportResponseView {
+    /// The report.
+    #[serde(flatten)]
+    pub report: ReportSummaryView,
+    /// Request id.
+    pub request_id: String,
+}

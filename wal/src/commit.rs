@@ -1,0 +1,202 @@
+//! The group-commit thread: the only writer of new records.
+//!
+//! Owns: the dedicated `wal-commit` std thread, the command queue it drains, the durable-LSN
+//! watch it advances, and the flush statistics it keeps.
+//!
+//! One loop iteration is one *group*:
+//! 1. Block for the first queued command, then take whatever else is already queued, up to
+//!    `max_batch_records` records (a single `append_batch` is never split).
+//! 2. Frame every payload and put all of them in one `sled::Batch`.
+//! 3. [`LogStore::write`]: `apply_batch`, `flush`, fsync new blobs, `fdatasync` the data file.
+//! 4. Advance the durable LSN, *then* resolve every waiter of the group. One flush serves
+//!    everyone queued behind it.
+//!
+//! Guarantees:
+//! - Commands arrive in LSN order (appenders assign LSNs and send under one mutex), so groups
+//!   are written in LSN order and the durable LSN only moves forward over a contiguous prefix.
+//! - Nothing is acknowledged before step 3 returned `Ok`.
+//! - After the first failure the log is *failed*: that group and every later command get the
+//!   same error, and nothing more is written (a later record without its predecessor would
+//!   leave a gap).
+//! - When the thread ends, normally or by panic, the watch says `stopped`, so no
+//!   `wait_durable` future waits forever.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::Receiver;
+use tokio::sync::oneshot;
+
+use crate::error::Error;
+use crate::handle::Core;
+use crate::log::key;
+use crate::{frame, Lsn, FLUSH_LATENCY_BUCKETS_SECONDS};
+
+/// What a waiter receives: the LSN it waited for, or the failure shared by its whole group.
+pub(crate) type Reply = std::result::Result<Lsn, Arc<Error>>;
+
+/// One append (or atomic batch) travelling from an appender to the commit thread.
+#[derive(Debug)]
+pub(crate) struct Command {
+    /// LSN of `payloads[0]`; the rest follow consecutively.
+    pub(crate) first_lsn: Lsn,
+    /// Unframed payloads (framing happens on the commit thread, outside the append lock).
+    pub(crate) payloads: Vec<Vec<u8>>,
+    /// Resolves the caller's [`crate::Commit`].
+    pub(crate) reply: oneshot::Sender<Reply>,
+}
+
+impl Command {
+    /// LSN of the last payload (the one the [`crate::Commit`] resolves with).
+    pub(crate) fn last_lsn(&self) -> Lsn {
+        self.first_lsn + self.payloads.len() as u64 - 1
+    }
+}
+
+/// What the commit thread publishes through the watch channel.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Progress {
+    /// Every LSN up to this one is durable.
+    pub(crate) durable: Lsn,
+    /// Set once when the log fails; waiters for LSNs beyond `durable` get it.
+    pub(crate) failure: Option<Arc<Error>>,
+    /// The commit thread has exited; nothing beyond `durable` will become durable.
+    pub(crate) stopped: bool,
+}
+
+/// Counters kept by the commit thread, copied into [`crate::WalStats`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FlushStats {
+    /// Successful group flushes.
+    pub(crate) flushes: u64,
+    /// Records made durable by those flushes.
+    pub(crate) records_flushed: u64,
+    /// Sum of the time spent writing and syncing groups.
+    pub(crate) flush_seconds_total: f64,
+    /// Cumulative histogram, one count per bound in [`FLUSH_LATENCY_BUCKETS_SECONDS`].
+    pub(crate) latency_buckets: [u64; FLUSH_LATENCY_BUCKETS_SECONDS.len()],
+    /// Largest group, in records.
+    pub(crate) batch_size_max: u64,
+}
+
+impl FlushStats {
+    /// Accounts one successful flush of `records` records that took `seconds`.
+    fn record(&mut self, records: u64, seconds: f64) {
+        self.flushes += 1;
+        self.records_flushed += records;
+        self.flush_seconds_total += seconds;
+        self.batch_size_max = self.batch_size_max.max(records);
+        // Prometheus buckets are cumulative: a 2 ms flush counts in every bucket >= 2 ms.
+        for (count, bound) in self.latency_buckets.iter_mut().zip(FLUSH_LATENCY_BUCKETS_SECONDS) {
+            if seconds <= *bound {
+                *count += 1;
+            }
+        }
+    }
+}
+
+/// Marks the thread as stopped when it exits, including by panic, so waiters wake up.
+struct StoppedOnExit<'a>(&'a Core);
+
+impl Drop for StoppedOnExit<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // Appends after this see the failure instead of a closed channel.
+            let _ = self.0.failure.set(Arc::new(Error::CommitThreadDied));
+        }
+        let failure = self.0.failure.get().cloned();
+        self.0.progress.send_modify(|p| {
+            p.stopped = true;
+            if p.failure.is_none() {
+                p.failure = failure;
+            }
+        });
+    }
+}
+
+/// The commit thread's body: runs until every sender is gone and the queue is drained.
+pub(crate) fn run(core: Arc<Core>, rx: Receiver<Command>) {
+    let _stopped = StoppedOnExit(&core);
+    let max_records = core.config.max_batch_records.max(1);
+    let mut group: Vec<Command> = Vec::new();
+    // `recv` fails only when the last sender is dropped (shutdown) *and* the queue is empty,
+    // so shutdown drains everything already accepted.
+    while let Ok(first) = rx.recv() {
+        let mut records = first.payloads.len();
+        group.push(first);
+        while records < max_records {
+            match rx.try_recv() {
+                Ok(next) => {
+                    records += next.payloads.len();
+                    group.push(next);
+                }
+                Err(_) => break,
+            }
+        }
+        commit_group(&core, &mut group, records as u64);
+    }
+}
+
+/// Writes one group durably and answers its waiters (steps 2-4 of the module docs).
+fn commit_group(core: &Core, group: &mut Vec<Command>, records: u64) {
+    if let Some(failure) = core.failure.get() {
+        // Failed earlier: never write past the hole the failed group left.
+        reply_all(group, &Err(Arc::clone(failure)));
+        return;
+    }
+    let started = Instant::now();
+    let result = write_group(core, group);
+    let seconds = started.elapsed().as_secs_f64();
+    match result {
+        Ok(()) => {
+            let last = group.last().map_or(0, Command::last_lsn);
+            core.flush_stats
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .record(records, seconds);
+            // Publish first, then answer: a resolved Commit implies durable_lsn() >= its LSN.
+            core.progress.send_modify(|p| p.durable = p.durable.max(last));
+            for command in group.drain(..) {
+                let lsn = command.last_lsn();
+                // The receiver may have been dropped (caller not interested): fine.
+                let _ = command.reply.send(Ok(lsn));
+            }
+        }
+        Err(e) => {
+            let first = group.first().map_or(0, |c| c.first_lsn);
+            tracing::error!(
+                error = %e,
+                first_lsn = first,
+                records,
+                "write-ahead log flush failed; the log now refuses all writes"
+            );
+            let failure = Arc::new(e);
+            let _ = core.failure.set(Arc::clone(&failure));
+            let shared = core.failure.get().cloned().unwrap_or(failure);
+            core.progress.send_modify(|p| p.failure = Some(Arc::clone(&shared)));
+            reply_all(group, &Err(shared));
+        }
+    }
+}
+
+/// Steps 2 and 3: frame, batch, write, sync.
+fn write_group(core: &Core, group: &[Command]) -> crate::Result<()> {
+    #[cfg(test)]
+    if core.fail_next_write.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        return Err(Error::Io(std::io::Error::other("injected write failure (test)")));
+    }
+    let mut batch = sled::Batch::default();
+    for command in group {
+        for (lsn, payload) in (command.first_lsn..).zip(&command.payloads) {
+            batch.insert(&key(lsn)[..], frame::encode(payload)?);
+        }
+    }
+    core.store.write(batch)
+}
+
+/// Answers and empties the group with one shared result.
+fn reply_all(group: &mut Vec<Command>, reply: &Reply) {
+    for command in group.drain(..) {
+        let _ = command.reply.send(reply.clone());
+    }
+}

@@ -1,0 +1,111 @@
+//! Small file-system helpers the rest of the crate builds its durability on.
+//!
+//! Owns: directory fsync, recursive copy (for [`crate::Wal::verify`]'s private copy of the log)
+//! and a self-deleting scratch directory.
+//!
+//! Guarantees:
+//! - [`sync_dir`] makes a directory's entries (creations, renames, removals) durable. On Linux a
+//!   rename or a new file is not durable until its *directory* is fsynced.
+//! - Errors name the path they concern.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::error::{Error, Result};
+
+/// fsyncs a directory so that entries created, renamed or removed in it survive power loss.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    let handle = fs::File::open(dir)
+        .map_err(Error::fs(format!("open directory {} to fsync it", dir.display())))?;
+    handle.sync_all().map_err(Error::fs(format!("fsync directory {}", dir.display())))
+}
+
+/// Creates `dir` (and parents) if missing. When something was created, the parent's entry is
+/// fsynced so the new directory itself survives a crash.
+pub(crate) fn ensure_dir(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir).map_err(Error::fs(format!("create directory {}", dir.display())))?;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// Removes a file if it exists; `Ok(true)` if something was removed.
+pub(crate) fn remove_if_exists(path: &Path) -> Result<bool> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::fs(format!("remove {}", path.display()))(e)),
+    }
+}
+
+/// Copies the directory tree `from` into `to` (which must not exist). Only regular files and
+/// directories are copied; that is all sled creates.
+pub(crate) fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    fs::create_dir(to).map_err(Error::fs(format!("create directory {}", to.display())))?;
+    let entries =
+        fs::read_dir(from).map_err(Error::fs(format!("list directory {}", from.display())))?;
+    for entry in entries {
+        let entry = entry.map_err(Error::fs(format!("list directory {}", from.display())))?;
+        let src = entry.path();
+        let dst = to.join(entry.file_name());
+        let kind = entry.file_type().map_err(Error::fs(format!("inspect {}", src.display())))?;
+        if kind.is_dir() {
+            copy_dir(&src, &dst)?;
+        } else if kind.is_file() {
+            fs::copy(&src, &dst).map_err(Error::fs(format!(
+                "copy {} to {}",
+                src.display(),
+                dst.display()
+            )))?;
+        }
+    }
+    Ok(())
+}
+
+/// A uniquely named directory under the system temp dir, removed (with its contents) on drop.
+#[derive(Debug)]
+pub(crate) struct ScratchDir {
+    path: PathBuf,
+}
+
+impl ScratchDir {
+    /// Creates `$TMPDIR/<prefix>-<pid>-<nanos>-<n>`.
+    pub(crate) fn new(prefix: &str) -> Result<Self> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let base = std::env::temp_dir();
+        loop {
+            let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let path = base.join(format!("{prefix}-{}-{nanos}-{n}", std::process::id()));
+            match fs::create_dir(&path) {
+                Ok(()) => return Ok(Self { path }),
+                // Name taken (practically impossible with the counter): try the next one.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(Error::fs(format!("create scratch directory {}", path.display()))(
+                        e,
+                    ))
+                }
+            }
+        }
+    }
+
+    /// The directory's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir_all(&self.path) {
+            tracing::warn!(path = %self.path.display(), error = %e, "could not remove scratch directory");
+        }
+    }
+}

@@ -1,0 +1,561 @@
+//! [`Wal`], the public handle, and [`Commit`], the future of one append.
+//!
+//! Owns: LSN assignment (the append mutex), the lifecycle of the commit thread (start in
+//! `recover`, drain and join in `shutdown`/drop), checkpoints, and statistics.
+//!
+//! Guarantees:
+//! - LSNs are assigned and sent to the commit thread under one mutex, so LSN order is queue
+//!   order and no assigned LSN is ever skipped. `append_with`'s closure runs under that mutex
+//!   too, so its side effects happen in LSN order.
+//! - `Wal` is a cheap `Clone` (one `Arc`), `Send + Sync`. Dropping the last clone shuts the log
+//!   down: the queue is drained and flushed, the thread joined, sled closed.
+//! - [`Commit`] and [`Wal::wait_durable`] futures are `Send + 'static` and do not keep the
+//!   database open: they only hold channel ends.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::Sender;
+use tokio::sync::{oneshot, watch};
+
+use crate::checkpoint;
+use crate::commit::{self, Command, FlushStats, Progress, Reply};
+use crate::error::{Error, Result};
+use crate::fsutil::{self, ScratchDir};
+use crate::lock::SharedLock;
+use crate::log::{self, LogStore};
+use crate::recovery::{self, Mode};
+use crate::{Config, Lsn, RecoveryReport, Replayer, WalStats};
+
+/// Locks a mutex, ignoring poisoning: every critical section here leaves its data consistent
+/// at each step (a panicking `build` closure, for one, runs before any state changes).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// State guarded by the append mutex.
+#[derive(Debug)]
+struct Appender {
+    /// The LSN the next record gets.
+    next_lsn: Lsn,
+    /// The commit thread's queue; `None` once shut down.
+    tx: Option<Sender<Command>>,
+    /// Payload sizes of the records after the checkpoint, oldest first (4 bytes per record;
+    /// trimmed by every checkpoint), so `bytes_since_checkpoint` stays exact.
+    sizes: VecDeque<u32>,
+    /// LSN of `sizes[0]`.
+    sizes_first_lsn: Lsn,
+    /// Sum of `sizes`.
+    bytes_since_checkpoint: u64,
+}
+
+impl Appender {
+    /// Accounts a newly assigned record of `len` bytes.
+    fn push_size(&mut self, len: usize) {
+        self.sizes.push_back(u32::try_from(len).unwrap_or(u32::MAX));
+        self.bytes_since_checkpoint += len as u64;
+    }
+
+    /// Forgets the sizes of records with LSN <= `lsn` (now covered by a checkpoint).
+    fn forget_through(&mut self, lsn: Lsn) {
+        while self.sizes_first_lsn <= lsn {
+            let Some(size) = self.sizes.pop_front() else { break };
+            self.bytes_since_checkpoint -= u64::from(size);
+            self.sizes_first_lsn += 1;
+        }
+    }
+}
+
+/// Everything shared by the handles and the commit thread.
+pub(crate) struct Core {
+    /// The configuration the log was opened with.
+    pub(crate) config: Config,
+    /// The sled database.
+    pub(crate) store: LogStore,
+    /// LSN assignment and the queue (see [`Appender`]).
+    appender: Mutex<Appender>,
+    /// Mirror of `next_lsn - 1`, readable without the mutex.
+    last_lsn: AtomicU64,
+    /// Durable LSN, failure and stop flag, published by the commit thread.
+    pub(crate) progress: watch::Sender<Progress>,
+    /// The first write failure; once set, the log is failed for good.
+    pub(crate) failure: OnceLock<Arc<Error>>,
+    /// Counters kept by the commit thread.
+    pub(crate) flush_stats: Mutex<FlushStats>,
+    /// Serializes checkpoints; holds the LSN of the checkpoint on disk.
+    checkpoint: Mutex<Option<Lsn>>,
+    /// Mirror of the checkpoint LSN (0 = none) for `stats` without waiting on a checkpoint.
+    checkpoint_lsn: AtomicU64,
+    /// The commit thread, until it is joined.
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Test hook: make the next group write fail as if the disk had.
+    #[cfg(test)]
+    pub(crate) fail_next_write: std::sync::atomic::AtomicBool,
+}
+
+impl Core {
+    /// Stops accepting appends, lets the commit thread drain the queue, joins it.
+    /// Returns the log's failure, if any, on the call that actually stopped the thread.
+    fn shutdown(&self) -> Result<()> {
+        // Dropping the only sender ends the thread once the queue is empty.
+        drop(lock(&self.appender).tx.take());
+        // Hold the mutex while joining so a concurrent second call waits for the same join.
+        let mut thread = lock(&self.thread);
+        let Some(handle) = thread.take() else {
+            return Ok(());
+        };
+        if handle.join().is_err() {
+            return Err(Error::CommitThreadDied);
+        }
+        match self.failure.get() {
+            Some(cause) => Err(Error::LogFailed { cause: Arc::clone(cause) }),
+            None => Ok(()),
+        }
+    }
+
+    /// Highest durable LSN.
+    fn durable_lsn(&self) -> Lsn {
+        self.progress.borrow().durable
+    }
+
+    /// The error an append gets when the log cannot take it.
+    fn refuse(&self, appender: &Appender) -> Option<Error> {
+        if let Some(cause) = self.failure.get() {
+            return Some(Error::LogFailed { cause: Arc::clone(cause) });
+        }
+        appender.tx.is_none().then_some(Error::ShutDown)
+    }
+}
+
+/// Drops the last handle → shuts the log down.
+struct Handle {
+    core: Arc<Core>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Err(e) = self.core.shutdown() {
+            tracing::error!(error = %e, "write-ahead log did not shut down cleanly");
+        }
+    }
+}
+
+/// The write-ahead log. A cheap handle (`Arc` inside): clone it freely; `Send + Sync`.
+#[derive(Clone)]
+pub struct Wal {
+    handle: Arc<Handle>,
+}
+
+impl std::fmt::Debug for Wal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal")
+            .field("dir", &self.core().config.dir)
+            .field("last_lsn", &self.last_lsn())
+            .field("durable_lsn", &self.durable_lsn())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Wal {
+    fn core(&self) -> &Core {
+        &self.handle.core
+    }
+
+    /// Open or create the log in `config.dir`, deliver checkpoint + records to the replayer,
+    /// drop a torn tail, start the commit thread.
+    ///
+    /// # Errors
+    /// - [`Error::InUse`] if another process (or `Wal`) has the data dir open.
+    /// - [`Error::Corrupt`] for a damaged checkpoint, a damaged record before the end of the
+    ///   log, or a gap in the LSNs.
+    /// - [`Error::ReplayCheckpoint`] / [`Error::ReplayRecord`] if the replayer fails.
+    /// - [`Error::UnsupportedVersion`] for data written by a newer build.
+    /// - I/O and sled errors.
+    pub fn recover(config: Config, replayer: &mut dyn Replayer) -> Result<(Wal, RecoveryReport)> {
+        let started = Instant::now();
+        fsutil::ensure_dir(&config.dir)?;
+        // Open sled first: its lock proves no live process owns `checkpoint.tmp` below.
+        let store = LogStore::open(&config.dir, config.cache_capacity_bytes)?;
+        if checkpoint::remove_leftover_tmp(&config.dir)? {
+            tracing::warn!(dir = %config.dir.display(), "removed a checkpoint.tmp left by a crash");
+        }
+        let ckpt = checkpoint::read(&config.dir)?;
+        let scan = recovery::scan(Some(&store), ckpt.as_ref(), replayer, Mode::Repair)?;
+        let mut report = scan.report;
+        report.elapsed = started.elapsed();
+
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (progress, _) =
+            watch::channel(Progress { durable: report.last_lsn, ..Progress::default() });
+        let core = Arc::new(Core {
+            store,
+            appender: Mutex::new(Appender {
+                next_lsn: report.last_lsn + 1,
+                tx: Some(tx),
+                bytes_since_checkpoint: scan.sizes.iter().map(|&s| u64::from(s)).sum(),
+                sizes: scan.sizes,
+                sizes_first_lsn: report.checkpoint_lsn.unwrap_or(0) + 1,
+            }),
+            last_lsn: AtomicU64::new(report.last_lsn),
+            progress,
+            failure: OnceLock::new(),
+            flush_stats: Mutex::new(FlushStats::default()),
+            checkpoint: Mutex::new(report.checkpoint_lsn),
+            checkpoint_lsn: AtomicU64::new(report.checkpoint_lsn.unwrap_or(0)),
+            thread: Mutex::new(None),
+            #[cfg(test)]
+            fail_next_write: std::sync::atomic::AtomicBool::new(false),
+            config,
+        });
+        let thread_core = Arc::clone(&core);
+        let thread = std::thread::Builder::new()
+            .name("wal-commit".to_owned())
+            .spawn(move || commit::run(thread_core, rx))
+            .map_err(Error::fs("start the wal-commit thread"))?;
+        *lock(&core.thread) = Some(thread);
+
+        tracing::info!(
+            dir = %core.config.dir.display(),
+            checkpoint_lsn = ?report.checkpoint_lsn,
+            records = report.records_replayed,
+            bytes = report.bytes_replayed,
+            last_lsn = report.last_lsn,
+            torn_tail_dropped = report.torn_tail_dropped,
+            stale_records_truncated = report.stale_records_truncated,
+            elapsed_ms = report.elapsed.as_millis(),
+            "write-ahead log recovered"
+        );
+        Ok((Wal { handle: Arc::new(Handle { core }) }, report))
+    }
+
+    /// Read-only check of a data dir (no writes at all, no torn-tail removal): same replay, and
+    /// the report says what it found. Used by `sheetd check`.
+    ///
+    /// sled writes to its files even when only opened (it recovers its own log and may write a
+    /// snapshot), so this copies `log/` into a scratch directory under the system temp dir
+    /// (`$TMPDIR`), replays the copy, and deletes it. The data dir is only read. During the copy
+    /// a shared lock on sled's data file keeps a server from starting on the dir; a running
+    /// server makes this fail with [`Error::InUse`] instead of reading a moving target.
+    ///
+    /// # Errors
+    /// As [`Wal::recover`], plus [`Error::NoDataDir`] if `config.dir` does not exist.
+    pub fn verify(config: Config, replayer: &mut dyn Replayer) -> Result<RecoveryReport> {
+        let started = Instant::now();
+        let dir = &config.dir;
+        if !dir.is_dir() {
+            return Err(Error::NoDataDir { dir: dir.clone() });
+        }
+        let log_dir = dir.join(log::DIR_NAME);
+        let data_file = log_dir.join("db");
+        let mut scan = if data_file.exists() {
+            let scratch = ScratchDir::new("sheetd-wal-verify")?;
+            let copy = scratch.path().join(log::DIR_NAME);
+            // Lock, then read the checkpoint and copy the log, so both come from one moment.
+            let ckpt = {
+                let Some(_lock) = SharedLock::try_new(&data_file)? else {
+                    return Err(Error::InUse { dir: dir.clone() });
+                };
+                let ckpt = checkpoint::read(dir)?;
+                fsutil::copy_dir(&log_dir, &copy)?;
+                ckpt
+            };
+            let store = LogStore::open_at(dir, &copy, config.cache_capacity_bytes)?;
+            let scan = recovery::scan(Some(&store), ckpt.as_ref(), replayer, Mode::ReadOnly)?;
+            // Close sled before the scratch dir is deleted.
+            drop(store);
+            scan
+        } else {
+            // No log yet: only a checkpoint (if any) to check.
+            let ckpt = checkpoint::read(dir)?;
+            recovery::scan(None, ckpt.as_ref(), replayer, Mode::ReadOnly)?
+        };
+        scan.report.elapsed = started.elapsed();
+        Ok(scan.report)
+    }
+
+    /// Assign the next LSN, call `build(lsn)` to produce the payload, queue it.
+    ///
+    /// `build` runs while the append lock is held, so LSN order equals queue order and any side
+    /// effects `build` performs are ordered exactly like the LSNs (callers rely on this for
+    /// consistent snapshots). Keep it short: every appender waits on it.
+    ///
+    /// If `build` panics, or returns a payload over `u32::MAX` bytes
+    /// ([`Error::RecordTooLarge`]), the LSN is not consumed: the next append gets it again.
+    ///
+    /// # Errors
+    /// [`Error::LogFailed`] after a write failure, [`Error::ShutDown`] after shutdown,
+    /// [`Error::RecordTooLarge`], [`Error::CommitThreadDied`]. `build` is not called when the
+    /// log refuses the append up front.
+    pub fn append_with(&self, build: impl FnOnce(Lsn) -> Vec<u8>) -> Result<Commit> {
+        let core = self.core();
+        let mut appender = lock(&core.appender);
+        if let Some(e) = core.refuse(&appender) {
+            return Err(e);
+        }
+        let lsn = appender.next_lsn;
+        let payload = build(lsn);
+        if u32::try_from(payload.len()).is_err() {
+            return Err(Error::RecordTooLarge { len: payload.len() });
+        }
+        let len = payload.len();
+        let commit = send(core, &mut appender, lsn, vec![payload])?;
+        appender.push_size(len);
+        Ok(commit)
+    }
+
+    /// Queue a ready payload under the next LSN.
+    ///
+    /// # Errors
+    /// As [`Wal::append_with`].
+    pub fn append(&self, payload: Vec<u8>) -> Result<Commit> {
+        self.append_batch(vec![payload])
+    }
+
+    /// A batch gets consecutive LSNs and is written atomically (one sled Batch); the Commit
+    /// resolves with the last LSN.
+    ///
+    /// # Errors
+    /// As [`Wal::append_with`], plus [`Error::InvalidArgument`] for an empty batch.
+    pub fn append_batch(&self, payloads: Vec<Vec<u8>>) -> Result<Commit> {
+        if payloads.is_empty() {
+            return Err(Error::invalid("append_batch needs at least one payload"));
+        }
+        // Check sizes before taking the lock (and before any LSN is assigned).
+        if let Some(p) = payloads.iter().find(|p| u32::try_from(p.len()).is_err()) {
+            return Err(Error::RecordTooLarge { len: p.len() });
+        }
+        let lens: Vec<usize> = payloads.iter().map(Vec::len).collect();
+        let core = self.core();
+        let mut appender = lock(&core.appender);
+        if let Some(e) = core.refuse(&appender) {
+            return Err(e);
+        }
+        let first = appender.next_lsn;
+        let commit = send(core, &mut appender, first, payloads)?;
+        for len in lens {
+            appender.push_size(len);
+        }
+        Ok(commit)
+    }
+
+    /// Highest LSN assigned so far.
+    pub fn last_lsn(&self) -> Lsn {
+        self.core().last_lsn.load(Ordering::Acquire)
+    }
+
+    /// Highest LSN known durable (all LSNs <= it are durable).
+    pub fn durable_lsn(&self) -> Lsn {
+        self.core().durable_lsn()
+    }
+
+    /// Resolves once `durable_lsn() >= lsn` (immediately if already), or `Err` if the log
+    /// failed or was shut down before that happened.
+    pub fn wait_durable(&self, lsn: Lsn) -> impl Future<Output = Result<()>> + Send + 'static {
+        let mut rx = self.core().progress.subscribe();
+        async move {
+            loop {
+                {
+                    // Scoped: the borrow guard must not live across the await below.
+                    let progress = rx.borrow_and_update();
+                    if progress.durable >= lsn {
+                        return Ok(());
+                    }
+                    if let Some(cause) = &progress.failure {
+                        return Err(Error::LogFailed { cause: Arc::clone(cause) });
+                    }
+                    if progress.stopped {
+                        return Err(Error::ShutDown);
+                    }
+                }
+                if rx.changed().await.is_err() {
+                    // The log was closed; take its final word.
+                    let progress = rx.borrow();
+                    return if progress.durable >= lsn { Ok(()) } else { Err(Error::ShutDown) };
+                }
+            }
+        }
+    }
+
+    /// Write `snapshot` as the checkpoint at `lsn` (must be <= `durable_lsn()`), then truncate
+    /// log records <= `lsn`. Blocking (callers use `spawn_blocking`).
+    ///
+    /// Steps: write `checkpoint.tmp`, fsync it, rename it to `checkpoint`, fsync the data dir;
+    /// only then remove the covered records from sled in one batch, flush and fdatasync. A
+    /// crash at any point leaves a recoverable dir (see `checkpoint.rs` for each window). If
+    /// the truncation fails the checkpoint is still valid; the next recovery removes the
+    /// stale records.
+    ///
+    /// # Errors
+    /// [`Error::CheckpointAhead`] if `lsn > durable_lsn()`, [`Error::CheckpointBehind`] if an
+    /// existing checkpoint is newer, [`Error::LogFailed`] on a failed log, I/O and sled errors.
+    pub fn checkpoint(&self, lsn: Lsn, snapshot: &[u8]) -> Result<()> {
+        let core = self.core();
+        let mut current = lock(&core.checkpoint);
+        if let Some(cause) = core.failure.get() {
+            return Err(Error::LogFailed { cause: Arc::clone(cause) });
+        }
+        let durable = core.durable_lsn();
+        if lsn > durable {
+            return Err(Error::CheckpointAhead { lsn, durable });
+        }
+        if let Some(existing) = *current {
+            if lsn < existing {
+                return Err(Error::CheckpointBehind { lsn, current: existing });
+            }
+        }
+        checkpoint::write(&core.config.dir, lsn, snapshot)?;
+        *current = Some(lsn);
+        core.checkpoint_lsn.store(lsn, Ordering::Release);
+        lock(&core.appender).forget_through(lsn);
+        let removed = core.store.remove_through(lsn)?;
+        tracing::debug!(lsn, bytes = snapshot.len(), removed, "checkpoint written, log truncated");
+        Ok(())
+    }
+
+    /// Counters for metrics.
+    pub fn stats(&self) -> WalStats {
+        let core = self.core();
+        let (records_since_checkpoint, bytes_since_checkpoint) = {
+            let appender = lock(&core.appender);
+            (appender.sizes.len() as u64, appender.bytes_since_checkpoint)
+        };
+        let flush = lock(&core.flush_stats).clone();
+        WalStats {
+            last_lsn: self.last_lsn(),
+            durable_lsn: self.durable_lsn(),
+            checkpoint_lsn: core.checkpoint_lsn.load(Ordering::Acquire),
+            records_since_checkpoint,
+            bytes_since_checkpoint,
+            flushes: flush.flushes,
+            records_flushed: flush.records_flushed,
+            flush_seconds_total: flush.flush_seconds_total,
+            flush_latency_buckets: flush.latency_buckets.to_vec(),
+            batch_size_max: flush.batch_size_max,
+            log_bytes_on_disk: core.store.size_on_disk(),
+        }
+    }
+
+    /// Drain the queue, flush, stop the commit thread. Idempotent: later calls return `Ok`.
+    /// Also done on drop of the last handle. Appends after this get [`Error::ShutDown`].
+    ///
+    /// # Errors
+    /// [`Error::LogFailed`] if the log had failed (some records were not made durable),
+    /// [`Error::CommitThreadDied`] if the thread panicked.
+    pub fn shutdown(&self) -> Result<()> {
+        self.core().shutdown()
+    }
+
+    /// The data dir this log lives in.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.core().config.dir
+    }
+
+    /// Test hook: make the next group write fail.
+    #[cfg(test)]
+    pub(crate) fn fail_next_write(&self) {
+        self.core().fail_next_write.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Sends a command for `payloads` starting at `first` and advances the LSN counter; called with
+/// the append mutex held so that assignment and queueing are one step.
+fn send(
+    core: &Core,
+    appender: &mut Appender,
+    first: Lsn,
+    payloads: Vec<Vec<u8>>,
+) -> Result<Commit> {
+    let count = payloads.len() as u64;
+    let (reply, rx) = oneshot::channel();
+    let tx = appender.tx.as_ref().ok_or(Error::ShutDown)?;
+    tx.send(Command { first_lsn: first, payloads, reply }).map_err(|_| Error::CommitThreadDied)?;
+    let last = first + count - 1;
+    appender.next_lsn = last + 1;
+    core.last_lsn.store(last, Ordering::Release);
+    Ok(Commit { first_lsn: first, lsn: last, rx })
+}
+
+/// Future resolving to `Ok(lsn)` once the record(s) are durable, `Err` if the flush failed.
+/// `Send + 'static`; dropping it does not cancel the write.
+#[must_use = "a Commit does nothing unless awaited; drop it explicitly to fire and forget"]
+pub struct Commit {
+    /// First LSN of the append (equals `lsn` except for batches).
+    first_lsn: Lsn,
+    /// LSN the future resolves with (the last of a batch).
+    lsn: Lsn,
+    /// Answered by the commit thread after the group's fsync.
+    rx: oneshot::Receiver<Reply>,
+}
+
+impl std::fmt::Debug for Commit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Commit")
+            .field("first_lsn", &self.first_lsn)
+            .field("lsn", &self.lsn)
+            .finish()
+    }
+}
+
+impl Commit {
+    /// The LSN this commit resolves with (the last LSN of a batch).
+    pub fn lsn(&self) -> Lsn {
+        self.lsn
+    }
+
+    /// The first LSN of the append (differs from [`Commit::lsn`] only for batches).
+    pub fn first_lsn(&self) -> Lsn {
+        self.first_lsn
+    }
+
+    /// Blocks the calling thread until the commit resolves. For synchronous callers (tools,
+    /// tests); never call it on an async runtime's worker thread.
+    ///
+    /// # Errors
+    /// As awaiting the commit.
+    pub fn wait(self) -> Result<Lsn> {
+        block_on(self)
+    }
+}
+
+impl Future for Commit {
+    type Output = Result<Lsn>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match Pin::new(&mut self.rx).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(Ok(lsn))) => Poll::Ready(Ok(lsn)),
+            Poll::Ready(Ok(Err(cause))) => Poll::Ready(Err(Error::LogFailed { cause })),
+            // The commit thread always answers unless it died mid-group.
+            Poll::Ready(Err(_)) => Poll::Ready(Err(Error::CommitThreadDied)),
+        }
+    }
+}
+
+/// Wakes a parked thread (the waker of [`block_on`]).
+struct ThreadWaker(std::thread::Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Minimal executor: polls `future` on the current thread, parking between wake-ups.
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        // Spurious unparks just cause another poll.
+        std::thread::park();
+    }
+}

@@ -1,0 +1,208 @@
+//! A durable write-ahead log on [sled](https://docs.rs/sled/0.34), with group commit,
+//! checkpoints and torn-tail recovery.
+//!
+//! The log stores opaque byte records keyed by LSN (log sequence number, starting at 1). It
+//! knows nothing about sheets: sheetd encodes its operations with [`codec`], appends them here,
+//! and gets them back, in order, from a [`Replayer`] at start-up.
+//!
+//! # Layout
+//!
+//! Crate map:
+//! - `lib.rs`: this overview, [`Config`], [`Replayer`], [`RecoveryReport`], [`WalStats`].
+//! - [`codec`]: the workspace's only use of bincode (values behind a format-version byte).
+//! - [`frame`]: the CRC-protected frame around each stored record.
+//! - `handle.rs`: [`Wal`] and [`Commit`], the public handle and its operations.
+//! - `commit.rs`: the group-commit thread, the only writer of new records.
+//! - `log.rs`: the sled database and how its writes are made durable.
+//! - `recovery.rs`: replay rules shared by [`Wal::recover`] and [`Wal::verify`].
+//! - `checkpoint.rs`: the checkpoint file.
+//! - `error.rs`: [`Error`] and its detail types.
+//! - `lock.rs`, `fsutil.rs`: sled's file lock, directory fsync and copies.
+//! - `testing` (feature `testing`): helpers that damage a stopped log for crash tests.
+//!
+//! On disk, the data dir holds exactly two entries:
+//! - `log/`: the sled database. Key = LSN as 8 big-endian bytes (so key order is LSN order),
+//!   value = `[version u8][len u32 LE][crc32 u32 LE][payload]`.
+//! - `checkpoint`: the latest snapshot: `[SHEETDCK][version u8][lsn u64][len u64][crc32][bytes]`
+//!   (`checkpoint.tmp` exists only while one is being written).
+//!
+//! # Write path
+//!
+//! 1. [`Wal::append_with`] / [`Wal::append`] / [`Wal::append_batch`] take the append mutex,
+//!    assign the next LSN(s), run the caller's `build` closure (for `append_with`) and send the
+//!    command to the commit thread, all under that mutex. LSN order is queue order.
+//! 2. The commit thread blocks for one command, drains whatever else is queued (up to
+//!    [`Config::max_batch_records`]), frames every payload and writes them with one
+//!    `sled::Batch`.
+//! 3. It flushes sled, fsyncs new blob files and `fdatasync`s sled's data file: sled's own flush
+//!    does not reach the platter (see `LogStore::sync` in `log.rs`).
+//! 4. It advances the durable LSN ([`Wal::durable_lsn`], [`Wal::wait_durable`]) and then resolves
+//!    the [`Commit`] of every record in the group. One fsync serves the whole group.
+//!
+//! # Recovery
+//!
+//! [`Wal::recover`]:
+//! 1. Creates the data dir if missing and opens sled (failing with [`Error::InUse`] if another
+//!    process holds it).
+//! 2. Removes a leftover `checkpoint.tmp`, reads and verifies `checkpoint` (damage is an error,
+//!    never ignored) and hands it to [`Replayer::checkpoint`].
+//! 3. Walks the log in LSN order: records covered by the checkpoint are stale and deleted; the
+//!    rest must be contiguous and pass their frame check, and go to [`Replayer::record`].
+//! 4. A bad frame on the highest LSN is a torn tail: dropped with a warning. A bad frame
+//!    anywhere else, or a gap, stops start-up with [`Error::Corrupt`] naming the LSN.
+//! 5. Starts the commit thread; the next LSN is the last good one + 1.
+//!
+//! [`Wal::verify`] performs the same replay on a private copy of the log and changes nothing.
+//!
+//! # Invariants
+//!
+//! - A [`Commit`] resolves `Ok` only after its record, and every record with a smaller LSN, is
+//!   flushed and fsynced. Nothing unflushed is ever acknowledged.
+//! - LSNs are assigned without holes: every assigned LSN is queued, in order, under one mutex.
+//!   On disk the log after the checkpoint is contiguous; a hole is corruption.
+//! - After a write, flush or fsync failure the log is failed for good: pending and later
+//!   appends get [`Error::LogFailed`]; a restart recovers from what is on disk.
+//! - Only the highest record may be dropped at recovery (torn tail); it was never acknowledged,
+//!   because its flush did not complete.
+//! - Log records are truncated only after the checkpoint replacing them is durable (file fsync,
+//!   rename, directory fsync).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub mod codec;
+pub mod frame;
+
+mod checkpoint;
+mod commit;
+mod error;
+mod fsutil;
+mod handle;
+mod lock;
+mod log;
+mod recovery;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::{BoxError, CodecError, Corruption, Error, FrameDefect, Result};
+pub use handle::{Commit, Wal};
+
+/// Log sequence number. The first record is 1; 0 means "nothing".
+pub type Lsn = u64;
+
+/// Upper bounds (seconds) of the flush latency histogram in [`WalStats::flush_latency_buckets`].
+pub const FLUSH_LATENCY_BUCKETS_SECONDS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+
+/// Where the log lives and how it batches.
+#[must_use]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The data dir. Holds `log/` (the sled database) and `checkpoint`; created if missing.
+    pub dir: PathBuf,
+    /// Most records written by one group commit (one sled batch, one fsync). A single
+    /// [`Wal::append_batch`] larger than this is still written whole. Values below 1 count as 1.
+    pub max_batch_records: usize,
+    /// sled's page cache size in bytes.
+    pub cache_capacity_bytes: u64,
+}
+
+impl Config {
+    /// Default for [`Config::max_batch_records`].
+    pub const DEFAULT_MAX_BATCH_RECORDS: usize = 8192;
+    /// Default for [`Config::cache_capacity_bytes`] (64 MiB).
+    pub const DEFAULT_CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
+
+    /// A config for the data dir `dir` with the defaults:
+    /// - `max_batch_records`: 8192 records per group commit;
+    /// - `cache_capacity_bytes`: 64 MiB of sled page cache.
+    pub fn default_for(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            max_batch_records: Self::DEFAULT_MAX_BATCH_RECORDS,
+            cache_capacity_bytes: Self::DEFAULT_CACHE_CAPACITY_BYTES,
+        }
+    }
+}
+
+/// Receives what recovery finds, in order.
+pub trait Replayer {
+    /// Called at most once, before any record: the latest checkpoint.
+    ///
+    /// # Errors
+    /// Any error aborts recovery with [`Error::ReplayCheckpoint`].
+    fn checkpoint(
+        &mut self,
+        lsn: Lsn,
+        snapshot: &[u8],
+    ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+    /// Called for each record after the checkpoint, in LSN order.
+    ///
+    /// # Errors
+    /// Any error aborts recovery with [`Error::ReplayRecord`] naming `lsn`.
+    fn record(
+        &mut self,
+        lsn: Lsn,
+        payload: &[u8],
+    ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+}
+
+/// What [`Wal::recover`] or [`Wal::verify`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// LSN of the checkpoint delivered to the replayer, if there was one.
+    pub checkpoint_lsn: Option<Lsn>,
+    /// Records delivered to [`Replayer::record`].
+    pub records_replayed: u64,
+    /// Sum of the payload sizes of those records.
+    pub bytes_replayed: u64,
+    /// Last good LSN: the last record replayed, else the checkpoint LSN, else 0. The next
+    /// append gets `last_lsn + 1`.
+    pub last_lsn: Lsn,
+    /// The highest record was torn and dropped (`verify`: found, and left in place).
+    pub torn_tail_dropped: bool,
+    /// LSN of the dropped torn record, if any.
+    pub torn_tail_lsn: Option<Lsn>,
+    /// Records with LSN <= the checkpoint LSN found in the log and removed (`verify`: found,
+    /// and left in place). Non-zero after a crash between checkpoint and truncation.
+    pub stale_records_truncated: u64,
+    /// Wall time of the whole operation.
+    pub elapsed: Duration,
+}
+
+/// Counters for metrics, from [`Wal::stats`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct WalStats {
+    /// Highest LSN assigned.
+    pub last_lsn: Lsn,
+    /// Highest LSN known durable.
+    pub durable_lsn: Lsn,
+    /// LSN of the current checkpoint (0 if none).
+    pub checkpoint_lsn: Lsn,
+    /// Records assigned after the checkpoint (what a recovery would replay, plus records still
+    /// in flight).
+    pub records_since_checkpoint: u64,
+    /// Payload bytes of those records.
+    pub bytes_since_checkpoint: u64,
+    /// Group commits completed (each one flush + fsync).
+    pub flushes: u64,
+    /// Records made durable by those group commits.
+    pub records_flushed: u64,
+    /// Total time spent in group commits (write + flush + fsync), in seconds.
+    pub flush_seconds_total: f64,
+    /// Cumulative counts of flush latency <= each bound in [`FLUSH_LATENCY_BUCKETS_SECONDS`]
+    /// (Prometheus-style cumulative histogram; the `+Inf` bucket is [`WalStats::flushes`]).
+    pub flush_latency_buckets: Vec<u64>,
+    /// Most records written by one group commit.
+    pub batch_size_max: u64,
+    /// Bytes sled uses on disk (data file and blobs).
+    pub log_bytes_on_disk: u64,
+}

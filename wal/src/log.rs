@@ -1,0 +1,294 @@
+//! The sled-backed record store: `<data dir>/log/`.
+//!
+//! Owns: the sled database (keys are big-endian LSNs, values are [`crate::frame`]s), opening it
+//! with the right settings, detecting a data dir that is already in use, and making writes
+//! durable.
+//!
+//! Guarantees:
+//! - Keys are 8-byte big-endian LSNs, so sled's byte order is LSN order.
+//! - [`LogStore::write`] returns only after the batch is durable: sled `apply_batch` (atomic),
+//!   `flush`, then fsync of the blob files sled created and an fdatasync of sled's data file
+//!   (see [`LogStore::sync`] for why sled's own flush is not enough).
+//! - Opening a data dir that another process (or another `Wal` in this process) holds fails
+//!   with [`Error::InUse`], never a panic.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::error::{Corruption, Error, Result};
+use crate::{fsutil, lock, Lsn};
+
+/// Name of the log directory inside the data dir.
+pub const DIR_NAME: &str = "log";
+
+/// sled's data file inside the log directory (sled 0.34 keeps the whole log in this one file,
+/// plus one file per large value under `blobs/`).
+const DATA_FILE: &str = "db";
+
+/// sled's directory for values too large to inline in its log.
+const BLOBS_DIR: &str = "blobs";
+
+/// The sled database plus the handles needed to make its writes durable.
+pub(crate) struct LogStore {
+    /// `<data_dir>/log`.
+    log_dir: PathBuf,
+    /// The database. Opened with `flush_every_ms(None)`: we decide when to flush.
+    pub(crate) db: sled::Db,
+    /// sled's data file, opened once so every group commit can `fdatasync` it.
+    data_file: fs::File,
+    /// Blob files already fsynced, so each is synced once. The mutex also serializes
+    /// concurrent [`LogStore::sync`] calls (commit thread and checkpoint truncation).
+    synced_blobs: Mutex<HashSet<OsString>>,
+    /// Declared last so it drops after `db`: waits until sled has really let go of the dir.
+    _released: WaitForRelease,
+}
+
+/// Blocks, on drop, until sled's lock on the data file is gone.
+///
+/// Dropping a `sled::Db` does not close its data file at once: work sled handed to its
+/// background thread pool (writing a sealed buffer, an asynchronous segment truncation) holds
+/// the file, and with it the lock, until it finishes. Without this wait, reopening the same
+/// data dir right after dropping the last `Wal` (a restart in tests, `sheetd check` after a
+/// shutdown) fails with [`Error::InUse`] now and then.
+#[derive(Debug)]
+struct WaitForRelease {
+    /// sled's data file, `log/db`.
+    data_path: PathBuf,
+}
+
+impl Drop for WaitForRelease {
+    fn drop(&mut self) {
+        // Generous: the pending work is a write or an fsync, normally microseconds to
+        // milliseconds. Never hang forever on a misbehaving disk.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut pause = Duration::from_micros(100);
+        while let Ok(true) = lock::is_locked(&self.data_path) {
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    path = %self.data_path.display(),
+                    "sled still holds its lock 10 s after the log was closed"
+                );
+                return;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+}
+
+impl std::fmt::Debug for LogStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogStore").field("log_dir", &self.log_dir).finish_non_exhaustive()
+    }
+}
+
+/// The sled key for `lsn`.
+pub(crate) fn key(lsn: Lsn) -> [u8; 8] {
+    lsn.to_be_bytes()
+}
+
+/// The LSN stored in a sled key.
+///
+/// # Errors
+/// [`Corruption::BadKey`] if the key is not 8 bytes or is LSN 0 (never assigned).
+pub(crate) fn lsn_of(key: &[u8]) -> Result<Lsn> {
+    let bytes: [u8; 8] = key.try_into().map_err(|_| Corruption::BadKey {
+        detail: format!("{} bytes where an 8-byte LSN was expected", key.len()),
+    })?;
+    match Lsn::from_be_bytes(bytes) {
+        0 => Err(Corruption::BadKey { detail: "LSN 0 is never assigned".to_owned() }.into()),
+        lsn => Ok(lsn),
+    }
+}
+
+impl LogStore {
+    /// Opens (creating if needed) the log of the data dir `data_dir`.
+    pub(crate) fn open(data_dir: &Path, cache_capacity_bytes: u64) -> Result<Self> {
+        Self::open_at(data_dir, &data_dir.join(DIR_NAME), cache_capacity_bytes)
+    }
+
+    /// Opens the sled database in `log_dir`; `data_dir` names the owner in messages (verify
+    /// opens a private copy but reports the original dir).
+    pub(crate) fn open_at(
+        data_dir: &Path,
+        log_dir: &Path,
+        cache_capacity_bytes: u64,
+    ) -> Result<Self> {
+        let created = !log_dir.exists();
+        fsutil::ensure_dir(log_dir)?;
+        let data_path = log_dir.join(DATA_FILE);
+
+        // Ask first with the same flock(2) sled uses, so the common case gets a clean error
+        // instead of sled's generic I/O error.
+        if lock::is_locked(&data_path)? {
+            return Err(Error::InUse { dir: data_dir.to_path_buf() });
+        }
+        let db = sled::Config::new()
+            .path(log_dir)
+            .cache_capacity(cache_capacity_bytes)
+            // We flush (and fsync) once per commit group; sled's timer would only add writes.
+            .flush_every_ms(None)
+            .mode(sled::Mode::HighThroughput)
+            .open()
+            .map_err(|e| {
+                // The lock can still be taken between our probe and sled's open.
+                if is_lock_error(&e) {
+                    Error::InUse { dir: data_dir.to_path_buf() }
+                } else {
+                    Error::Store(e)
+                }
+            })?;
+
+        // A separate descriptor for fdatasync. flock(2) locks belong to sled's descriptor, so
+        // opening and later closing this one does not release them.
+        let data_file = fs::File::open(&data_path)
+            .map_err(Error::fs(format!("open {} for fsync", data_path.display())))?;
+        if created {
+            // Make the new `log/` directory and sled's files in it survive power loss.
+            fsutil::sync_dir(log_dir)?;
+        }
+        Ok(Self {
+            log_dir: log_dir.to_path_buf(),
+            db,
+            data_file,
+            synced_blobs: Mutex::new(HashSet::new()),
+            _released: WaitForRelease { data_path },
+        })
+    }
+
+    /// Applies `batch` atomically and returns once it is durable (see [`LogStore::sync`]).
+    pub(crate) fn write(&self, batch: sled::Batch) -> Result<()> {
+        self.db.apply_batch(batch)?;
+        self.sync()
+    }
+
+    /// Makes everything applied so far durable.
+    ///
+    /// sled 0.34's `flush` writes its buffers and then, on Linux, calls `sync_file_range`,
+    /// which waits for the page cache to write back but neither flushes the device's volatile
+    /// write cache nor persists file metadata such as the file size. After power loss, data
+    /// sled reported as flushed can therefore be gone. So after every flush we:
+    /// 1. fsync each blob file sled created since the last sync (sled never syncs them) and
+    ///    then the `blobs/` directory, so large values are as durable as their index entry;
+    /// 2. `fdatasync` the data file (`log/db`), which issues the device cache flush and
+    ///    persists the size.
+    ///
+    /// The commit thread calls this once per group: one fdatasync serves every record queued
+    /// behind it, which is what makes group commit cheap.
+    pub(crate) fn sync(&self) -> Result<()> {
+        let mut synced =
+            self.synced_blobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.db.flush()?;
+        self.sync_new_blobs(&mut synced)?;
+        self.data_file.sync_data().map_err(Error::fs(format!(
+            "fdatasync the log file {}",
+            self.log_dir.join(DATA_FILE).display()
+        )))
+    }
+
+    /// fsyncs blob files not synced before, then their directory if any were new.
+    fn sync_new_blobs(&self, synced: &mut HashSet<OsString>) -> Result<()> {
+        let blobs = self.log_dir.join(BLOBS_DIR);
+        let entries = match fs::read_dir(&blobs) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::fs(format!("list {}", blobs.display()))(e)),
+        };
+        let mut present = HashSet::new();
+        let mut any_new = false;
+        for entry in entries {
+            let entry = entry.map_err(Error::fs(format!("list {}", blobs.display())))?;
+            let name = entry.file_name();
+            if !synced.contains(&name) {
+                match fs::File::open(entry.path()) {
+                    Ok(f) => f
+                        .sync_all()
+                        .map_err(Error::fs(format!("fsync {}", entry.path().display())))?,
+                    // sled removes blobs it no longer needs; a vanished one needs no sync.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(Error::fs(format!("open {}", entry.path().display()))(e)),
+                }
+                any_new = true;
+            }
+            present.insert(name);
+        }
+        if any_new {
+            fsutil::sync_dir(&blobs)?;
+        }
+        // Forget blobs sled has deleted so the set does not grow forever.
+        *synced = present;
+        Ok(())
+    }
+
+    /// Removes every record with LSN <= `lsn` in one batch and makes that durable.
+    /// Returns how many were removed.
+    pub(crate) fn remove_through(&self, lsn: Lsn) -> Result<u64> {
+        let mut batch = sled::Batch::default();
+        let mut removed = 0u64;
+        for item in self.db.range(..=key(lsn)) {
+            let (k, _) = item?;
+            batch.remove(k);
+            removed += 1;
+        }
+        if removed > 0 {
+            self.write(batch)?;
+        }
+        Ok(removed)
+    }
+
+    /// Bytes sled uses on disk (data file plus blobs); 0 if sled cannot tell.
+    pub(crate) fn size_on_disk(&self) -> u64 {
+        self.db.size_on_disk().unwrap_or(0)
+    }
+}
+
+/// Whether a sled open error is its "could not acquire lock" error (sled 0.34 reports lock
+/// contention as `Io(Other)` with this text and no structured kind).
+fn is_lock_error(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_sort_in_lsn_order_and_round_trip() {
+        let mut keys: Vec<[u8; 8]> =
+            [300u64, 1, 256, 255, u64::MAX].iter().map(|&l| key(l)).collect();
+        keys.sort_unstable();
+        let lsns: Vec<Lsn> = keys.iter().map(|k| lsn_of(k).unwrap()).collect();
+        assert_eq!(lsns, vec![1, 255, 256, 300, u64::MAX]);
+        assert!(lsn_of(&[1, 2, 3]).unwrap_err().is_corruption());
+        assert!(lsn_of(&key(0)).unwrap_err().is_corruption());
+    }
+
+    #[test]
+    fn second_open_of_same_dir_is_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = LogStore::open(dir.path(), 1 << 20).unwrap();
+        let err = LogStore::open(dir.path(), 1 << 20).unwrap_err();
+        assert!(matches!(err, Error::InUse { .. }), "{err:?}");
+        assert!(err.to_string().contains("is in use by another process"), "{err}");
+        drop(first);
+    }
+
+    #[test]
+    fn write_then_remove_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LogStore::open(dir.path(), 1 << 20).unwrap();
+        let mut batch = sled::Batch::default();
+        for lsn in 1..=5u64 {
+            batch.insert(&key(lsn)[..], crate::frame::encode(b"x").unwrap());
+        }
+        store.write(batch).unwrap();
+        assert_eq!(store.remove_through(3).unwrap(), 3);
+        let left: Vec<Lsn> = store.db.iter().keys().map(|k| lsn_of(&k.unwrap()).unwrap()).collect();
+        assert_eq!(left, vec![4, 5]);
+        assert_eq!(store.remove_through(3).unwrap(), 0);
+    }
+}

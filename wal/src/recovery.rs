@@ -1,0 +1,148 @@
+//! Replaying a data dir: the shared core of [`crate::Wal::recover`] and [`crate::Wal::verify`].
+//!
+//! Owns: the rules for what counts as a valid log, what is repaired and what is refused.
+//!
+//! Steps:
+//! 1. Deliver the checkpoint (if any) to the replayer.
+//! 2. Walk sled in key (= LSN) order. Records with LSN <= the checkpoint LSN are *stale*
+//!    (a crash hit between writing the checkpoint and truncating the log): skip them.
+//! 3. Every other record must carry the next LSN: checkpoint LSN + 1 (or 1) for the first, then
+//!    contiguous. A gap means acknowledged records are missing: [`Corruption::Gap`].
+//! 4. Check each frame. A good frame goes to the replayer. A bad frame on the *highest* LSN is a
+//!    torn tail (the only damage a crash can explain): it is dropped. A bad frame anywhere else
+//!    is [`Corruption::Record`], never silently skipped.
+//! 5. In [`Mode::Repair`], delete stale records and the torn tail in one durable batch.
+//!    In [`Mode::ReadOnly`], only report them.
+
+use std::collections::VecDeque;
+
+use crate::checkpoint::Checkpoint;
+use crate::error::{Corruption, Error, FrameDefect, Result};
+use crate::log::{lsn_of, LogStore};
+use crate::{frame, RecoveryReport, Replayer};
+
+/// Whether the scan may change the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `recover`: delete stale records and a torn tail.
+    Repair,
+    /// `verify`: change nothing.
+    ReadOnly,
+}
+
+/// What a scan found, beyond the report.
+#[derive(Debug)]
+pub(crate) struct Scan {
+    /// The report (with `elapsed` still zero; the caller times the whole operation).
+    pub(crate) report: RecoveryReport,
+    /// Payload sizes of the replayed records, in LSN order (feeds `bytes_since_checkpoint`).
+    pub(crate) sizes: VecDeque<u32>,
+}
+
+/// Runs steps 1-5 of the module docs. `store` is `None` when there is no log at all (verify of
+/// a data dir without `log/`).
+pub(crate) fn scan(
+    store: Option<&LogStore>,
+    checkpoint: Option<&Checkpoint>,
+    replayer: &mut dyn Replayer,
+    mode: Mode,
+) -> Result<Scan> {
+    let checkpoint_lsn = checkpoint.map(|c| c.lsn);
+    // Step 1.
+    if let Some(c) = checkpoint {
+        replayer
+            .checkpoint(c.lsn, &c.snapshot)
+            .map_err(|source| Error::ReplayCheckpoint { lsn: c.lsn, source })?;
+    }
+    let mut report = RecoveryReport {
+        checkpoint_lsn,
+        records_replayed: 0,
+        bytes_replayed: 0,
+        last_lsn: checkpoint_lsn.unwrap_or(0),
+        torn_tail_dropped: false,
+        torn_tail_lsn: None,
+        stale_records_truncated: 0,
+        elapsed: std::time::Duration::ZERO,
+    };
+    let mut sizes = VecDeque::new();
+    let Some(store) = store else {
+        return Ok(Scan { report, sizes });
+    };
+
+    // The torn-tail rule applies to the highest key only, so find it before walking.
+    let highest = match store.db.last()? {
+        Some((k, _)) => Some(lsn_of(&k)?),
+        None => None,
+    };
+    let mut repairs = sled::Batch::default();
+    for item in store.db.iter() {
+        let (k, stored) = item?;
+        let lsn = lsn_of(&k)?;
+        // Step 2.
+        if checkpoint_lsn.is_some_and(|c| lsn <= c) {
+            report.stale_records_truncated += 1;
+            repairs.remove(k);
+            continue;
+        }
+        // Step 3. Keys ascend, so `lsn` can only be at or beyond the expected one.
+        let expected = report.last_lsn + 1;
+        if lsn != expected {
+            return Err(Corruption::Gap {
+                first_missing: expected,
+                last_missing: lsn - 1,
+                next_present: lsn,
+            }
+            .into());
+        }
+        // Step 4.
+        match frame::decode(&stored) {
+            Ok(payload) => {
+                replayer
+                    .record(lsn, payload)
+                    .map_err(|source| Error::ReplayRecord { lsn, source })?;
+                report.records_replayed += 1;
+                report.bytes_replayed += payload.len() as u64;
+                // Frames carry a u32 length, so every decoded payload fits.
+                sizes.push_back(u32::try_from(payload.len()).unwrap_or(u32::MAX));
+                report.last_lsn = lsn;
+            }
+            // A matching CRC with an unknown version is a newer build's record, not damage:
+            // dropping it (even at the tail) would lose acknowledged data.
+            Err(FrameDefect::UnknownVersion { found }) => {
+                return Err(Error::UnsupportedVersion {
+                    what: format!("log record {lsn}"),
+                    found,
+                    supported: frame::FRAME_VERSION,
+                });
+            }
+            Err(defect) if Some(lsn) == highest => {
+                tracing::warn!(
+                    lsn,
+                    %defect,
+                    read_only = mode == Mode::ReadOnly,
+                    "the last log record is torn (a crash interrupted its write); dropping it. \
+                     It was never acknowledged, so no acknowledged data is lost"
+                );
+                report.torn_tail_dropped = true;
+                report.torn_tail_lsn = Some(lsn);
+                repairs.remove(k);
+            }
+            Err(defect) => return Err(Corruption::Record { lsn, defect }.into()),
+        }
+    }
+
+    // Step 5.
+    if report.stale_records_truncated > 0 {
+        tracing::warn!(
+            stale = report.stale_records_truncated,
+            checkpoint_lsn,
+            read_only = mode == Mode::ReadOnly,
+            "found log records already covered by the checkpoint (a crash hit between writing \
+             the checkpoint and truncating the log); removing them"
+        );
+    }
+    if mode == Mode::Repair && (report.stale_records_truncated > 0 || report.torn_tail_dropped) {
+        store.write(repairs)?;
+    }
+    Ok(Scan { report, sizes })
+}

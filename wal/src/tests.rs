@@ -1,0 +1,623 @@
+//! Behaviour tests of the whole log: round trips, concurrency, torn tails, checkpoints and
+//! their crash windows, verify, failure handling. Unit tests of single modules live next to
+//! their code.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::handle::block_on;
+use crate::{fsutil, testing, Config, Corruption, Error, Lsn, RecoveryReport, Replayer, Wal};
+
+type ReplayResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// Records everything recovery delivers; can be told to fail at one LSN.
+#[derive(Debug, Default)]
+struct Collect {
+    checkpoint: Option<(Lsn, Vec<u8>)>,
+    records: Vec<(Lsn, Vec<u8>)>,
+    fail_at: Option<Lsn>,
+}
+
+impl Replayer for Collect {
+    fn checkpoint(&mut self, lsn: Lsn, snapshot: &[u8]) -> ReplayResult {
+        assert!(self.checkpoint.is_none(), "checkpoint delivered twice");
+        assert!(self.records.is_empty(), "checkpoint delivered after a record");
+        self.checkpoint = Some((lsn, snapshot.to_vec()));
+        Ok(())
+    }
+
+    fn record(&mut self, lsn: Lsn, payload: &[u8]) -> ReplayResult {
+        if self.fail_at == Some(lsn) {
+            return Err(format!("cannot apply operation {lsn}").into());
+        }
+        self.records.push((lsn, payload.to_vec()));
+        Ok(())
+    }
+}
+
+/// Small caches keep sled's memory and start-up cost low in tests.
+fn config(dir: &Path) -> Config {
+    Config { dir: dir.to_path_buf(), max_batch_records: 8192, cache_capacity_bytes: 1 << 20 }
+}
+
+fn recover(dir: &Path) -> (Wal, RecoveryReport, Collect) {
+    let mut collect = Collect::default();
+    let (wal, report) = Wal::recover(config(dir), &mut collect).expect("recover");
+    (wal, report, collect)
+}
+
+fn try_recover(dir: &Path) -> crate::Result<(Wal, RecoveryReport, Collect)> {
+    let mut collect = Collect::default();
+    Wal::recover(config(dir), &mut collect).map(|(wal, report)| (wal, report, collect))
+}
+
+fn verify(dir: &Path) -> crate::Result<(RecoveryReport, Collect)> {
+    let mut collect = Collect::default();
+    Wal::verify(config(dir), &mut collect).map(|report| (report, collect))
+}
+
+/// Deterministic, recognisable payload bytes.
+fn payload(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()[0]
+        })
+        .collect()
+}
+
+/// Appends `payloads` one by one, waits for all, returns (lsn, payload) pairs.
+fn append_all(wal: &Wal, payloads: &[Vec<u8>]) -> Vec<(Lsn, Vec<u8>)> {
+    let commits: Vec<_> = payloads.iter().map(|p| wal.append(p.clone()).unwrap()).collect();
+    commits.into_iter().zip(payloads).map(|(c, p)| (c.wait().unwrap(), p.clone())).collect()
+}
+
+/// All files under `dir` with their contents, to prove something did not change.
+fn snapshot_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else {
+                out.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, &mut out);
+    out
+}
+
+/// Copies a stopped data dir to a fresh location.
+fn copy_data_dir(from: &Path, parent: &Path, name: &str) -> PathBuf {
+    let to = parent.join(name);
+    fsutil::copy_dir(from, &to).unwrap();
+    to
+}
+
+fn same_report(a: &RecoveryReport, b: &RecoveryReport) -> bool {
+    RecoveryReport { elapsed: b.elapsed, ..a.clone() } == *b
+}
+
+#[test]
+fn round_trip_various_sizes_and_next_lsn_continues() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sizes = vec![0, 1, 8, 9, 100, 4096, 100_000, 1 << 20, 0];
+    sizes.extend((0..200).map(|i| (i * 37) % 700));
+    let payloads: Vec<Vec<u8>> =
+        sizes.iter().enumerate().map(|(i, &len)| payload(i as u64, len)).collect();
+
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!(report.last_lsn, 0);
+    assert!(collect.checkpoint.is_none() && collect.records.is_empty());
+    let written = append_all(&wal, &payloads);
+    let lsns: Vec<Lsn> = written.iter().map(|(l, _)| *l).collect();
+    assert_eq!(lsns, (1..=payloads.len() as u64).collect::<Vec<_>>());
+    assert_eq!(wal.durable_lsn(), payloads.len() as u64);
+    wal.shutdown().unwrap();
+    drop(wal);
+
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!(collect.records, written, "replay must return exactly what was written");
+    assert_eq!(report.records_replayed, payloads.len() as u64);
+    assert_eq!(report.bytes_replayed, sizes.iter().sum::<usize>() as u64);
+    assert_eq!(report.last_lsn, payloads.len() as u64);
+    assert!(!report.torn_tail_dropped);
+    assert_eq!(report.stale_records_truncated, 0);
+
+    let next = wal.append(b"after restart".to_vec()).unwrap();
+    assert_eq!(next.lsn(), payloads.len() as u64 + 1);
+    assert_eq!(next.wait().unwrap(), payloads.len() as u64 + 1);
+    let stats = wal.stats();
+    assert_eq!(stats.records_since_checkpoint, payloads.len() as u64 + 1);
+    assert_eq!(
+        stats.bytes_since_checkpoint,
+        sizes.iter().sum::<usize>() as u64 + b"after restart".len() as u64
+    );
+    drop(wal); // drop of the last handle shuts down too
+
+    let (_wal, report, collect) = recover(dir.path());
+    assert_eq!(report.last_lsn, payloads.len() as u64 + 1);
+    assert_eq!(collect.records.last().unwrap().1, b"after restart");
+}
+
+#[test]
+fn concurrent_appenders_get_contiguous_lsns_in_order() {
+    const THREADS: u64 = 8;
+    const PER_THREAD: u64 = 500;
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    // What append_with's closures observed, in the order they ran.
+    let side_effects = Arc::new(Mutex::new(Vec::new()));
+
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let wal = wal.clone();
+            let side_effects = Arc::clone(&side_effects);
+            std::thread::spawn(move || {
+                let runtime =
+                    tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+                let mut done = Vec::new();
+                let mut pending = Vec::new();
+                for i in 0..PER_THREAD {
+                    let body = payload(t * 1_000_000 + i, (i % 50) as usize);
+                    let commit = if t % 2 == 0 {
+                        let expected = body.clone();
+                        let side_effects = Arc::clone(&side_effects);
+                        wal.append_with(move |lsn| {
+                            side_effects.lock().unwrap().push(lsn);
+                            expected
+                        })
+                        .unwrap()
+                    } else {
+                        wal.append(body.clone()).unwrap()
+                    };
+                    pending.push((commit, body));
+                    // Mix waiting styles: sometimes one at a time, sometimes in bulk.
+                    if i % 10 == 0 || i + 1 == PER_THREAD {
+                        for (commit, body) in pending.drain(..) {
+                            let lsn = commit.lsn();
+                            assert_eq!(runtime.block_on(commit).unwrap(), lsn);
+                            done.push((lsn, body));
+                        }
+                    }
+                }
+                done
+            })
+        })
+        .collect();
+    let mut all: Vec<(Lsn, Vec<u8>)> =
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+
+    // Each thread saw its own LSNs increase; together they are unique and contiguous.
+    all.sort_by_key(|(lsn, _)| *lsn);
+    let lsns: Vec<Lsn> = all.iter().map(|(l, _)| *l).collect();
+    assert_eq!(lsns, (1..=THREADS * PER_THREAD).collect::<Vec<_>>());
+    let effects = side_effects.lock().unwrap().clone();
+    assert_eq!(effects.len() as u64, THREADS / 2 * PER_THREAD);
+    assert!(effects.windows(2).all(|w| w[0] < w[1]), "append_with side effects out of LSN order");
+
+    let stats = wal.stats();
+    assert_eq!(stats.records_flushed, THREADS * PER_THREAD);
+    assert!(stats.flushes <= stats.records_flushed);
+    assert_eq!(stats.durable_lsn, THREADS * PER_THREAD);
+    eprintln!(
+        "group commit: {} records in {} flushes (largest group {}, {:.3}s flushing)",
+        stats.records_flushed, stats.flushes, stats.batch_size_max, stats.flush_seconds_total
+    );
+    drop(wal);
+
+    let (_wal, report, collect) = recover(dir.path());
+    assert_eq!(report.records_replayed, THREADS * PER_THREAD);
+    assert_eq!(collect.records, all);
+}
+
+#[test]
+fn torn_tail_at_every_byte_offset_is_dropped_and_lsn_reused() {
+    const N: u64 = 5;
+    let work = tempfile::tempdir().unwrap();
+    let base = work.path().join("base");
+    let written = {
+        let (wal, _, _) = recover(&base);
+        let payloads: Vec<_> = (0..N).map(|i| payload(i, 16)).collect();
+        let written = append_all(&wal, &payloads);
+        wal.shutdown().unwrap();
+        written
+    };
+    let frame_len = testing::last_frame_len(&base).unwrap();
+    assert_eq!(frame_len, crate::frame::HEADER_LEN + 16);
+
+    for keep in 0..frame_len {
+        let dir = copy_data_dir(&base, work.path(), &format!("torn-{keep}"));
+        assert_eq!(testing::tear_last_record(&dir, keep).unwrap(), N);
+
+        let (wal, report, collect) = recover(&dir);
+        assert!(report.torn_tail_dropped, "keep={keep}");
+        assert_eq!(report.torn_tail_lsn, Some(N));
+        assert_eq!(collect.records, written[..N as usize - 1], "keep={keep}");
+        assert_eq!(report.last_lsn, N - 1);
+        // The torn record was never acknowledged, so its LSN is handed out again.
+        let commit = wal.append(b"replacement".to_vec()).unwrap();
+        assert_eq!(commit.wait().unwrap(), N);
+        drop(wal);
+
+        let (again, report, collect) = recover(&dir);
+        assert!(!report.torn_tail_dropped, "keep={keep}: second recovery must be clean");
+        assert_eq!(report.last_lsn, N);
+        assert_eq!(collect.records[..N as usize - 1], written[..N as usize - 1]);
+        assert_eq!(collect.records[N as usize - 1], (N, b"replacement".to_vec()));
+        drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn flipped_byte_in_last_record_is_a_torn_tail() {
+    const N: u64 = 4;
+    let work = tempfile::tempdir().unwrap();
+    let base = work.path().join("base");
+    let written = {
+        let (wal, _, _) = recover(&base);
+        let payloads: Vec<_> = (0..N).map(|i| payload(i, 12)).collect();
+        append_all(&wal, &payloads)
+    };
+    let frame_len = testing::last_frame_len(&base).unwrap();
+    // Version byte, length, CRC and payload bytes.
+    for byte in [0, 1, 4, 5, 8, 9, frame_len - 1] {
+        let dir = copy_data_dir(&base, work.path(), &format!("flip-{byte}"));
+        testing::damage_record(&dir, N, byte).unwrap();
+        let (_wal, report, collect) = recover(&dir);
+        assert!(report.torn_tail_dropped, "byte {byte}");
+        assert_eq!(collect.records, written[..N as usize - 1]);
+    }
+}
+
+#[test]
+fn damage_before_the_end_refuses_to_start_naming_the_lsn() {
+    const N: u64 = 6;
+    let work = tempfile::tempdir().unwrap();
+    let base = work.path().join("base");
+    {
+        let (wal, _, _) = recover(&base);
+        let payloads: Vec<_> = (0..N).map(|i| payload(i, 20)).collect();
+        append_all(&wal, &payloads);
+    }
+    for byte in [0, 3, 7, 12, 28] {
+        let dir = copy_data_dir(&base, work.path(), &format!("mid-{byte}"));
+        testing::damage_record(&dir, 3, byte).unwrap();
+        let err = try_recover(&dir).unwrap_err();
+        assert!(err.is_corruption(), "byte {byte}: {err:?}");
+        assert!(matches!(err, Error::Corrupt(Corruption::Record { lsn: 3, .. })), "{err:?}");
+        let message = err.to_string();
+        assert!(message.starts_with("log record 3 is damaged ("), "{message}");
+        assert!(message.contains("refusing to start"), "{message}");
+        // verify reports the same and changes nothing.
+        let before = snapshot_files(&dir);
+        let verr = verify(&dir).unwrap_err();
+        assert!(verr.is_corruption());
+        assert_eq!(snapshot_files(&dir), before);
+    }
+
+    // A missing record is a gap, also named.
+    let dir = copy_data_dir(&base, work.path(), "gap");
+    testing::remove_record(&dir, 4).unwrap();
+    let err = try_recover(&dir).unwrap_err();
+    assert!(err.is_corruption());
+    assert!(
+        matches!(
+            err,
+            Error::Corrupt(Corruption::Gap { first_missing: 4, last_missing: 4, next_present: 5 })
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("log records 4 to 4 are missing"), "{err}");
+
+    // Losing the very first records (no checkpoint covers them) is a gap too.
+    let dir = copy_data_dir(&base, work.path(), "head");
+    testing::remove_record(&dir, 1).unwrap();
+    let err = try_recover(&dir).unwrap_err();
+    assert!(matches!(err, Error::Corrupt(Corruption::Gap { first_missing: 1, .. })), "{err:?}");
+}
+
+#[test]
+fn crash_between_checkpoint_and_truncation() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = {
+        let (wal, _, _) = recover(dir.path());
+        let payloads: Vec<_> = (0..10).map(|i| payload(i, 30)).collect();
+        append_all(&wal, &payloads)
+    };
+    // Step one of a checkpoint only: the crash hit before truncation.
+    testing::write_checkpoint_only(dir.path(), 6, b"state at 6").unwrap();
+    assert_eq!(testing::record_lsns(dir.path()).unwrap(), (1..=10).collect::<Vec<_>>());
+
+    // verify sees the stale records but leaves them.
+    let (report, collect) = verify(dir.path()).unwrap();
+    assert_eq!(report.stale_records_truncated, 6);
+    assert_eq!(collect.records, written[6..]);
+    assert_eq!(testing::record_lsns(dir.path()).unwrap(), (1..=10).collect::<Vec<_>>());
+
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!(collect.checkpoint, Some((6, b"state at 6".to_vec())));
+    assert_eq!(collect.records, written[6..]);
+    assert_eq!(report.checkpoint_lsn, Some(6));
+    assert_eq!(report.stale_records_truncated, 6);
+    assert_eq!(report.records_replayed, 4);
+    assert_eq!(report.last_lsn, 10);
+    assert_eq!(wal.stats().records_since_checkpoint, 4);
+    drop(wal);
+
+    assert_eq!(testing::record_lsns(dir.path()).unwrap(), (7..=10).collect::<Vec<_>>());
+    let (_wal, report, collect) = recover(dir.path());
+    assert_eq!(report.stale_records_truncated, 0);
+    assert_eq!(collect.records, written[6..]);
+}
+
+#[test]
+fn checkpoint_truncates_and_rejects_lsns_beyond_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    let written = append_all(&wal, &(0..10).map(|i| payload(i, 10)).collect::<Vec<_>>());
+
+    let ahead = wal.checkpoint(wal.last_lsn() + 1, b"too new").unwrap_err();
+    assert!(matches!(ahead, Error::CheckpointAhead { lsn: 11, durable: 10 }), "{ahead:?}");
+    assert!(ahead.is_retryable());
+
+    wal.checkpoint(6, b"six").unwrap();
+    let stats = wal.stats();
+    assert_eq!(stats.checkpoint_lsn, 6);
+    assert_eq!(stats.records_since_checkpoint, 4);
+    assert_eq!(stats.bytes_since_checkpoint, 40);
+
+    let behind = wal.checkpoint(5, b"older").unwrap_err();
+    assert!(matches!(behind, Error::CheckpointBehind { lsn: 5, current: 6 }), "{behind:?}");
+
+    // The log keeps going after a checkpoint.
+    let eleven = wal.append(b"eleven".to_vec()).unwrap().wait().unwrap();
+    assert_eq!(eleven, 11);
+    wal.checkpoint(8, b"eight").unwrap();
+    wal.checkpoint(8, b"eight again").unwrap(); // same LSN: allowed, replaces the file
+    assert_eq!(wal.stats().records_since_checkpoint, 3);
+    assert_eq!(wal.stats().bytes_since_checkpoint, 26);
+    drop(wal);
+
+    assert_eq!(testing::record_lsns(dir.path()).unwrap(), vec![9, 10, 11]);
+    assert!(!dir.path().join("checkpoint.tmp").exists());
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!(collect.checkpoint, Some((8, b"eight again".to_vec())));
+    assert_eq!(collect.records[..2], written[8..]);
+    assert_eq!(collect.records[2], (11, b"eleven".to_vec()));
+    assert_eq!(report.stale_records_truncated, 0);
+    assert_eq!(report.last_lsn, 11);
+
+    // Checkpoint of everything, then restart with an empty log: the next LSN continues.
+    wal.checkpoint(11, b"all").unwrap();
+    assert_eq!(wal.stats().records_since_checkpoint, 0);
+    drop(wal);
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!(report.last_lsn, 11);
+    assert!(collect.records.is_empty());
+    assert_eq!(wal.append(Vec::new()).unwrap().wait().unwrap(), 12);
+
+    // Exactly the two documented entries in the data dir.
+    let mut entries: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    entries.sort();
+    assert_eq!(entries, vec!["checkpoint", "log"]);
+}
+
+#[test]
+fn wait_durable_resolves_and_fails_after_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+
+    runtime.block_on(wal.wait_durable(0)).unwrap(); // nothing to wait for
+    let commit = wal.append(b"one".to_vec()).unwrap();
+    let waiter = wal.wait_durable(commit.lsn());
+    // The future is 'static: it can outlive the borrow of `wal` and move to a task.
+    let task = runtime.spawn(waiter);
+    runtime.block_on(task).unwrap().unwrap();
+    assert!(wal.durable_lsn() >= 1);
+    assert_eq!(runtime.block_on(commit).unwrap(), 1);
+
+    // A waiter for an LSN that never comes ends with an error once the log shuts down.
+    let never = wal.wait_durable(100);
+    wal.shutdown().unwrap();
+    assert!(matches!(runtime.block_on(never), Err(Error::ShutDown)));
+    assert!(matches!(block_on(wal.wait_durable(100)), Err(Error::ShutDown)));
+    block_on(wal.wait_durable(1)).unwrap();
+}
+
+#[test]
+fn verify_reports_torn_tail_without_modifying_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = {
+        let (wal, _, _) = recover(dir.path());
+        append_all(&wal, &(0..5).map(|i| payload(i, 40)).collect::<Vec<_>>())
+    };
+    testing::tear_last_record(dir.path(), 20).unwrap();
+    let before = snapshot_files(dir.path());
+
+    let (first, collect) = verify(dir.path()).unwrap();
+    assert!(first.torn_tail_dropped);
+    assert_eq!(first.torn_tail_lsn, Some(5));
+    assert_eq!(first.last_lsn, 4);
+    assert_eq!(collect.records, written[..4]);
+    assert_eq!(snapshot_files(dir.path()), before, "verify must not write to the data dir");
+
+    let (second, _) = verify(dir.path()).unwrap();
+    assert!(same_report(&first, &second), "{first:?} vs {second:?}");
+    assert_eq!(snapshot_files(dir.path()), before);
+
+    // recover repairs it; verify then finds nothing.
+    drop(recover(dir.path()));
+    let (after, _) = verify(dir.path()).unwrap();
+    assert!(!after.torn_tail_dropped);
+    assert_eq!(after.last_lsn, 4);
+
+    // verify never creates a data dir.
+    let missing = dir.path().join("nope");
+    assert!(matches!(verify(&missing), Err(Error::NoDataDir { .. })));
+    assert!(!missing.exists());
+}
+
+#[test]
+fn data_dir_in_use_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    wal.append(b"x".to_vec()).unwrap().wait().unwrap();
+
+    let err = try_recover(dir.path()).unwrap_err();
+    assert!(matches!(err, Error::InUse { .. }), "{err:?}");
+    assert!(err.to_string().contains("is in use by another process"), "{err}");
+    assert!(err.is_retryable());
+    assert!(matches!(verify(dir.path()), Err(Error::InUse { .. })));
+    assert!(matches!(testing::last_frame_len(dir.path()), Err(Error::InUse { .. })));
+
+    // Shutdown alone does not release the dir while handles exist; dropping the last does.
+    let clone = wal.clone();
+    drop(wal);
+    assert!(matches!(try_recover(dir.path()), Err(Error::InUse { .. })));
+    drop(clone);
+    let (_wal, report, _) = recover(dir.path());
+    assert_eq!(report.last_lsn, 1);
+}
+
+#[test]
+fn write_failure_fails_the_log_and_nothing_unflushed_is_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    assert_eq!(wal.append(b"ok".to_vec()).unwrap().wait().unwrap(), 1);
+
+    wal.fail_next_write();
+    let doomed = wal.append(b"lost".to_vec()).unwrap();
+    let waiter = wal.wait_durable(doomed.lsn());
+    let err = doomed.wait().unwrap_err();
+    assert!(matches!(err, Error::LogFailed { .. }), "{err:?}");
+    assert!(!err.is_retryable());
+    assert!(matches!(block_on(waiter), Err(Error::LogFailed { .. })));
+    assert_eq!(wal.durable_lsn(), 1, "the failed group must not count as durable");
+
+    // Everything after is refused up front, and `build` is not even called.
+    let refused = wal.append_with(|_| panic!("build must not run on a failed log")).unwrap_err();
+    assert!(matches!(refused, Error::LogFailed { .. }), "{refused:?}");
+    assert!(matches!(wal.checkpoint(1, b"s"), Err(Error::LogFailed { .. })));
+    assert!(matches!(wal.shutdown(), Err(Error::LogFailed { .. })));
+    wal.shutdown().unwrap(); // second call: nothing left to report
+    drop(wal);
+
+    let (_wal, report, collect) = recover(dir.path());
+    assert_eq!(collect.records, vec![(1, b"ok".to_vec())]);
+    assert_eq!(report.last_lsn, 1);
+}
+
+#[test]
+fn shutdown_is_idempotent_and_refuses_later_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    // Queue a lot without waiting: shutdown must drain and flush all of it.
+    let commits: Vec<_> = (0..300).map(|i| wal.append(payload(i, 64)).unwrap()).collect();
+    wal.shutdown().unwrap();
+    wal.shutdown().unwrap();
+    for (i, commit) in commits.into_iter().enumerate() {
+        assert_eq!(commit.wait().unwrap(), i as u64 + 1);
+    }
+    assert_eq!(wal.durable_lsn(), 300);
+    assert!(matches!(wal.append(b"late".to_vec()), Err(Error::ShutDown)));
+    assert!(matches!(wal.append_batch(vec![b"late".to_vec()]), Err(Error::ShutDown)));
+    assert_eq!(wal.last_lsn(), 300, "refused appends must not consume LSNs");
+    drop(wal);
+    let (_wal, report, _) = recover(dir.path());
+    assert_eq!(report.last_lsn, 300);
+}
+
+#[test]
+fn batches_get_consecutive_lsns_and_commit_resolves_with_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config { max_batch_records: 2, ..config(dir.path()) };
+    let (wal, _) = Wal::recover(config, &mut Collect::default()).unwrap();
+    assert!(matches!(wal.append_batch(Vec::new()), Err(Error::InvalidArgument { .. })));
+    assert_eq!(wal.append(b"a".to_vec()).unwrap().lsn(), 1);
+    // Larger than max_batch_records: still written whole.
+    let batch = wal.append_batch((0..5).map(|i| vec![i]).collect()).unwrap();
+    assert_eq!((batch.first_lsn(), batch.lsn()), (2, 6));
+    let single = wal.append(b"b".to_vec()).unwrap();
+    assert_eq!(batch.wait().unwrap(), 6);
+    assert_eq!(single.wait().unwrap(), 7);
+    let stats = wal.stats();
+    assert!(stats.batch_size_max >= 5, "{stats:?}");
+    assert_eq!(stats.records_flushed, 7);
+    // Cumulative histogram: non-decreasing, never above the number of flushes.
+    assert_eq!(stats.flush_latency_buckets.len(), crate::FLUSH_LATENCY_BUCKETS_SECONDS.len());
+    assert!(stats.flush_latency_buckets.windows(2).all(|w| w[0] <= w[1]));
+    assert!(stats.flush_latency_buckets.iter().all(|&c| c <= stats.flushes));
+    assert!(stats.log_bytes_on_disk > 0);
+    drop(wal);
+    let (_wal, _, collect) = recover(dir.path());
+    let lsns: Vec<Lsn> = collect.records.iter().map(|(l, _)| *l).collect();
+    assert_eq!(lsns, (1..=7).collect::<Vec<_>>());
+    assert_eq!(collect.records[3], (4, vec![2]));
+}
+
+#[test]
+fn replayer_errors_and_damaged_checkpoints_stop_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (wal, _, _) = recover(dir.path());
+        append_all(&wal, &(0..5).map(|i| payload(i, 8)).collect::<Vec<_>>());
+    }
+    let mut failing = Collect { fail_at: Some(3), ..Collect::default() };
+    let err = Wal::recover(config(dir.path()), &mut failing).unwrap_err();
+    assert!(matches!(err, Error::ReplayRecord { lsn: 3, .. }), "{err:?}");
+    assert!(err.to_string().contains("log record 3"), "{err}");
+    assert!(!err.is_corruption());
+    // A failed recovery releases the dir and changes nothing.
+    let (wal, report, _) = recover(dir.path());
+    assert_eq!(report.last_lsn, 5);
+    wal.checkpoint(2, b"two").unwrap();
+    drop(wal);
+
+    // A leftover temp file from a crashed checkpoint is removed; the checkpoint is used.
+    std::fs::write(dir.path().join("checkpoint.tmp"), b"garbage").unwrap();
+    let (wal, report, collect) = recover(dir.path());
+    assert!(!dir.path().join("checkpoint.tmp").exists());
+    assert_eq!(report.checkpoint_lsn, Some(2));
+    assert_eq!(collect.records.len(), 3);
+    drop(wal);
+
+    // A damaged checkpoint is never silently ignored.
+    let path = dir.path().join("checkpoint");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let err = try_recover(dir.path()).unwrap_err();
+    assert!(err.is_corruption(), "{err:?}");
+    assert!(err.to_string().contains("checkpoint"), "{err}");
+    assert!(verify(dir.path()).unwrap_err().is_corruption());
+}
+
+#[test]
+fn handles_and_futures_are_send_sync_static() {
+    fn send_sync_static<T: Send + Sync + 'static>(_: &T) {}
+    fn send_static<T: Send + 'static>(_: &T) {}
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    send_sync_static(&wal);
+    let commit = wal.append(Vec::new()).unwrap();
+    send_static(&commit);
+    let waiter = wal.wait_durable(1);
+    send_static(&waiter);
+    assert_eq!(block_on(commit).unwrap(), 1);
+    block_on(waiter).unwrap();
+    let seen: HashSet<Lsn> = [wal.last_lsn(), wal.durable_lsn()].into_iter().collect();
+    assert_eq!(seen, HashSet::from([1]));
+}
