@@ -11,7 +11,7 @@
 //! The CRC covers everything before it (magic, version, LSN, length) and the snapshot.
 //!
 //! Guarantees:
-//! - [`write`] replaces the file atomically: write `checkpoint.tmp`, fsync it, rename it over
+//! - [`write()`] replaces the file atomically: write `checkpoint.tmp`, fsync it, rename it over
 //!   `checkpoint`, fsync the data dir. A crash leaves either the old or the new checkpoint,
 //!   never a mix.
 //! - [`read`] never ignores damage. A checkpoint that fails its checks is
@@ -52,7 +52,7 @@ pub const TMP_FILE_NAME: &str = "checkpoint.tmp";
 pub(crate) struct Checkpoint {
     /// Every record with an LSN up to and including this one is reflected in `snapshot`.
     pub(crate) lsn: Lsn,
-    /// The caller's snapshot bytes, exactly as given to [`write`].
+    /// The caller's snapshot bytes, exactly as given to [`write()`].
     pub(crate) snapshot: Vec<u8>,
 }
 
@@ -157,7 +157,7 @@ pub(crate) fn write(dir: &Path, lsn: Lsn, snapshot: &[u8]) -> Result<()> {
     fsutil::sync_dir(dir)
 }
 
-/// Removes a `checkpoint.tmp` left by a crash during [`write`]; `Ok(true)` if one was found.
+/// Removes a `checkpoint.tmp` left by a crash during [`write()`]; `Ok(true)` if one was found.
 /// Only call this while holding the data dir's lock (a live writer may own the file).
 pub(crate) fn remove_leftover_tmp(dir: &Path) -> Result<bool> {
     let removed = fsutil::remove_if_exists(&tmp_path(dir))?;

@@ -7,7 +7,7 @@
 //! 1. Block for the first queued command, then take whatever else is already queued, up to
 //!    `max_batch_records` records (a single `append_batch` is never split).
 //! 2. Frame every payload and put all of them in one `sled::Batch`.
-//! 3. [`LogStore::write`]: `apply_batch`, `flush`, fsync new blobs, `fdatasync` the data file.
+//! 3. [`LogStore::write`](crate::log::LogStore::write): `apply_batch`, `flush`, fsync new blobs, `fdatasync` the data file.
 //! 4. Advance the durable LSN, *then* resolve every waiter of the group. One flush serves
 //!    everyone queued behind it.
 //!
@@ -96,6 +96,7 @@ impl FlushStats {
 }
 
 /// Marks the thread as stopped when it exits, including by panic, so waiters wake up.
+/// Holds the core whose watch it updates.
 struct StoppedOnExit<'a>(&'a Core);
 
 impl Drop for StoppedOnExit<'_> {

@@ -175,6 +175,8 @@ impl Error {
     pub fn is_corruption(&self) -> bool {
         match self {
             Error::Corrupt(_) => true,
+            // sled's own checksums failed: the damage is below our frames, but damage it is.
+            Error::Store(sled::Error::Corruption { .. }) => true,
             Error::ReplayCheckpoint { source, .. } | Error::ReplayRecord { source, .. } => {
                 source.downcast_ref::<Error>().is_some_and(Error::is_corruption)
             }

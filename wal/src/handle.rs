@@ -135,6 +135,7 @@ impl Core {
 
 /// Drops the last handle → shuts the log down.
 struct Handle {
+    /// The shared state; the commit thread holds another reference until it exits.
     core: Arc<Core>,
 }
 
@@ -147,6 +148,9 @@ impl Drop for Handle {
 }
 
 /// The write-ahead log. A cheap handle (`Arc` inside): clone it freely; `Send + Sync`.
+///
+/// Dropping the last clone runs [`Wal::shutdown`], which blocks until the queued records are
+/// flushed and sled has closed its files; drop it where blocking briefly is acceptable.
 #[derive(Clone)]
 pub struct Wal {
     handle: Arc<Handle>,
@@ -163,6 +167,7 @@ impl std::fmt::Debug for Wal {
 }
 
 impl Wal {
+    /// The shared state behind this handle.
     fn core(&self) -> &Core {
         &self.handle.core
     }
@@ -190,12 +195,16 @@ impl Wal {
         let mut report = scan.report;
         report.elapsed = started.elapsed();
 
+        // Unbounded: back-pressure belongs to the callers (they await their Commits); a bound
+        // here would block appenders while they hold the append mutex.
         let (tx, rx) = crossbeam_channel::unbounded();
+        // Everything recovery read back is on disk already, so it starts out durable.
         let (progress, _) =
             watch::channel(Progress { durable: report.last_lsn, ..Progress::default() });
         let core = Arc::new(Core {
             store,
             appender: Mutex::new(Appender {
+                // Last good + 1: a dropped torn record's LSN is reused (it was never acknowledged).
                 next_lsn: report.last_lsn + 1,
                 tx: Some(tx),
                 bytes_since_checkpoint: scan.sizes.iter().map(|&s| u64::from(s)).sum(),
@@ -213,6 +222,8 @@ impl Wal {
             fail_next_write: std::sync::atomic::AtomicBool::new(false),
             config,
         });
+        // The thread holds the Core, not a Handle, so dropping the last Wal still runs Drop
+        // (and therefore shutdown) while the thread is alive.
         let thread_core = Arc::clone(&core);
         let thread = std::thread::Builder::new()
             .name("wal-commit".to_owned())
@@ -252,7 +263,7 @@ impl Wal {
             return Err(Error::NoDataDir { dir: dir.clone() });
         }
         let log_dir = dir.join(log::DIR_NAME);
-        let data_file = log_dir.join("db");
+        let data_file = log_dir.join(log::DATA_FILE);
         let mut scan = if data_file.exists() {
             let scratch = ScratchDir::new("sheetd-wal-verify")?;
             let copy = scratch.path().join(log::DIR_NAME);
@@ -299,6 +310,7 @@ impl Wal {
             return Err(e);
         }
         let lsn = appender.next_lsn;
+        // Nothing has changed yet: if `build` panics, the LSN stays unassigned.
         let payload = build(lsn);
         if u32::try_from(payload.len()).is_err() {
             return Err(Error::RecordTooLarge { len: payload.len() });
@@ -330,6 +342,7 @@ impl Wal {
         if let Some(p) = payloads.iter().find(|p| u32::try_from(p.len()).is_err()) {
             return Err(Error::RecordTooLarge { len: p.len() });
         }
+        // Sizes are needed after the payloads have moved into the command.
         let lens: Vec<usize> = payloads.iter().map(Vec::len).collect();
         let core = self.core();
         let mut appender = lock(&core.appender);
@@ -396,6 +409,7 @@ impl Wal {
     /// existing checkpoint is newer, [`Error::LogFailed`] on a failed log, I/O and sled errors.
     pub fn checkpoint(&self, lsn: Lsn, snapshot: &[u8]) -> Result<()> {
         let core = self.core();
+        // Held to the end: two concurrent checkpoints would race on `checkpoint.tmp`.
         let mut current = lock(&core.checkpoint);
         if let Some(cause) = core.failure.get() {
             return Err(Error::LogFailed { cause: Arc::clone(cause) });
@@ -409,6 +423,7 @@ impl Wal {
                 return Err(Error::CheckpointBehind { lsn, current: existing });
             }
         }
+        // Order matters: the file is durable before a single record it covers is removed.
         checkpoint::write(&core.config.dir, lsn, snapshot)?;
         *current = Some(lsn);
         core.checkpoint_lsn.store(lsn, Ordering::Release);
@@ -483,7 +498,8 @@ fn send(
 
 /// Future resolving to `Ok(lsn)` once the record(s) are durable, `Err` if the flush failed.
 /// `Send + 'static`; dropping it does not cancel the write.
-#[must_use = "a Commit does nothing unless awaited; drop it explicitly to fire and forget"]
+// Deliberately not `#[must_use]`: unlike most futures, a Commit does not drive the write
+// (the commit thread does), so dropping it is a legitimate "fire and forget".
 pub struct Commit {
     /// First LSN of the append (equals `lsn` except for batches).
     first_lsn: Lsn,
@@ -537,7 +553,7 @@ impl Future for Commit {
     }
 }
 
-/// Wakes a parked thread (the waker of [`block_on`]).
+/// Wakes a parked thread (the waker of [`block_on`]); holds the thread to unpark.
 struct ThreadWaker(std::thread::Thread);
 
 impl Wake for ThreadWaker {

@@ -107,8 +107,9 @@ pub const FLUSH_LATENCY_BUCKETS_SECONDS: &[f64] =
 pub struct Config {
     /// The data dir. Holds `log/` (the sled database) and `checkpoint`; created if missing.
     pub dir: PathBuf,
-    /// Most records written by one group commit (one sled batch, one fsync). A single
-    /// [`Wal::append_batch`] larger than this is still written whole. Values below 1 count as 1.
+    /// The commit thread stops draining the queue once a group (one sled batch, one fsync)
+    /// holds this many records. An [`Wal::append_batch`] is never split, so a group can exceed
+    /// it by up to one batch. Values below 1 count as 1.
     pub max_batch_records: usize,
     /// sled's page cache size in bytes.
     pub cache_capacity_bytes: u64,

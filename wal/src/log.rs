@@ -27,7 +27,7 @@ pub const DIR_NAME: &str = "log";
 
 /// sled's data file inside the log directory (sled 0.34 keeps the whole log in this one file,
 /// plus one file per large value under `blobs/`).
-const DATA_FILE: &str = "db";
+pub(crate) const DATA_FILE: &str = "db";
 
 /// sled's directory for values too large to inline in its log.
 const BLOBS_DIR: &str = "blobs";

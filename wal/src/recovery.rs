@@ -74,6 +74,8 @@ pub(crate) fn scan(
         Some((k, _)) => Some(lsn_of(&k)?),
         None => None,
     };
+    // Collected even in read-only mode (cheap); applied only in repair mode, as one atomic
+    // batch, so a crash during recovery leaves either the old or the repaired log.
     let mut repairs = sled::Batch::default();
     for item in store.db.iter() {
         let (k, stored) = item?;
@@ -115,13 +117,16 @@ pub(crate) fn scan(
                     supported: frame::FRAME_VERSION,
                 });
             }
+            // Only the highest record can be explained by a crash: sled applies each group
+            // atomically and later groups are written only after earlier ones are durable.
             Err(defect) if Some(lsn) == highest => {
                 tracing::warn!(
                     lsn,
                     %defect,
                     read_only = mode == Mode::ReadOnly,
-                    "the last log record is torn (a crash interrupted its write); dropping it. \
-                     It was never acknowledged, so no acknowledged data is lost"
+                    "the last log record is damaged; treating it as a torn tail and dropping it \
+                     (verify only reports it). A write cut short by a crash was never \
+                     acknowledged, so its loss is expected"
                 );
                 report.torn_tail_dropped = true;
                 report.torn_tail_lsn = Some(lsn);
@@ -138,7 +143,8 @@ pub(crate) fn scan(
             checkpoint_lsn,
             read_only = mode == Mode::ReadOnly,
             "found log records already covered by the checkpoint (a crash hit between writing \
-             the checkpoint and truncating the log); removing them"
+             the checkpoint and truncating the log); skipping them, and removing them unless \
+             this is verify"
         );
     }
     if mode == Mode::Repair && (report.stale_records_truncated > 0 || report.torn_tail_dropped) {

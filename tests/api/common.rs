@@ -1,0 +1,362 @@
+//! The test harness: a real sheetd (in-process on 127.0.0.1:0, or the built binary) over a
+//! temporary data dir, and request helpers returning `(status, json, headers)`.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use actix_web::http::header::HeaderMap;
+use actors::shared::Clock;
+use serde_json::{json, Value};
+use sheetd::config::ServeArgs;
+use sheetd::server::{self, Options, Running};
+
+/// Secrets of the keys in [`fixture`].
+pub const ADA_WRITE: &str = "svc_live_AdaWriteKey0000000000000000000000001";
+pub const ADA_READ: &str = "svc_live_AdaReadKey00000000000000000000000002";
+pub const BOB_ALL: &str = "svc_live_BobAccountKey000000000000000000000003";
+pub const ADA_SHEET11: &str = "svc_live_AdaSheetElevenKey000000000000000004";
+pub const ADMIN_TOKEN: &str = "adm_test_token_0123456789";
+
+/// The test workspace: ada (paid) owns project 1 (folder 5 with sheet 10; sheet 11 outside
+/// any folder) and reports 7 (row) and 8 (summary); bob (free) owns project 2 (sheet 20) and
+/// views folder 5. Sheet 10 has every column type and a subtree 1000 → 1001 → 1002.
+pub fn fixture() -> Value {
+    json!({
+      "users": [{"id": 1, "name": "ada", "plan": "paid"}, {"id": 2, "name": "bob", "plan": "free"}],
+      "projects": [{"id": 1, "name": "Ops", "ownerId": 1}, {"id": 2, "name": "Ads", "ownerId": 2}],
+      "folders": [{"id": 5, "projectId": 1, "name": "Q3"}],
+      "sheets": [
+        {"id": 10, "projectId": 1, "folderId": 5, "name": "Tasks"},
+        {"id": 11, "projectId": 1, "folderId": null, "name": "Stock"},
+        {"id": 20, "projectId": 2, "name": "Campaigns"}
+      ],
+      "columns": [
+        {"id": 100, "sheetId": 10, "name": "Task", "type": "text", "position": 0, "primary": true},
+        {"id": 101, "sheetId": 10, "name": "Status", "type": "dropdown", "position": 1, "options": ["Open", "Done"]},
+        {"id": 102, "sheetId": 10, "name": "Hours", "type": "number", "position": 2},
+        {"id": 103, "sheetId": 10, "name": "Billable", "type": "checkbox", "position": 3},
+        {"id": 104, "sheetId": 10, "name": "Due", "type": "date", "position": 4},
+        {"id": 105, "sheetId": 10, "name": "Seen", "type": "datetime", "position": 5},
+        {"id": 106, "sheetId": 10, "name": "Owner", "type": "contact", "position": 6},
+        {"id": 107, "sheetId": 10, "name": "Tags", "type": "multi_select", "position": 7, "options": ["a", "b", "c"]},
+        {"id": 108, "sheetId": 10, "name": "Flag", "type": "symbol", "position": 8, "options": ["Red", "Green"]},
+        {"id": 110, "sheetId": 11, "name": "Task", "type": "text", "position": 1},
+        {"id": 111, "sheetId": 11, "name": "Status", "type": "dropdown", "position": 0, "options": ["Open", "Done"]},
+        {"id": 112, "sheetId": 11, "name": "Hours", "type": "number", "position": 2},
+        {"id": 200, "sheetId": 20, "name": "Name", "type": "text", "position": 0}
+      ],
+      "rows": [
+        {"id": 1000, "sheetId": 10, "cells": {"100": "root", "101": "Done", "102": 5}, "attachments": [{"name": "a.pdf", "bytes": 100}]},
+        {"id": 1001, "sheetId": 10, "parentId": 1000, "cells": {"100": "child", "101": "Open", "102": 2}, "attachments": [{"name": "b.pdf", "bytes": 50}]},
+        {"id": 1002, "sheetId": 10, "parentId": 1001, "cells": {"100": "grandchild", "102": 1}},
+        {"id": 1003, "sheetId": 10, "cells": {"100": "other", "101": "Done", "102": 8, "103": true, "104": "2026-01-31",
+                                              "105": "2026-01-31T23:00:00-02:00", "106": "x@y.z", "107": ["a", "c"], "108": "Red"}},
+        {"id": 1100, "sheetId": 11, "cells": {"110": "stock", "111": "Done", "112": 3}},
+        {"id": 2000, "sheetId": 20, "cells": {"200": "launch"}}
+      ],
+      "shares": [{"userId": 2, "scopeType": "folder", "scopeId": 5, "role": "viewer"}],
+      "reports": [
+        {"id": 7, "projectId": 1, "ownerId": 1, "name": "Done", "definition": {"type": "row", "sources": [10, 11],
+          "columns": ["Task", "Status", "Hours"], "filter": {"all": [{"column": "Status", "op": "eq", "value": "Done"}]},
+          "sort": [{"column": "Hours", "direction": "desc"}]}},
+        {"id": 8, "projectId": 1, "ownerId": 1, "name": "By status", "definition": {"type": "summary", "sources": [10, 11],
+          "groupBy": ["Status"], "aggregates": [{"fn": "count"}, {"fn": "sum", "column": "Hours"}], "filter": null}},
+        {"id": 9, "projectId": 2, "ownerId": 2, "name": "Bob's", "definition": {"type": "row", "sources": [20], "columns": ["Name"]}}
+      ],
+      "keys": [
+        {"id": 1, "ownerId": 1, "name": "ada-write", "secret": ADA_WRITE, "grants": [{"verb": "write", "scopeType": "project", "scopeId": 1}]},
+        {"id": 2, "ownerId": 1, "name": "ada-read", "secret": ADA_READ, "grants": [{"verb": "read", "scopeType": "project", "scopeId": 1}]},
+        {"id": 3, "ownerId": 2, "name": "bob-all", "secret": BOB_ALL, "grants": [{"verb": "write", "scopeType": "account", "scopeId": null}]},
+        {"id": 4, "ownerId": 1, "name": "ada-11", "secret": ADA_SHEET11, "grants": [{"verb": "write", "scopeType": "sheet", "scopeId": 11}]}
+      ]
+    })
+}
+
+/// `(status, body as JSON (Null when empty), headers)`.
+pub type Reply = (u16, Value, HeaderMap);
+
+/// An in-process server over a data dir.
+pub struct TestServer {
+    /// `http://127.0.0.1:port/api/v1`.
+    pub base: String,
+    /// `http://127.0.0.1:port/admin/v1`.
+    pub admin: String,
+    /// The data dir (kept alive by `_dir`).
+    pub data_dir: PathBuf,
+    /// The clock the server uses.
+    pub clock: Clock,
+    /// Extra flags used at every start.
+    pub args: ServeArgs,
+    running: Option<Running>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// Serve flags for a data dir on ephemeral ports.
+pub fn args(data_dir: &Path) -> ServeArgs {
+    ServeArgs {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        admin_addr: "127.0.0.1:0".parse().unwrap(),
+        data_dir: data_dir.to_owned(),
+        seed: None,
+        no_demo: true,
+        admin_token: Some(ADMIN_TOKEN.into()),
+        rate_limit_per_minute: 100_000,
+        max_body_bytes: 16 * 1024 * 1024,
+        log_json: false,
+    }
+}
+
+impl TestServer {
+    /// A server seeded with [`fixture`].
+    pub async fn start() -> Self {
+        Self::start_with(fixture(), |_| {}).await
+    }
+
+    /// A server seeded with `fx`, after `tweak` adjusts the flags.
+    pub async fn start_with(fx: Value, tweak: impl FnOnce(&mut ServeArgs)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let seed = dir.path().join("seed.json");
+        std::fs::write(&seed, fx.to_string()).unwrap();
+        let data_dir = dir.path().join("data");
+        let mut a = args(&data_dir);
+        a.seed = Some(seed);
+        tweak(&mut a);
+        let mut s = TestServer {
+            base: String::new(),
+            admin: String::new(),
+            data_dir,
+            clock: Clock::default(),
+            args: a,
+            running: None,
+            _dir: Some(dir),
+        };
+        s.boot().await;
+        s
+    }
+
+    async fn boot(&mut self) {
+        let running = server::start(Options {
+            args: self.args.clone(),
+            clock: self.clock.clone(),
+            print_secrets: false,
+        })
+        .await
+        .expect("server starts");
+        self.base = format!("http://{}/api/v1", running.addr);
+        self.admin = format!("http://{}/admin/v1", running.admin_addr);
+        self.running = Some(running);
+    }
+
+    /// The running server's state (service, limiter...).
+    pub fn running(&self) -> &Running {
+        self.running.as_ref().expect("running")
+    }
+
+    /// Stop gracefully (drain, checkpoint, close the log).
+    pub async fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            server::stop(r).await.expect("clean stop");
+        }
+    }
+
+    /// Stop gracefully and start again on the same data dir.
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        self.boot().await;
+    }
+
+    /// A request to the public API.
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&Value>,
+    ) -> Reply {
+        self.raw(
+            method,
+            &format!("{}{path}", self.base),
+            key,
+            &[],
+            body.map(|b| b.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    /// GET with a key.
+    pub async fn get(&self, path: &str, key: &str) -> Reply {
+        self.call("GET", path, Some(key), None).await
+    }
+
+    /// POST with a key and JSON body.
+    pub async fn post(&self, path: &str, key: &str, body: &Value) -> Reply {
+        self.call("POST", path, Some(key), Some(body)).await
+    }
+
+    /// A request to the admin API with the admin token.
+    pub async fn admin_call(&self, method: &str, path: &str, body: Option<&Value>) -> Reply {
+        self.raw(
+            method,
+            &format!("{}{path}", self.admin),
+            Some(ADMIN_TOKEN),
+            &[],
+            body.map(|b| b.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    /// Any request: full URL, optional bearer, extra headers, raw body.
+    pub async fn raw(
+        &self,
+        method: &str,
+        url: &str,
+        bearer: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Reply {
+        send(method, url, bearer, headers, body).await
+    }
+}
+
+/// Send one request with a fresh client.
+pub async fn send(
+    method: &str,
+    url: &str,
+    bearer: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> Reply {
+    let client = awc::Client::builder().timeout(Duration::from_secs(60)).finish();
+    let mut req = client.request(method.parse().unwrap(), url);
+    if let Some(k) = bearer {
+        req = req.insert_header(("Authorization", format!("Bearer {k}")));
+    }
+    for (n, v) in headers {
+        req = req.insert_header((*n, *v));
+    }
+    let mut res = match body {
+        Some(b) => req.insert_header(("Content-Type", "application/json")).send_body(b).await,
+        None => req.send().await,
+    }
+    .expect("request sent");
+    let bytes = res.body().limit(256 * 1024 * 1024).await.expect("body read");
+    let json = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+    };
+    (res.status().as_u16(), json, res.headers().clone())
+}
+
+/// A body without its `requestId` (to compare two responses).
+pub fn without_request_id(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("requestId");
+    }
+    v
+}
+
+/// Assert a response is the error envelope with `code`, a `requestId` equal to `X-Request-Id`.
+pub fn assert_error(reply: &Reply, status: u16, code: &str) {
+    let (s, body, headers) = reply;
+    assert_eq!(*s, status, "status of {body}");
+    assert_eq!(body["errorCode"], code, "code of {body}");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "message of {body}");
+    let rid = body["requestId"].as_str().expect("requestId");
+    assert_eq!(headers.get("x-request-id").unwrap().to_str().unwrap(), rid);
+    let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
+    for k in &keys {
+        assert!(
+            ["errorCode", "message", "detail", "requestId"].contains(&k.as_str()),
+            "unexpected field {k} in {body}"
+        );
+    }
+}
+
+/// The built `sheetd` binary running as a child process (for SIGKILL / SIGTERM tests).
+pub struct Binary {
+    /// The child.
+    pub child: Child,
+    /// `http://127.0.0.1:port/api/v1`.
+    pub base: String,
+    /// `http://127.0.0.1:port/admin/v1`.
+    pub admin: String,
+    /// Where its stderr goes.
+    pub log: PathBuf,
+}
+
+/// A free port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Binary {
+    /// Start `sheetd serve` on `data_dir` with `extra` flags and wait for its health check.
+    pub async fn start(data_dir: &Path, extra: &[&str]) -> Self {
+        let (port, admin_port) = (free_port(), free_port());
+        let log = data_dir.with_extension(format!("log{port}"));
+        let child = Command::new(env!("CARGO_BIN_EXE_sheetd"))
+            .args([
+                "serve",
+                "--addr",
+                &format!("127.0.0.1:{port}"),
+                "--admin-addr",
+                &format!("127.0.0.1:{admin_port}"),
+            ])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--admin-token", ADMIN_TOKEN, "--rate-limit-per-minute", "1000000"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("sheetd starts");
+        let b = Binary {
+            child,
+            base: format!("http://127.0.0.1:{port}/api/v1"),
+            admin: format!("http://127.0.0.1:{admin_port}/admin/v1"),
+            log,
+        };
+        for _ in 0..600 {
+            let client = awc::Client::builder().timeout(Duration::from_secs(2)).finish();
+            if let Ok(res) = client
+                .get(format!("{}/health", b.admin))
+                .insert_header(("Authorization", format!("Bearer {ADMIN_TOKEN}")))
+                .send()
+                .await
+            {
+                if res.status().is_success() {
+                    return b;
+                }
+            }
+            actix_rt::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "sheetd did not become healthy; log: {}",
+            std::fs::read_to_string(&b.log).unwrap_or_default()
+        );
+    }
+
+    /// SIGKILL it.
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM it and wait for its exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

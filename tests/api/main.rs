@@ -1,0 +1,5 @@
+//! End-to-end tests through the real HTTP server and a real data dir: one test binary, a
+//! module per area (one binary links once).
+
+mod common;
+mod reads;
