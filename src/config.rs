@@ -27,6 +27,51 @@ pub enum Command {
         #[arg(long, env = "SHEETD_DATA_DIR", default_value = "./sheetd-data")]
         data_dir: PathBuf,
     },
+    /// Manage API keys in a data dir that no server holds open.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+/// `sheetd key create|revoke|list`: offline key management (the admin API does the same on a
+/// running server).
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Create a key and print its secret once.
+    Create {
+        /// The data dir.
+        #[arg(long, env = "SHEETD_DATA_DIR", default_value = "./sheetd-data")]
+        data_dir: PathBuf,
+        /// The user whose access the key carries.
+        #[arg(long)]
+        owner: u64,
+        /// A name to recognise the key by.
+        #[arg(long)]
+        name: String,
+        /// A grant `VERB:SCOPE_TYPE:ID` (`write:project:1`) or `VERB:account`; repeatable.
+        #[arg(long = "grant", required = true)]
+        grants: Vec<String>,
+        /// Expiry as RFC 3339 (`2027-01-31T00:00:00Z`); default one year from now.
+        #[arg(long)]
+        expires_at: Option<String>,
+    },
+    /// Revoke a key (immediate and irreversible).
+    Revoke {
+        /// The data dir.
+        #[arg(long, env = "SHEETD_DATA_DIR", default_value = "./sheetd-data")]
+        data_dir: PathBuf,
+        /// The key id.
+        #[arg(long)]
+        id: u64,
+    },
+    /// List keys (never their secrets).
+    List {
+        /// The data dir.
+        #[arg(long, env = "SHEETD_DATA_DIR", default_value = "./sheetd-data")]
+        data_dir: PathBuf,
+        /// Only this owner's keys.
+        #[arg(long)]
+        owner: Option<u64>,
+    },
 }
 
 /// `sheetd serve` flags.
@@ -59,4 +104,12 @@ pub struct ServeArgs {
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "SHEETD_LOG_JSON")]
     pub log_json: bool,
+    /// Checkpoint once this many log bytes were written since the last checkpoint (0: never by
+    /// size). Bounds the log's size and the replay at the next start.
+    #[arg(long, env = "SHEETD_CHECKPOINT_EVERY_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub checkpoint_every_bytes: u64,
+    /// Checkpoint this many seconds after the last one when anything was written since (0: never
+    /// by time). Bounds the replay of a quiet server.
+    #[arg(long, env = "SHEETD_CHECKPOINT_EVERY_SECS", default_value_t = 300)]
+    pub checkpoint_every_secs: u64,
 }

@@ -106,6 +106,8 @@ pub fn args(data_dir: &Path) -> ServeArgs {
         rate_limit_per_minute: 100_000,
         max_body_bytes: 16 * 1024 * 1024,
         log_json: false,
+        checkpoint_every_bytes: 64 * 1024 * 1024,
+        checkpoint_every_secs: 300,
     }
 }
 

@@ -192,7 +192,7 @@ fn write_group(core: &Core, group: &[Command]) -> crate::Result<()> {
             batch.insert(&key(lsn)[..], frame::encode(payload)?);
         }
     }
-    core.store.write(batch)
+    core.with_store(|store| store.write(batch))
 }
 
 /// Answers and empties the group with one shared result.

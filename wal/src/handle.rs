@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -76,8 +76,9 @@ impl Appender {
 pub(crate) struct Core {
     /// The configuration the log was opened with.
     pub(crate) config: Config,
-    /// The sled database.
-    pub(crate) store: LogStore,
+    /// The sled database; `None` once shut down, so the data dir's lock is released even
+    /// while other handles still exist (a restart in the same process must be able to open it).
+    pub(crate) store: RwLock<Option<LogStore>>,
     /// LSN assignment and the queue (see [`Appender`]).
     appender: Mutex<Appender>,
     /// Mirror of `next_lsn - 1`, readable without the mutex.
@@ -113,9 +114,19 @@ impl Core {
         if handle.join().is_err() {
             return Err(Error::CommitThreadDied);
         }
+        // The thread is gone, so nothing writes any more: close sled and release the dir.
+        drop(self.store.write().unwrap_or_else(|p| p.into_inner()).take());
         match self.failure.get() {
             Some(cause) => Err(Error::LogFailed { cause: Arc::clone(cause) }),
             None => Ok(()),
+        }
+    }
+
+    /// Run `f` on the open store, or fail with [`Error::ShutDown`] once the log is closed.
+    pub(crate) fn with_store<T>(&self, f: impl FnOnce(&LogStore) -> Result<T>) -> Result<T> {
+        match self.store.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            Some(store) => f(store),
+            None => Err(Error::ShutDown),
         }
     }
 
@@ -202,7 +213,7 @@ impl Wal {
         let (progress, _) =
             watch::channel(Progress { durable: report.last_lsn, ..Progress::default() });
         let core = Arc::new(Core {
-            store,
+            store: RwLock::new(Some(store)),
             appender: Mutex::new(Appender {
                 // Last good + 1: a dropped torn record's LSN is reused (it was never acknowledged).
                 next_lsn: report.last_lsn + 1,
@@ -428,7 +439,7 @@ impl Wal {
         *current = Some(lsn);
         core.checkpoint_lsn.store(lsn, Ordering::Release);
         lock(&core.appender).forget_through(lsn);
-        let removed = core.store.remove_through(lsn)?;
+        let removed = core.with_store(|store| store.remove_through(lsn))?;
         tracing::debug!(lsn, bytes = snapshot.len(), removed, "checkpoint written, log truncated");
         Ok(())
     }
@@ -452,7 +463,7 @@ impl Wal {
             flush_seconds_total: flush.flush_seconds_total,
             flush_latency_buckets: flush.latency_buckets.to_vec(),
             batch_size_max: flush.batch_size_max,
-            log_bytes_on_disk: core.store.size_on_disk(),
+            log_bytes_on_disk: core.with_store(|store| Ok(store.size_on_disk())).unwrap_or(0),
         }
     }
 

@@ -482,13 +482,16 @@ fn data_dir_in_use_is_a_clear_error() {
     assert!(matches!(verify(dir.path()), Err(Error::InUse { .. })));
     assert!(matches!(testing::last_frame_len(dir.path()), Err(Error::InUse { .. })));
 
-    // Shutdown alone does not release the dir while handles exist; dropping the last does.
+    // Dropping one of several handles keeps the dir; an explicit shutdown releases it even
+    // while other handles exist (they then refuse appends).
     let clone = wal.clone();
     drop(wal);
     assert!(matches!(try_recover(dir.path()), Err(Error::InUse { .. })));
-    drop(clone);
+    clone.shutdown().unwrap();
+    assert!(matches!(clone.append(b"late".to_vec()), Err(Error::ShutDown)));
     let (_wal, report, _) = recover(dir.path());
     assert_eq!(report.last_lsn, 1);
+    drop(clone);
 }
 
 #[test]
