@@ -291,24 +291,15 @@ pub struct Binary {
     pub log: PathBuf,
 }
 
-/// A free port on loopback.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 impl Binary {
-    /// Start `sheetd serve` on `data_dir` with `extra` flags and wait for its health check.
+    /// Start `sheetd serve` on `data_dir` with `extra` flags, on ports the OS picks, and wait
+    /// until its log says it serves and its health check answers.
     pub async fn start(data_dir: &Path, extra: &[&str]) -> Self {
-        let (port, admin_port) = (free_port(), free_port());
-        let log = data_dir.with_extension(format!("log{port}"));
+        static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = data_dir.with_extension(format!("log{n}"));
         let child = Command::new(env!("CARGO_BIN_EXE_sheetd"))
-            .args([
-                "serve",
-                "--addr",
-                &format!("127.0.0.1:{port}"),
-                "--admin-addr",
-                &format!("127.0.0.1:{admin_port}"),
-            ])
+            .args(["serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--admin-token", ADMIN_TOKEN, "--rate-limit-per-minute", "1000000"])
@@ -317,28 +308,29 @@ impl Binary {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("sheetd starts");
-        let b = Binary {
-            child,
-            base: format!("http://127.0.0.1:{port}/api/v1"),
-            admin: format!("http://127.0.0.1:{admin_port}/admin/v1"),
-            log,
-        };
-        for _ in 0..600 {
-            let client = awc::Client::builder().timeout(Duration::from_secs(2)).finish();
-            if let Ok(res) = client
-                .get(format!("{}/health", b.admin))
-                .insert_header(("Authorization", format!("Bearer {ADMIN_TOKEN}")))
-                .send()
-                .await
-            {
-                if res.status().is_success() {
-                    return b;
-                }
+        let mut b = Binary { child, base: String::new(), admin: String::new(), log };
+        for _ in 0..1200 {
+            let text = std::fs::read_to_string(&b.log).unwrap_or_default();
+            let field = |name: &str| {
+                text.lines().find(|l| l.contains(" serving ")).and_then(|l| {
+                    l.split_whitespace().find_map(|w| w.strip_prefix(name)).map(str::to_owned)
+                })
+            };
+            if let (Some(addr), Some(admin)) = (field("addr="), field("admin_addr=")) {
+                b.base = format!("http://{addr}/api/v1");
+                b.admin = format!("http://{admin}/admin/v1");
+                let (status, _, _) =
+                    send("GET", &format!("{}/health", b.admin), Some(ADMIN_TOKEN), &[], None).await;
+                assert_eq!(status, 200);
+                return b;
+            }
+            if let Ok(Some(status)) = b.child.try_wait() {
+                panic!("sheetd exited with {status}; log: {text}");
             }
             actix_rt::time::sleep(Duration::from_millis(50)).await;
         }
         panic!(
-            "sheetd did not become healthy; log: {}",
+            "sheetd did not start serving; log: {}",
             std::fs::read_to_string(&b.log).unwrap_or_default()
         );
     }

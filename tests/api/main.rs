@@ -2,4 +2,7 @@
 //! module per area (one binary links once).
 
 mod common;
+mod crash;
+mod limits;
 mod reads;
+mod writes;
