@@ -157,3 +157,45 @@ pub async fn request_context(
     }
     Ok(res)
 }
+
+#[cfg(test)]
+mod tests {
+    use actix_web::{middleware::from_fn, test, web, App, HttpResponse};
+
+    use super::*;
+
+    async fn boom() -> HttpResponse {
+        panic!("a bug in a handler")
+    }
+
+    #[actix_web::test]
+    async fn a_handler_panic_is_a_500_envelope_and_the_server_keeps_serving() {
+        let app = test::init_service(
+            App::new()
+                .wrap(from_fn(request_context))
+                .service(crate::routes::resource("/api/v1/boom").route(web::get().to(boom)))
+                .service(
+                    crate::routes::resource("/api/v1/fine").route(web::get().to(HttpResponse::Ok)),
+                ),
+        )
+        .await;
+        for _ in 0..2 {
+            let res =
+                test::call_service(&app, test::TestRequest::get().uri("/api/v1/boom").to_request())
+                    .await;
+            assert_eq!(res.status(), 500);
+            let rid = res.headers().get("x-request-id").unwrap().to_str().unwrap().to_owned();
+            let body: serde_json::Value = test::read_body_json(res).await;
+            assert_eq!(body["errorCode"], "internal_error");
+            assert_eq!(body["requestId"], rid);
+            assert!(
+                !body["message"].as_str().unwrap().contains("a bug"),
+                "the cause is logged, not sent"
+            );
+            let ok =
+                test::call_service(&app, test::TestRequest::get().uri("/api/v1/fine").to_request())
+                    .await;
+            assert_eq!(ok.status(), 200);
+        }
+    }
+}

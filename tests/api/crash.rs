@@ -74,10 +74,7 @@ async fn writer(base: String, n: usize, acked: Acked, stop: Arc<std::sync::atomi
 #[actix_rt::test]
 async fn sigkill_under_concurrent_writes_loses_nothing_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
-    let seed = dir.path().join("seed.json");
-    std::fs::write(&seed, fixture().to_string()).unwrap();
-    let data = dir.path().join("data");
-    let mut bin = Binary::start(&data, &["--seed", seed.to_str().unwrap()]).await;
+    let (mut bin, data) = Binary::seeded(dir.path()).await;
     let acked: Acked = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writers: Vec<_> = (0..6)

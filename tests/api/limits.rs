@@ -191,10 +191,7 @@ async fn the_key_is_free_again_after_24_hours() {
 #[actix_rt::test]
 async fn a_replay_works_after_a_sigkill_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let seed = dir.path().join("seed.json");
-    std::fs::write(&seed, fixture().to_string()).unwrap();
-    let data = dir.path().join("data");
-    let mut bin = Binary::start(&data, &["--seed", seed.to_str().unwrap()]).await;
+    let (mut bin, data) = Binary::seeded(dir.path()).await;
     let url = format!("{}/sheets/11/rows:bulkAdd", bin.base);
     let body = json!({"rows": [{"cells": {"110": "survives"}}]}).to_string().into_bytes();
     let first =

@@ -430,10 +430,7 @@ async fn a_restart_serves_identical_reads() {
 #[actix_rt::test]
 async fn a_torn_last_record_is_dropped_and_everything_before_it_is_served() {
     let dir = tempfile::tempdir().unwrap();
-    let seed = dir.path().join("seed.json");
-    std::fs::write(&seed, fixture().to_string()).unwrap();
-    let data = dir.path().join("data");
-    let mut bin = Binary::start(&data, &["--seed", seed.to_str().unwrap()]).await;
+    let (mut bin, data) = Binary::seeded(dir.path()).await;
     let add = |text: &'static str| json!({"rows": [{"cells": {"100": text}}]});
     let (_, first, _) = send(
         "POST",
