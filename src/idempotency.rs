@@ -26,9 +26,12 @@ use crate::server::AppState;
 /// The header.
 pub const HEADER: &str = "idempotency-key";
 
-/// A claimed idempotency key; released on drop unless its response was stored.
+/// A claimed idempotency key; released on drop unless its response was stored or the write
+/// was handed to a sheet actor.
 pub struct Claimed {
     state: actix_web::web::Data<AppState>,
+    /// Whether dropping releases the key; cleared by [`Claimed::hand_off`].
+    armed: bool,
     /// The key's namespace.
     pub key_id: u64,
     /// The header value.
@@ -37,10 +40,24 @@ pub struct Claimed {
     pub fingerprint: [u8; 32],
 }
 
+impl Claimed {
+    /// The write carrying this key is being queued to its sheet actor, which will store the
+    /// response in the write's own record. From here the claim must outlive the request: if
+    /// the client disconnects now, releasing the key would let a retry run the write again
+    /// before the first one has stored its response. Returns what [`release`] needs when the
+    /// write ends without a stored response.
+    pub fn hand_off(mut self) -> (u64, String) {
+        self.armed = false;
+        (self.key_id, std::mem::take(&mut self.idem_key))
+    }
+}
+
 impl Drop for Claimed {
     fn drop(&mut self) {
         // A no-op once the response is stored: only an in-progress claim is removed.
-        self.state.service.shared.idem.release(self.key_id, &self.idem_key);
+        if self.armed {
+            self.state.service.shared.idem.release(self.key_id, &self.idem_key);
+        }
     }
 }
 
@@ -50,6 +67,13 @@ pub enum Begin {
     Run(Option<Claimed>),
     /// Answer with this (a replay).
     Answer(HttpResponse),
+}
+
+/// Give back a handed-off key whose write ended without a stored response (a 5xx).
+pub fn release(state: &AppState, handed: Option<(u64, String)>) {
+    if let Some((key_id, idem_key)) = handed {
+        state.service.shared.idem.release(key_id, &idem_key);
+    }
 }
 
 /// Whether a response of this status is stored for replay (§8): every status below 500 except
@@ -93,6 +117,7 @@ pub async fn begin(
     match shared.idem.claim(caller.key.id, &key, fingerprint, shared.clock.now()) {
         Claim::Fresh => Ok(Begin::Run(Some(Claimed {
             state: state.clone(),
+            armed: true,
             key_id: caller.key.id,
             idem_key: key,
             fingerprint,

@@ -69,11 +69,14 @@ impl RowIds {
 /// The state of one idempotency key.
 #[derive(Clone, Debug)]
 enum Slot {
-    /// The first request is still running.
-    InProgress { fingerprint: [u8; 32] },
+    /// The first request is still running (since `started`).
+    InProgress { fingerprint: [u8; 32], started: Millis },
     /// Completed; replayable once `lsn` is durable.
     Done { entry: Arc<IdemEntry>, lsn: Lsn },
 }
+
+/// How long an in-progress claim may stay before it is presumed abandoned.
+const STALE_CLAIM_MS: Millis = 3600 * 1000;
 
 /// What [`IdemStore::claim`] found.
 #[derive(Debug)]
@@ -105,18 +108,18 @@ impl IdemStore {
     pub fn claim(&self, key_id: KeyId, key: &str, fingerprint: [u8; 32], now: Millis) -> Claim {
         match self.slots.entry((key_id, key.to_owned())) {
             Entry::Vacant(v) => {
-                v.insert(Slot::InProgress { fingerprint });
+                v.insert(Slot::InProgress { fingerprint, started: now });
                 Claim::Fresh
             }
             Entry::Occupied(mut o) => match o.get() {
                 Slot::Done { entry, .. } if entry.completed_at + self.window_ms <= now => {
-                    o.insert(Slot::InProgress { fingerprint });
+                    o.insert(Slot::InProgress { fingerprint, started: now });
                     Claim::Fresh
                 }
                 Slot::Done { entry, lsn } if entry.fingerprint == fingerprint => {
                     Claim::Replay(entry.clone(), *lsn)
                 }
-                Slot::InProgress { fingerprint: f } if *f == fingerprint => Claim::InProgress,
+                Slot::InProgress { fingerprint: f, .. } if *f == fingerprint => Claim::InProgress,
                 _ => Claim::Reused,
             },
         }
@@ -134,12 +137,14 @@ impl IdemStore {
         self.slots.insert(key, Slot::Done { entry: Arc::new(entry), lsn });
     }
 
-    /// Drop completed responses whose window has passed; returns how many were dropped.
+    /// Drop completed responses whose window has passed, and claims whose request never
+    /// finished (a write that could not be queued while the service stopped); returns how
+    /// many were dropped.
     pub fn purge(&self, now: Millis) -> usize {
         let before = self.slots.len();
         self.slots.retain(|_, s| match s {
             Slot::Done { entry, .. } => entry.completed_at + self.window_ms > now,
-            Slot::InProgress { .. } => true,
+            Slot::InProgress { started, .. } => *started + STALE_CLAIM_MS > now,
         });
         before - self.slots.len()
     }
@@ -258,4 +263,79 @@ pub struct Shared {
     pub idem: Arc<IdemStore>,
     /// Internal events.
     pub outbox: Arc<Outbox>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(fingerprint: [u8; 32], completed_at: Millis) -> IdemEntry {
+        IdemEntry {
+            key_id: 1,
+            idem_key: "k".into(),
+            fingerprint,
+            status: 200,
+            body: b"{}".to_vec(),
+            request_id: "req_1".into(),
+            completed_at,
+        }
+    }
+
+    #[test]
+    fn a_claim_moves_from_fresh_to_in_progress_to_replay_and_expires() {
+        let store = IdemStore::new(Duration::from_secs(10));
+        let (a, b) = ([1; 32], [2; 32]);
+        assert!(matches!(store.claim(1, "k", a, 0), Claim::Fresh));
+        assert!(matches!(store.claim(1, "k", a, 1), Claim::InProgress));
+        assert!(matches!(store.claim(1, "k", b, 1), Claim::Reused));
+        assert!(matches!(store.claim(2, "k", b, 1), Claim::Fresh), "namespaced per API key");
+        store.complete(entry(a, 5), 42);
+        store.release(1, "k");
+        assert!(
+            matches!(store.claim(1, "k", a, 6), Claim::Replay(_, 42)),
+            "release never drops a stored response"
+        );
+        assert!(matches!(store.claim(1, "k", b, 6), Claim::Reused));
+        assert!(
+            matches!(store.claim(1, "k", b, 5 + 10_000), Claim::Fresh),
+            "free again after the window"
+        );
+    }
+
+    #[test]
+    fn purge_drops_expired_responses_and_abandoned_claims_only() {
+        let store = IdemStore::new(Duration::from_secs(10));
+        store.complete(entry([1; 32], 0), 1);
+        assert!(matches!(store.claim(9, "running", [3; 32], 0), Claim::Fresh));
+        assert_eq!(store.purge(9_999), 0);
+        assert_eq!(store.purge(10_000), 1, "the response's window has passed");
+        assert_eq!(store.purge(STALE_CLAIM_MS - 1), 0);
+        assert_eq!(store.purge(STALE_CLAIM_MS), 1, "a claim nobody finished");
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn readers_see_only_events_whose_record_is_durable() {
+        let outbox = Outbox::default();
+        outbox.row_deleted(10, &[1, 2], 0, 5);
+        outbox.row_deleted(11, &[3], 0, 6);
+        let seqs = |v: Vec<Event>| v.iter().map(|e| e.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(outbox.read(0, 10, 5)), [1, 2]);
+        assert_eq!(seqs(outbox.read(0, 10, 6)), [1, 2, 3]);
+        assert_eq!(seqs(outbox.read(1, 1, 6)), [2]);
+        let (events, next) = outbox.snapshot();
+        let copy = Outbox::default();
+        copy.restore(events, next);
+        copy.row_deleted(10, &[4], 0, 7);
+        assert_eq!(seqs(copy.read(3, 10, 7)), [4], "numbering continues after a restore");
+    }
+
+    #[test]
+    fn row_ids_only_grow() {
+        let ids = RowIds::default();
+        ids.observe(41);
+        assert_eq!(ids.allocate(), 42);
+        ids.observe(10);
+        assert_eq!(ids.allocate(), 43);
+    }
 }

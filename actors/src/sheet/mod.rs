@@ -123,6 +123,14 @@ pub struct PageRows {
     pub limit: usize,
 }
 
+/// Counters, columns and the first page of rows, read at one instant (getSheet).
+#[derive(Message)]
+#[rtype(result = "(SheetSummary, Vec<Column>, RowPage)")]
+pub struct Overview {
+    /// Rows in the first page.
+    pub limit: usize,
+}
+
 /// A consistent copy of the whole sheet, with the LSN it reflects.
 #[derive(Message)]
 #[rtype(result = "SheetView")]
@@ -273,6 +281,12 @@ impl Handler<Describe> for SheetActor {
     type Result = SheetSummary;
 
     fn handle(&mut self, _: Describe, _: &mut Self::Context) -> SheetSummary {
+        self.summary()
+    }
+}
+
+impl SheetActor {
+    fn summary(&self) -> SheetSummary {
         SheetSummary {
             row_count: self.state.rows.len() as u64,
             column_count: self.state.columns.len() as u64,
@@ -281,6 +295,16 @@ impl Handler<Describe> for SheetActor {
             attachments: self.state.attachment_totals(),
             visible_lsn: self.applied_lsn,
         }
+    }
+}
+
+impl Handler<Overview> for SheetActor {
+    type Result = MessageResult<Overview>;
+
+    fn handle(&mut self, msg: Overview, _: &mut Self::Context) -> Self::Result {
+        let (rows, more) = self.state.page(None, msg.limit);
+        let page = RowPage { rows, more, visible_lsn: self.applied_lsn };
+        MessageResult((self.summary(), self.state.columns_by_position(), page))
     }
 }
 
