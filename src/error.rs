@@ -226,6 +226,13 @@ impl From<&actors::Error> for ApiError {
                 ApiError::new(Code::ValidationFailed, message.clone())
                     .with_detail(detail.clone().unwrap_or(Value::Null))
             }
+            E::Report { kind, message, detail } => {
+                let code = match kind {
+                    actors::report::ReportErrorKind::CompileFailed => Code::ReportCompileFailed,
+                    actors::report::ReportErrorKind::CapExceeded => Code::ReportCapExceeded,
+                };
+                ApiError::new(code, message.clone()).with_detail(detail.clone())
+            }
             e @ (E::Wal(_) | E::Unavailable(_)) => ApiError::internal(e),
         }
     }

@@ -8,6 +8,7 @@ use actors::model::{Column, Grant, Millis, Report, Row, ScopeType, SheetMeta, Ve
 use actors::sheet::SheetSummary;
 use serde::Serialize;
 use serde_json::{Map, Value};
+use utoipa::ToSchema;
 
 /// RFC 3339 UTC with milliseconds.
 pub fn timestamp(ms: Millis) -> Option<String> {
@@ -16,7 +17,7 @@ pub fn timestamp(ms: Millis) -> Option<String> {
 }
 
 /// A list page.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListView<T> {
     /// Items.
@@ -28,8 +29,9 @@ pub struct ListView<T> {
 }
 
 /// SheetV1.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = SheetV1)]
 pub struct SheetView {
     /// Id.
     pub id: u64,
@@ -63,7 +65,7 @@ impl SheetView {
 }
 
 /// The first page of rows inside a sheet.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RowsPage {
     /// Rows.
@@ -73,8 +75,9 @@ pub struct RowsPage {
 }
 
 /// SheetV1WithChildren.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = SheetV1WithChildren)]
 pub struct SheetWithChildrenView {
     /// The sheet's fields.
     #[serde(flatten)]
@@ -88,8 +91,9 @@ pub struct SheetWithChildrenView {
 }
 
 /// ColumnV1.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = ColumnV1)]
 pub struct ColumnView {
     /// Id.
     pub id: u64,
@@ -106,6 +110,7 @@ pub struct ColumnView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub options: Option<Vec<String>>,
     /// Primary column.
+    #[schema(required = false, default = false)]
     pub primary: bool,
 }
 
@@ -124,23 +129,26 @@ impl From<&Column> for ColumnView {
 }
 
 /// `updatedBy`.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct UpdatedBy {
     /// `api` for rows written through this API.
     pub source: String,
 }
 
 /// RowV1.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = RowV1)]
 pub struct RowView {
     /// Id.
     pub id: u64,
     /// Sheet.
     pub sheet_id: u64,
     /// Version.
+    #[schema(minimum = 1)]
     pub version: u64,
     /// Cells by column id, stored values verbatim.
+    #[schema(schema_with = crate::openapi::cells_schema)]
     pub cells: Map<String, Value>,
     /// Created.
     pub created_at: Option<String>,
@@ -165,8 +173,9 @@ impl From<&Row> for RowView {
 }
 
 /// ReportSummaryV1.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = ReportSummaryV1)]
 pub struct ReportSummaryView {
     /// Id.
     pub id: u64,
@@ -191,12 +200,15 @@ impl From<&Report> for ReportSummaryView {
 }
 
 /// ScopeGrant.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = ScopeGrant)]
 pub struct GrantView {
     /// `read` or `write`.
+    #[schema(schema_with = crate::openapi::verb_schema)]
     pub verb: &'static str,
     /// `account`, `project`, `folder` or `sheet`.
+    #[schema(schema_with = crate::openapi::scope_type_schema)]
     pub scope_type: &'static str,
     /// Object id, null for account.
     pub scope_id: Option<u64>,
@@ -221,7 +233,8 @@ impl From<&Grant> for GrantView {
 }
 
 /// RateLimit.
-#[derive(Serialize, Clone, Copy, Debug)]
+#[derive(Serialize, ToSchema, Clone, Copy, Debug)]
+#[schema(as = RateLimit)]
 pub struct RateLimitView {
     /// Ceiling per minute.
     pub limit: u64,
@@ -232,8 +245,9 @@ pub struct RateLimitView {
 }
 
 /// MeResponseV1.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = MeResponseV1)]
 pub struct MeView {
     /// Key id.
     pub key_id: u64,
@@ -248,22 +262,26 @@ pub struct MeView {
 }
 
 /// BulkResultItem.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = BulkResultItem)]
 pub struct BulkResultItemView {
     /// Position in the request.
     pub index: usize,
     /// `succeeded` or `failed`.
+    #[schema(schema_with = crate::openapi::bulk_status_schema)]
     pub status: &'static str,
     /// The row, when succeeded.
     pub row: Option<RowView>,
     /// The error envelope without requestId, when failed.
+    #[schema(value_type = Option<crate::openapi::BulkItemError>)]
     pub error: Option<Value>,
 }
 
 /// BulkWriteResponse.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = BulkWriteResponse)]
 pub struct BulkWriteView {
     /// One per input row, in order.
     pub results: Vec<BulkResultItemView>,
@@ -276,8 +294,9 @@ pub struct BulkWriteView {
 }
 
 /// A row with the request id (patchRow's response).
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = RowResponse)]
 pub struct RowResponseView {
     /// The row.
     #[serde(flatten)]
@@ -287,12 +306,102 @@ pub struct RowResponseView {
 }
 
 /// A report summary with the request id (getReport's response).
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = ReportSummaryResponse)]
 pub struct ReportResponseView {
     /// The report.
     #[serde(flatten)]
     pub report: ReportSummaryView,
+    /// Request id.
+    pub request_id: String,
+}
+
+/// One output column of a report run.
+#[derive(Serialize, ToSchema)]
+#[schema(as = ReportColumn)]
+pub struct ReportColumnView {
+    /// 1, 2, 3 … in output order.
+    pub id: u64,
+    /// The source column's name, or the aggregate's (`sum(Hours)`).
+    pub name: String,
+    /// The column type (`text` when sources disagree; `number` for count, sum, avg).
+    #[serde(rename = "type")]
+    pub ty: &'static str,
+}
+
+/// One output row of a report run.
+#[derive(Serialize, ToSchema)]
+#[schema(as = ReportRow)]
+pub struct ReportRowView {
+    /// Values keyed by output column id as a string.
+    #[schema(schema_with = crate::openapi::cells_schema)]
+    pub cells: Map<String, Value>,
+}
+
+/// ReportRun.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = ReportRun)]
+pub struct ReportRunDataView {
+    /// The report.
+    pub report_id: u64,
+    /// Its name.
+    pub report_name: String,
+    /// `flat` (row reports) or `aggregated` (summary reports).
+    #[schema(schema_with = crate::openapi::report_mode_schema)]
+    pub mode: &'static str,
+    /// Output columns.
+    pub columns: Vec<ReportColumnView>,
+    /// This page's rows.
+    pub rows: Vec<ReportRowView>,
+    /// Rows read from readable sources.
+    pub scanned_rows: u64,
+    /// Rows (flat) or groups (aggregated) in the whole result.
+    pub total_matched: u64,
+    /// Sources skipped because the key cannot read them (or they are gone).
+    pub sources_omitted_for_access: u64,
+}
+
+impl ReportRunDataView {
+    /// From the report and one page of its run.
+    pub fn new(report: &Report, page: actors::report::RunPage) -> Self {
+        let ids: Vec<String> = (1..=page.columns.len()).map(|i| i.to_string()).collect();
+        ReportRunDataView {
+            report_id: report.id,
+            report_name: report.name.clone(),
+            mode: page.mode.as_str(),
+            columns: page
+                .columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| ReportColumnView {
+                    id: i as u64 + 1,
+                    name: c.name.clone(),
+                    ty: c.ty.as_str(),
+                })
+                .collect(),
+            rows: page
+                .rows
+                .into_iter()
+                .map(|values| ReportRowView { cells: ids.iter().cloned().zip(values).collect() })
+                .collect(),
+            scanned_rows: page.scanned_rows,
+            total_matched: page.total_matched,
+            sources_omitted_for_access: page.sources_omitted,
+        }
+    }
+}
+
+/// ReportRunEnvelopeV1 (runReport's response).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = ReportRunEnvelopeV1)]
+pub struct ReportRunView {
+    /// The run.
+    pub data: ReportRunDataView,
+    /// Cursor of the next page, null on the last.
+    pub next_cursor: Option<String>,
     /// Request id.
     pub request_id: String,
 }

@@ -50,6 +50,16 @@ pub enum Error {
     /// An actor's mailbox is closed (the service is shutting down).
     #[error("the {0} actor is not running")]
     Unavailable(&'static str),
+    /// A saved report cannot run: its definition does not compile, or the run exceeds a cap.
+    #[error("{message}")]
+    Report {
+        /// Compile failure or cap.
+        kind: crate::report::ReportErrorKind,
+        /// A sentence for the report's author, naming the problem.
+        message: String,
+        /// Where and what: `{"path", "column", "reason"}` or `{"cap", "limit", "value"}`.
+        detail: serde_json::Value,
+    },
 }
 
 impl Error {

@@ -7,6 +7,7 @@
 //! - [`directory`]: the directory / key-registry actor and the one access rule.
 //! - [`sheet`]: the [`SheetActor`], the one writer of a sheet's rows.
 //! - [`registry`]: where sheet actors live (spread over one arbiter per core).
+//! - [`report`]: the [`ReportRunner`]: saved report definitions, compiled and run over snapshots.
 //! - [`record`]: what the domain writes to the log.
 //! - [`shared`]: the clock, the row-id counter, idempotency and event side stores.
 //! - [`fixture`]: the fixture format, validated into an import.
@@ -27,11 +28,13 @@ pub mod fixture;
 pub mod model;
 pub mod record;
 pub mod registry;
+pub mod report;
 pub mod service;
 pub mod shared;
 pub mod sheet;
 
 pub use directory::{DirectoryActor, DirectoryState, Target};
 pub use error::{Error, Result};
+pub use report::ReportRunner;
 pub use service::{Service, ServiceConfig};
 pub use sheet::SheetActor;

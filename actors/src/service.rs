@@ -38,8 +38,9 @@ use crate::error::{Error, Result};
 use crate::model::{RowId, SheetId};
 use crate::record::{IdemEntry, Record};
 use crate::registry::SheetRegistry;
+use crate::report::ReportRunner;
 use crate::shared::{Clock, Event, IdemStore, Outbox, RowIds, Shared};
-use crate::sheet::{SheetState, Snapshot};
+use crate::sheet::{SheetActor, SheetState, Snapshot};
 
 /// How long an idempotent response is replayed.
 pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -76,7 +77,13 @@ struct Rebuild {
     outbox: Arc<Outbox>,
     row_ids: Arc<RowIds>,
     now: i64,
+    /// Records replayed so far, and when progress was last logged (a long replay logs every
+    /// [`PROGRESS_EVERY`] so an operator sees it is moving).
+    progress: (u64, std::time::Instant),
 }
+
+/// How often a long replay logs its progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
 impl wal::Replayer for Rebuild {
     fn checkpoint(
@@ -102,6 +109,12 @@ impl wal::Replayer for Rebuild {
         lsn: Lsn,
         payload: &[u8],
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.progress.0 += 1;
+        // Reading the clock every 1024 records keeps its cost out of the replay.
+        if self.progress.0 % 1024 == 0 && self.progress.1.elapsed() >= PROGRESS_EVERY {
+            self.progress.1 = std::time::Instant::now();
+            tracing::info!(records_replayed = self.progress.0, lsn, "replaying the log");
+        }
         match codec::decode::<Record>(payload)? {
             Record::Import(batch) => {
                 if lsn > self.directory_lsn {
@@ -212,6 +225,7 @@ pub struct Service {
     directory: Addr<DirectoryActor>,
     published: PublishedDirectory,
     sheets: SheetRegistry,
+    reports: Addr<ReportRunner>,
     _arbiters: Arc<Vec<Arbiter>>,
 }
 
@@ -225,6 +239,7 @@ fn rebuild(shared_parts: (&Arc<IdemStore>, &Arc<Outbox>, &Arc<RowIds>), now: i64
         outbox: shared_parts.1.clone(),
         row_ids: shared_parts.2.clone(),
         now,
+        progress: (0, std::time::Instant::now()),
     }
 }
 
@@ -256,8 +271,16 @@ impl Service {
         let actor =
             DirectoryActor::new(directory, published.clone(), shared.clone(), sheets.clone());
         let directory = actor.start();
+        let reports = ReportRunner::new(sheets.clone(), shared.clone()).start();
         Ok((
-            Service { shared, directory, published, sheets, _arbiters: Arc::new(arbiters) },
+            Service {
+                shared,
+                directory,
+                published,
+                sheets,
+                reports,
+                _arbiters: Arc::new(arbiters),
+            },
             report,
         ))
     }
@@ -278,7 +301,8 @@ impl Service {
             reports: d.reports.len(),
             ..Default::default()
         };
-        for (state, _, _) in rebuild.sheets.values() {
+        for (state, _, _) in rebuild.sheets.values_mut() {
+            state.reindex();
             counts.rows += state.rows.len() as u64;
             let (n, bytes) = state.attachment_totals();
             counts.attachments += n;
@@ -295,6 +319,11 @@ impl Service {
     /// The directory actor (for admin changes).
     pub fn directory_actor(&self) -> &Addr<DirectoryActor> {
         &self.directory
+    }
+
+    /// The report runner.
+    pub fn reports(&self) -> &Addr<ReportRunner> {
+        &self.reports
     }
 
     /// The actor of a sheet.
@@ -375,5 +404,3 @@ impl Service {
         Ok(counts)
     }
 }
-
-use crate::sheet::SheetActor;

@@ -1,0 +1,536 @@
+//! The [`ReportRunner`]: runs saved reports over their source sheets and pages the result.
+//!
+//! # A run, step by step
+//!
+//! 1. **Parse** the saved definition ([`definition`]). Definitions are saved unchecked, so a bad
+//!    one fails here with `report_compile_failed`, never with a 500.
+//! 2. **Access**: each listed source the caller cannot read (key scope ∩ the key owner's live
+//!    access, decided by the caller-supplied predicate), or that no longer exists, is dropped
+//!    and only counted (`sourcesOmittedForAccess`). Nothing of it is read afterwards.
+//! 3. **Snapshot** every readable source by messaging its [`SheetActor`] ([`Snapshot`]): an O(1)
+//!    copy of its persistent row map. No sheet actor is held while rows are scanned; writers
+//!    keep going on their own copy.
+//! 4. **Compile** the definition against the readable sources' columns into a [`Plan`]
+//!    ([`compile`]): unknown columns, `sum` of text and the like fail here, before a row is read.
+//! 5. **Caps**: more sources listed than [`Caps::max_sources`], or more rows in the readable
+//!    sources than [`Caps::max_scanned_rows`], fail with `report_cap_exceeded`. Both are decided
+//!    from counts, before the scan.
+//! 6. **Run** the plan on a blocking thread ([`run`]): scan, filter, sort, group, aggregate,
+//!    producing the whole ordered result, or take it from the [result cache](#result-cache).
+//! 7. **Wait** until the newest LSN any snapshot reflects is durable, then cut the page.
+//!
+//! The order of checks is the contract's: the HTTP layer answers 404 and 402 before sending
+//! [`RunReport`]; this actor answers 422 (steps 1 and 4) before 413 (step 5).
+//!
+//! # Paging
+//!
+//! A result has a total order (see [`run`]), and a page is `limit` rows from an offset carried
+//! in the cursor. While the data does not change, pages neither skip nor repeat. When a source
+//! changes between pages the next page is cut from the new result at the same offset.
+//!
+//! # Result cache
+//!
+//! Paging through a large report would rescan every source per page. So the runner keeps the
+//! whole ordered result of recent runs, keyed by everything the result depends on: the report
+//! id, the API key id, each readable source with the LSN its snapshot reflects, and a SHA-256 of
+//! the definition. A page request whose snapshots show the same sources at the same LSNs reuses
+//! the result; any write to a source (new LSN), a change of access (another set of readable
+//! sources) or another key misses. Entries live [`CACHE_TTL`] (30 s) and at most
+//! [`CACHE_ENTRIES`] are kept (the oldest is dropped first). A flat result holds row
+//! references into the snapshots (16 bytes per matching row; the rows themselves are shared
+//! with the sheet's persistent map), so an entry costs little beyond what the sheets already
+//! hold, except that it keeps the snapshot's version of rows written since alive until it
+//! expires. Aggregated results hold their (few) output rows.
+
+pub mod compile;
+pub mod definition;
+pub mod run;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures_util::future::try_join_all;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use wal::Lsn;
+
+use crate::error::{Error, Result};
+use crate::model::{KeyId, ReportId, SheetId};
+use crate::registry::SheetRegistry;
+use crate::shared::Shared;
+use crate::sheet::{SheetActor, Snapshot};
+pub use compile::{Mode, OutputColumn, Plan};
+pub use definition::Definition;
+pub use run::{RunResult, Source};
+
+/// How long a run's result is reused for later pages.
+pub const CACHE_TTL: Duration = Duration::from_secs(30);
+/// Most results kept at once.
+pub const CACHE_ENTRIES: usize = 16;
+
+/// Why a report cannot run (the HTTP layer maps each to one error code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportErrorKind {
+    /// The definition cannot be compiled (`report_compile_failed`, 422).
+    CompileFailed,
+    /// The run exceeds a cap (`report_cap_exceeded`, 413).
+    CapExceeded,
+}
+
+/// A `report_compile_failed` error.
+pub(crate) fn compile_error(message: impl Into<String>, detail: Value) -> Error {
+    Error::Report { kind: ReportErrorKind::CompileFailed, message: message.into(), detail }
+}
+
+/// The limits of one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    /// Most sources a definition may list (`--report-max-sources`).
+    pub max_sources: usize,
+    /// Most rows a run may read from its readable sources (`--report-max-scanned-rows`).
+    pub max_scanned_rows: u64,
+}
+
+impl Default for Caps {
+    /// 50 sources, 1,000,000 rows.
+    fn default() -> Self {
+        Caps { max_sources: 50, max_scanned_rows: 1_000_000 }
+    }
+}
+
+/// Refuse a run over a cap: too many sources listed, or too many rows to scan in the readable
+/// sources.
+///
+/// # Errors
+///
+/// `report_cap_exceeded` with `detail: {"cap", "limit", "value"}`.
+pub fn check_caps(def: &Definition, sources: &[Source], caps: Caps) -> Result<()> {
+    let listed = def.sources.len();
+    if listed > caps.max_sources {
+        return Err(Error::Report {
+            kind: ReportErrorKind::CapExceeded,
+            message: format!(
+                "The report lists {listed} sources; a run may read at most {}.",
+                caps.max_sources
+            ),
+            detail: json!({"cap": "maxSources", "limit": caps.max_sources, "value": listed}),
+        });
+    }
+    let rows: u64 = sources.iter().map(|s| s.rows.len() as u64).sum();
+    if rows > caps.max_scanned_rows {
+        return Err(Error::Report {
+            kind: ReportErrorKind::CapExceeded,
+            message: format!(
+                "The report would scan {rows} rows; a run may scan at most {}.",
+                caps.max_scanned_rows
+            ),
+            detail: json!({"cap": "maxScannedRows", "limit": caps.max_scanned_rows, "value": rows}),
+        });
+    }
+    Ok(())
+}
+
+/// The whole pipeline on given sources, without actors: parse, compile, caps, run.
+/// `sources` are the readable sources in definition order.
+///
+/// # Errors
+///
+/// `report_compile_failed` or `report_cap_exceeded`.
+pub fn evaluate(definition: &Value, sources: &[Source], caps: Caps) -> Result<RunResult> {
+    let def = definition::parse(definition)?;
+    let plan = compile::compile(&def, sources)?;
+    check_caps(&def, sources, caps)?;
+    Ok(run::execute(&plan, sources))
+}
+
+/// Who may read a source: `true` when the caller can read the sheet.
+pub type CanRead = Box<dyn Fn(SheetId) -> bool + Send>;
+
+/// Run a saved report and return one page of its result.
+#[derive(Message)]
+#[rtype(result = "Result<RunPage>")]
+pub struct RunReport {
+    /// The report.
+    pub report_id: ReportId,
+    /// Its saved definition.
+    pub definition: Value,
+    /// The API key running it (results are cached per key).
+    pub key_id: KeyId,
+    /// Whether the caller can read a sheet (key scope ∩ the owner's live access).
+    pub can_read: CanRead,
+    /// Position of the page's first row in the result.
+    pub offset: u64,
+    /// Rows per page.
+    pub limit: usize,
+    /// The run's caps.
+    pub caps: Caps,
+}
+
+/// One page of a run.
+#[derive(Clone, Debug)]
+pub struct RunPage {
+    /// Flat or aggregated.
+    pub mode: Mode,
+    /// Output columns (ids are positions plus one).
+    pub columns: Vec<OutputColumn>,
+    /// The page's rows: a value per output column.
+    pub rows: Vec<Vec<Value>>,
+    /// Rows read from readable sources.
+    pub scanned_rows: u64,
+    /// Rows or groups in the whole result.
+    pub total_matched: u64,
+    /// Sources skipped as unreadable or gone.
+    pub sources_omitted: u64,
+    /// Offset of the next page, when more rows follow.
+    pub next_offset: Option<u64>,
+}
+
+/// How the result cache has done since start (for tests and metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, MessageResponse)]
+pub struct CacheStats {
+    /// Runs answered from the cache.
+    pub hits: u64,
+    /// Runs that scanned.
+    pub misses: u64,
+    /// Results held now.
+    pub entries: usize,
+}
+
+/// Ask for the [`CacheStats`].
+#[derive(Message)]
+#[rtype(result = "CacheStats")]
+pub struct GetCacheStats;
+
+/// What a cached result depends on.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct CacheKey {
+    report_id: ReportId,
+    key_id: KeyId,
+    /// Each readable source and the LSN its snapshot reflects, in definition order.
+    sources: Vec<(SheetId, Lsn)>,
+    /// SHA-256 of the definition's JSON text.
+    definition: [u8; 32],
+}
+
+/// Recent results (see the module docs). Time is passed in, so tests need no sleeping.
+struct ResultCache {
+    entries: HashMap<CacheKey, (Instant, Arc<RunResult>)>,
+    ttl: Duration,
+    capacity: usize,
+    stats: CacheStats,
+}
+
+impl ResultCache {
+    fn new(ttl: Duration, capacity: usize) -> Self {
+        ResultCache { entries: HashMap::new(), ttl, capacity, stats: CacheStats::default() }
+    }
+
+    fn get(&mut self, key: &CacheKey, now: Instant) -> Option<Arc<RunResult>> {
+        let found = match self.entries.get(key) {
+            Some((at, r)) if now.duration_since(*at) < self.ttl => Some(r.clone()),
+            Some(_) => {
+                self.entries.remove(key);
+                None
+            }
+            None => None,
+        };
+        match found {
+            Some(_) => self.stats.hits += 1,
+            None => self.stats.misses += 1,
+        }
+        found
+    }
+
+    fn put(&mut self, key: CacheKey, result: Arc<RunResult>, now: Instant) {
+        let ttl = self.ttl;
+        self.entries.retain(|_, (at, _)| now.duration_since(*at) < ttl);
+        while self.entries.len() >= self.capacity {
+            let Some(oldest) =
+                self.entries.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            self.entries.remove(&oldest);
+        }
+        if self.capacity > 0 {
+            self.entries.insert(key, (now, result));
+        }
+    }
+
+    fn stats(&self) -> CacheStats {
+        CacheStats { entries: self.entries.len(), ..self.stats }
+    }
+}
+
+/// Runs saved reports. Holds no sheet data of its own: it reaches sheets only through their
+/// actors' messages, and keeps recent results in its cache.
+pub struct ReportRunner {
+    sheets: SheetRegistry,
+    shared: Shared,
+    cache: Arc<Mutex<ResultCache>>,
+}
+
+impl ReportRunner {
+    /// A runner over the sheet actors of `sheets`.
+    pub fn new(sheets: SheetRegistry, shared: Shared) -> Self {
+        ReportRunner {
+            sheets,
+            shared,
+            cache: Arc::new(Mutex::new(ResultCache::new(CACHE_TTL, CACHE_ENTRIES))),
+        }
+    }
+}
+
+impl Actor for ReportRunner {
+    type Context = Context<Self>;
+}
+
+fn lock(cache: &Mutex<ResultCache>) -> std::sync::MutexGuard<'_, ResultCache> {
+    // The cache holds no invariant a panic could break half-way: keep using it.
+    cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Handler<RunReport> for ReportRunner {
+    type Result = ResponseFuture<Result<RunPage>>;
+
+    fn handle(&mut self, msg: RunReport, _: &mut Self::Context) -> Self::Result {
+        let def = match definition::parse(&msg.definition) {
+            Ok(d) => d,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let mut readable: Vec<(SheetId, Addr<SheetActor>)> = Vec::new();
+        for &id in &def.sources {
+            if let Some(addr) = self.sheets.get(id).filter(|_| (msg.can_read)(id)) {
+                readable.push((id, addr));
+            }
+        }
+        let sources_omitted = (def.sources.len() - readable.len()) as u64;
+        let digest: [u8; 32] = Sha256::digest(msg.definition.to_string().as_bytes()).into();
+        let (cache, wal) = (self.cache.clone(), self.shared.wal.clone());
+        Box::pin(async move {
+            let views = try_join_all(readable.iter().map(|(_, a)| a.send(Snapshot))).await?;
+            let lsn = views.iter().map(|v| v.lsn).max().unwrap_or(0);
+            let key = CacheKey {
+                report_id: msg.report_id,
+                key_id: msg.key_id,
+                sources: readable.iter().zip(&views).map(|((id, _), v)| (*id, v.lsn)).collect(),
+                definition: digest,
+            };
+            let sources: Vec<Source> = readable
+                .iter()
+                .zip(views)
+                .map(|((id, _), v)| Source { sheet_id: *id, columns: v.columns, rows: v.rows })
+                .collect();
+            let plan = compile::compile(&def, &sources)?;
+            check_caps(&def, &sources, msg.caps)?;
+            let hit = lock(&cache).get(&key, Instant::now());
+            let result = match hit {
+                Some(r) => r,
+                None => {
+                    let r = tokio::task::spawn_blocking(move || run::execute(&plan, &sources))
+                        .await
+                        .map_err(|_| Error::Unavailable("report runner"))?;
+                    let r = Arc::new(r);
+                    lock(&cache).put(key, r.clone(), Instant::now());
+                    r
+                }
+            };
+            wal.wait_durable(lsn).await?;
+            let offset = usize::try_from(msg.offset).unwrap_or(usize::MAX);
+            let rows = result.page(offset, msg.limit);
+            let end = offset.saturating_add(rows.len());
+            let next_offset = (!rows.is_empty() && end < result.len()).then_some(end as u64);
+            Ok(RunPage {
+                mode: result.mode,
+                columns: result.columns.clone(),
+                rows,
+                scanned_rows: result.scanned_rows,
+                total_matched: result.total_matched,
+                sources_omitted,
+                next_offset,
+            })
+        })
+    }
+}
+
+impl Handler<GetCacheStats> for ReportRunner {
+    type Result = CacheStats;
+
+    fn handle(&mut self, _: GetCacheStats, _: &mut Self::Context) -> CacheStats {
+        lock(&self.cache).stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use imbl::OrdMap;
+
+    use super::*;
+    use crate::model::{Column, ColumnType, Json, Row};
+
+    fn source(sheet_id: SheetId, rows: u64) -> Source {
+        Source {
+            sheet_id,
+            columns: vec![Column {
+                id: sheet_id * 10,
+                sheet_id,
+                name: "N".into(),
+                ty: ColumnType::Number,
+                position: 0,
+                options: None,
+                primary: false,
+            }],
+            rows: (0..rows)
+                .map(|i| {
+                    let id = sheet_id * 1000 + i;
+                    let row = Row {
+                        id,
+                        sheet_id,
+                        parent_id: None,
+                        version: 1,
+                        cells: [(sheet_id * 10, Json(json!(i)))].into_iter().collect(),
+                        attachments: Vec::new(),
+                        created_at: 0,
+                        updated_at: 0,
+                        source: "import".into(),
+                    };
+                    (id, row)
+                })
+                .collect::<OrdMap<_, _>>(),
+        }
+    }
+
+    fn cap_detail(r: Result<RunResult>) -> Value {
+        match r {
+            Err(Error::Report { kind: ReportErrorKind::CapExceeded, detail, .. }) => detail,
+            other => panic!("expected a cap error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn caps_come_after_compile_errors() {
+        let caps = Caps { max_sources: 1, max_scanned_rows: 3 };
+        let sources = [source(1, 2), source(2, 2)];
+        let def = json!({"type": "summary", "sources": [1, 2], "aggregates": [{"fn": "sum", "column": "N"}]});
+        assert_eq!(
+            cap_detail(evaluate(&def, &sources, caps)),
+            json!({"cap": "maxSources", "limit": 1, "value": 2})
+        );
+        let caps = Caps { max_sources: 2, ..caps };
+        assert_eq!(
+            cap_detail(evaluate(&def, &sources, caps)),
+            json!({"cap": "maxScannedRows", "limit": 3, "value": 4})
+        );
+        // Only readable sources count towards the rows cap.
+        let r = evaluate(&def, &sources[..1], caps).unwrap();
+        assert_eq!((r.scanned_rows, r.page(0, 1)), (2, vec![vec![json!(1)]]));
+        // A compile error wins over both caps.
+        let bad = json!({"type": "summary", "sources": [1, 2, 3], "aggregates": [{"fn": "sum", "column": "X"}]});
+        assert!(matches!(
+            evaluate(&bad, &sources, caps),
+            Err(Error::Report { kind: ReportErrorKind::CompileFailed, .. })
+        ));
+        assert_eq!(Caps::default(), Caps { max_sources: 50, max_scanned_rows: 1_000_000 });
+    }
+
+    /// Through the real actors: snapshots, access, the cache, and a write invalidating it.
+    #[actix_rt::test]
+    async fn runner_pages_through_snapshots_and_caches_per_lsn() {
+        use crate::directory::Import;
+        use crate::sheet::BulkAdd;
+        use crate::{Service, ServiceConfig};
+
+        let dir = tempfile::tempdir().unwrap();
+        let (service, _) = Service::open(ServiceConfig {
+            data_dir: dir.path().to_owned(),
+            sheet_threads: 1,
+            clock: Default::default(),
+        })
+        .unwrap();
+        let fixture = serde_json::from_value(json!({
+            "users": [{"id": 1, "name": "ada", "plan": "paid"}],
+            "projects": [{"id": 1, "name": "P", "ownerId": 1}],
+            "sheets": [{"id": 10, "projectId": 1, "name": "A"}, {"id": 11, "projectId": 1, "name": "B"}],
+            "columns": [{"id": 100, "sheetId": 10, "name": "N", "type": "number", "position": 0},
+                        {"id": 110, "sheetId": 11, "name": "N", "type": "number", "position": 0}],
+            "rows": [{"id": 1, "sheetId": 10, "cells": {"100": 3}}, {"id": 2, "sheetId": 10, "cells": {"100": 1}},
+                     {"id": 3, "sheetId": 11, "cells": {"110": 2}}]
+        }))
+        .unwrap();
+        service.directory_actor().send(Import(fixture)).await.unwrap().unwrap();
+        let definition = json!({"type": "row", "sources": [10, 11, 99], "columns": ["N"], "sort": [{"column": "N"}]});
+        let run = |offset: u64, readable: &'static [SheetId]| RunReport {
+            report_id: 7,
+            definition: definition.clone(),
+            key_id: 1,
+            can_read: Box::new(move |id| readable.contains(&id)),
+            offset,
+            limit: 2,
+            caps: Caps::default(),
+        };
+        let reports = service.reports();
+        let first = reports.send(run(0, &[10, 11, 99])).await.unwrap().unwrap();
+        assert_eq!(first.rows, [vec![json!(1)], vec![json!(2)]]);
+        assert_eq!((first.next_offset, first.total_matched, first.scanned_rows), (Some(2), 3, 3));
+        assert_eq!(first.sources_omitted, 1, "sheet 99 does not exist");
+        let second = reports.send(run(2, &[10, 11, 99])).await.unwrap().unwrap();
+        assert_eq!((second.rows, second.next_offset), (vec![vec![json!(3)]], None));
+        assert_eq!(
+            reports.send(GetCacheStats).await.unwrap(),
+            CacheStats { hits: 1, misses: 1, entries: 1 }
+        );
+
+        // Another set of readable sources is another result.
+        let only_ten = reports.send(run(0, &[10])).await.unwrap().unwrap();
+        assert_eq!((only_ten.total_matched, only_ten.sources_omitted), (2, 2));
+        // A write moves the sheet's LSN: the next page is computed afresh and sees it.
+        let addr = service.sheet(11).unwrap();
+        let mut cells = serde_json::Map::new();
+        cells.insert("110".into(), json!(0));
+        let reply = addr.send(BulkAdd { items: vec![cells], cap: 100, idem: None }).await.unwrap();
+        assert!(reply.result.is_ok());
+        let fresh = reports.send(run(0, &[10, 11, 99])).await.unwrap().unwrap();
+        assert_eq!((fresh.rows, fresh.total_matched), (vec![vec![json!(0)], vec![json!(1)]], 4));
+        assert_eq!(
+            reports.send(GetCacheStats).await.unwrap(),
+            CacheStats { hits: 1, misses: 3, entries: 3 }
+        );
+        service.shared.wal.shutdown().unwrap();
+    }
+
+    fn key(n: u64) -> CacheKey {
+        CacheKey { report_id: n, key_id: 1, sources: vec![(1, n)], definition: [0; 32] }
+    }
+
+    #[test]
+    fn cache_expires_and_evicts_the_oldest() {
+        let result = Arc::new(
+            evaluate(
+                &json!({"type": "row", "sources": [1], "columns": ["N"]}),
+                &[source(1, 3)],
+                Caps::default(),
+            )
+            .unwrap(),
+        );
+        let mut cache = ResultCache::new(Duration::from_secs(30), 2);
+        let t0 = Instant::now();
+        assert!(cache.get(&key(1), t0).is_none());
+        cache.put(key(1), result.clone(), t0);
+        assert!(cache.get(&key(1), t0 + Duration::from_secs(29)).is_some());
+        assert!(cache.get(&key(1), t0 + Duration::from_secs(30)).is_none(), "expired");
+        assert_eq!(cache.stats(), CacheStats { hits: 1, misses: 2, entries: 0 });
+        cache.put(key(1), result.clone(), t0);
+        cache.put(key(2), result.clone(), t0 + Duration::from_secs(1));
+        cache.put(key(3), result.clone(), t0 + Duration::from_secs(2));
+        assert_eq!(cache.entries.len(), 2);
+        assert!(cache.get(&key(1), t0 + Duration::from_secs(2)).is_none(), "the oldest went first");
+        assert!(cache.get(&key(2), t0 + Duration::from_secs(2)).is_some());
+        assert!(cache.get(&key(3), t0 + Duration::from_secs(2)).is_some());
+        // Another LSN of a source is another key.
+        let mut moved = key(3);
+        moved.sources[0].1 += 1;
+        assert!(cache.get(&moved, t0 + Duration::from_secs(2)).is_none());
+    }
+}

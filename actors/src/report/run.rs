@@ -1,0 +1,868 @@
+//! Running a compiled [`Plan`] over copies of its sources: scan, filter, sort, group, aggregate.
+//!
+//! Everything here is a pure function of the plan and the sources' rows (persistent copies
+//! taken by the sheet actors in O(1)), so it runs on a blocking thread, outside every actor, and
+//! is benchmarked directly (`benches/report_run.rs`).
+//!
+//! # Cell semantics
+//!
+//! A cell is read as its *value*: the wrappers `{value, format}` and `{formula, value}` count as
+//! their `value` (a formula without one counts as `null`). A column a source lacks reads as
+//! `null` in that source. Values are compared as follows ([`CellRef`]):
+//!
+//! - **Blank** is a missing cell, `null`, `""` or `[]`. `is_blank` matches it; `eq`, `in` and
+//!   the ordering operators never do; `ne` always does (it is the negation of `eq`).
+//! - Numbers compare numerically; strings (text, dates, datetimes, options, contacts) compare
+//!   by their characters (case-sensitive), which orders ISO dates and UTC datetimes by time.
+//! - A comparison between different kinds (a number against a string) is not a match.
+//! - `contains` is a case-insensitive substring test on a string cell, and an exact membership
+//!   test on a list cell (`multi_select`). `in` matches a cell equal to any listed value.
+//! - A list cell `eq` a string matches when the list is exactly that one string; `eq` a list
+//!   matches the same set of strings.
+//!
+//! # Order
+//!
+//! Sorting and grouping use one total order: by kind first (numbers, strings, booleans,
+//! lists, anything else), then by value; blanks come **last in either direction**.
+//!
+//! - Flat results: the definition's sort keys, then the order of the sources in the
+//!   definition, then row id. Every row has a distinct position, so a result read page by page
+//!   neither skips nor repeats while the data does not change.
+//! - Aggregated results: the sort keys (which name output columns), then the group key values
+//!   in ascending order. Group keys are distinct, so the order is total as well.
+//!
+//! # Groups and aggregates
+//!
+//! Blank cells form one group whose key is `null`. The key shown for a group is the value of its
+//! first row (in source order). A summary without `groupBy` always has exactly one group, also
+//! over zero rows. `count` counts rows, or non-blank cells of its column; `sum` and `avg` add
+//! the number cells of their column (`sum` of nothing is `0`, `avg` of nothing is `null`); `min`
+//! and `max` take the least and greatest non-blank value in the order above (`null` if none).
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
+use imbl::OrdMap;
+use serde_json::Value;
+
+use super::compile::{Mode, OutputColumn, Plan, Predicate, Shape};
+use super::definition::{AggFn, Direction, Op};
+use crate::model::{Column, ColumnId, Row, RowId, SheetId};
+
+/// One readable source: a copy of a sheet's columns and rows.
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// The sheet.
+    pub sheet_id: SheetId,
+    /// Its columns, by position.
+    pub columns: Vec<Column>,
+    /// Its rows by id (a persistent map: cloning it is O(1)).
+    pub rows: OrdMap<RowId, Row>,
+}
+
+/// The whole ordered result of a run; pages are cut from it.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    /// `flat` or `aggregated`.
+    pub mode: Mode,
+    /// Output columns (ids are their positions plus one).
+    pub columns: Vec<OutputColumn>,
+    /// Rows read from readable sources.
+    pub scanned_rows: u64,
+    /// Rows (flat) or groups (aggregated) in the whole result.
+    pub total_matched: u64,
+    output: Output,
+}
+
+/// The ordered output. Flat results keep row references into the sources' persistent maps
+/// (16 bytes per matching row) instead of copies of their cells, so a cached result of a large
+/// report stays small.
+#[derive(Clone, Debug)]
+enum Output {
+    Flat {
+        /// The sources' rows, in source order.
+        rows: Vec<OrdMap<RowId, Row>>,
+        /// `select[source][output column]`: the column id read for each output column.
+        select: Vec<Vec<Option<ColumnId>>>,
+        /// `(source index, row id)` of every matching row, in result order.
+        order: Vec<(u32, RowId)>,
+    },
+    Grid(Vec<Vec<Value>>),
+}
+
+impl RunResult {
+    /// Rows (flat) or groups (aggregated) in the result.
+    pub fn len(&self) -> usize {
+        match &self.output {
+            Output::Flat { order, .. } => order.len(),
+            Output::Grid(rows) => rows.len(),
+        }
+    }
+
+    /// Whether the result is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Up to `limit` output rows from position `offset`, each a value per output column.
+    pub fn page(&self, offset: usize, limit: usize) -> Vec<Vec<Value>> {
+        let end = offset.saturating_add(limit).min(self.len());
+        let range = offset.min(end)..end;
+        match &self.output {
+            Output::Flat { rows, select, order } => order[range]
+                .iter()
+                .map(|&(s, id)| {
+                    let row = rows[s as usize].get(&id);
+                    select[s as usize].iter().map(|col| unwrap(cell(row, *col)).clone()).collect()
+                })
+                .collect(),
+            Output::Grid(rows) => rows[range].to_vec(),
+        }
+    }
+}
+
+static NULL: Value = Value::Null;
+
+/// The value of a stored cell: wrappers count as their `value`.
+pub fn unwrap(v: &Value) -> &Value {
+    match v {
+        Value::Object(o) => o.get("value").unwrap_or(&NULL),
+        v => v,
+    }
+}
+
+fn cell(row: Option<&Row>, col: Option<ColumnId>) -> &Value {
+    match (row, col) {
+        (Some(row), Some(col)) => row.cells.get(&col).map_or(&NULL, |j| &j.0),
+        _ => &NULL,
+    }
+}
+
+/// A cell value reduced to what reports compare (see the module docs), borrowing the row.
+#[derive(Clone, Copy, Debug)]
+pub enum CellRef<'a> {
+    /// A finite number (`-0` is read as `0`).
+    Num(f64),
+    /// A non-empty string.
+    Str(&'a str),
+    /// A boolean.
+    Bool(bool),
+    /// A non-empty list.
+    List(&'a [Value]),
+    /// Anything else (never produced by coercion; kept for a total order).
+    Other(&'a Value),
+    /// Missing, `null`, `""` or `[]`.
+    Blank,
+}
+
+impl<'a> CellRef<'a> {
+    /// Read a stored value (wrappers unwrapped).
+    pub fn of(v: &'a Value) -> Self {
+        match unwrap(v) {
+            Value::Null => CellRef::Blank,
+            Value::String(s) if s.is_empty() => CellRef::Blank,
+            Value::String(s) => CellRef::Str(s),
+            Value::Array(l) if l.is_empty() => CellRef::Blank,
+            Value::Array(l) => CellRef::List(l),
+            Value::Bool(b) => CellRef::Bool(*b),
+            Value::Number(n) => match n.as_f64() {
+                // `-0.0 + 0.0` is `0.0`: one zero, so equal numbers hash alike.
+                Some(x) => CellRef::Num(x + 0.0),
+                None => CellRef::Other(v),
+            },
+            other => CellRef::Other(other),
+        }
+    }
+
+    /// Whether the cell is blank.
+    pub fn is_blank(self) -> bool {
+        matches!(self, CellRef::Blank)
+    }
+
+    fn rank(self) -> u8 {
+        match self {
+            CellRef::Num(_) => 0,
+            CellRef::Str(_) => 1,
+            CellRef::Bool(_) => 2,
+            CellRef::List(_) => 3,
+            CellRef::Other(_) => 4,
+            CellRef::Blank => 5,
+        }
+    }
+
+    /// The one total order: kind, then value; blanks last.
+    pub fn total_cmp(self, other: CellRef<'_>) -> Ordering {
+        match (self, other) {
+            (CellRef::Num(a), CellRef::Num(b)) => a.total_cmp(&b),
+            (CellRef::Str(a), CellRef::Str(b)) => a.cmp(b),
+            (CellRef::Bool(a), CellRef::Bool(b)) => a.cmp(&b),
+            (CellRef::List(a), CellRef::List(b)) => {
+                let mut items =
+                    a.iter().zip(b).map(|(x, y)| CellRef::of(x).total_cmp(CellRef::of(y)));
+                items.find(|o| o.is_ne()).unwrap_or_else(|| a.len().cmp(&b.len()))
+            }
+            (CellRef::Other(a), CellRef::Other(b)) => a.to_string().cmp(&b.to_string()),
+            (a, b) => a.rank().cmp(&b.rank()),
+        }
+    }
+}
+
+impl PartialEq for CellRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.total_cmp(*other).is_eq()
+    }
+}
+
+impl Eq for CellRef<'_> {}
+
+impl Hash for CellRef<'_> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.rank().hash(h);
+        match self {
+            CellRef::Num(x) => x.to_bits().hash(h),
+            CellRef::Str(s) => s.hash(h),
+            CellRef::Bool(b) => b.hash(h),
+            CellRef::List(l) => {
+                for item in *l {
+                    CellRef::of(item).hash(h);
+                }
+            }
+            CellRef::Other(v) => v.to_string().hash(h),
+            CellRef::Blank => {}
+        }
+    }
+}
+
+/// Compare for sorting: blanks last whatever the direction.
+pub fn sort_cmp(a: CellRef<'_>, b: CellRef<'_>, direction: Direction) -> Ordering {
+    match (a.is_blank(), b.is_blank()) {
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        _ => match direction {
+            Direction::Asc => a.total_cmp(b),
+            Direction::Desc => b.total_cmp(a),
+        },
+    }
+}
+
+/// The distinct strings of a list, sorted.
+fn string_set(l: &[Value]) -> Vec<&str> {
+    let mut v: Vec<&str> = l.iter().filter_map(Value::as_str).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// `eq` between a cell and an operand (module docs).
+fn equals(cell: CellRef<'_>, operand: CellRef<'_>) -> bool {
+    match (cell, operand) {
+        (CellRef::Blank, _) | (_, CellRef::Blank) => false,
+        (CellRef::List(items), CellRef::Str(s)) => items.len() == 1 && items[0].as_str() == Some(s),
+        (CellRef::List(a), CellRef::List(b)) => string_set(a) == string_set(b),
+        (a, b) => a.total_cmp(b).is_eq(),
+    }
+}
+
+/// Whether `cell` passes `op` with `operand` (`needle`: the lower-cased operand of `contains`).
+pub fn test(cell: CellRef<'_>, op: Op, operand: &Value, needle: &str) -> bool {
+    match op {
+        Op::IsBlank => cell.is_blank(),
+        Op::NotBlank => !cell.is_blank(),
+        Op::Eq => equals(cell, CellRef::of(operand)),
+        Op::Ne => !equals(cell, CellRef::of(operand)),
+        Op::In => {
+            operand.as_array().is_some_and(|l| l.iter().any(|v| equals(cell, CellRef::of(v))))
+        }
+        Op::Contains => match cell {
+            CellRef::Str(s) => {
+                if s.is_ascii() && needle.is_ascii() {
+                    s.as_bytes()
+                        .windows(needle.len().max(1))
+                        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+                        || needle.is_empty()
+                } else {
+                    s.to_lowercase().contains(needle)
+                }
+            }
+            CellRef::List(items) => {
+                let want = operand.as_str();
+                items.iter().any(|i| i.as_str().is_some() && i.as_str() == want)
+            }
+            _ => false,
+        },
+        Op::Gt | Op::Gte | Op::Lt | Op::Lte => {
+            let ord = match (cell, CellRef::of(operand)) {
+                (CellRef::Num(a), CellRef::Num(b)) => a.partial_cmp(&b),
+                (CellRef::Str(a), CellRef::Str(b)) => Some(a.cmp(b)),
+                _ => None,
+            };
+            ord.is_some_and(|o| match op {
+                Op::Gt => o.is_gt(),
+                Op::Gte => o.is_ge(),
+                Op::Lt => o.is_lt(),
+                _ => o.is_le(),
+            })
+        }
+    }
+}
+
+/// A JSON number for `x`: an integer when `x` is integral and exact, else a float.
+pub fn number(x: f64) -> Value {
+    if x.fract() == 0.0 && x.abs() < 9_007_199_254_740_992.0 {
+        Value::from(x as i64)
+    } else {
+        serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
+    }
+}
+
+impl Predicate {
+    /// Whether a row passes, `read(field)` giving the row's cell for a field.
+    fn matches<'a>(&self, read: &impl Fn(usize) -> &'a Value) -> bool {
+        match self {
+            Predicate::All(parts) => parts.iter().all(|p| p.matches(read)),
+            Predicate::Any(parts) => parts.iter().any(|p| p.matches(read)),
+            Predicate::Test { field, op, operand, needle } => {
+                test(CellRef::of(read(*field)), *op, operand, needle)
+            }
+        }
+    }
+}
+
+/// Run `plan` over `sources` (the readable sources, in definition order, as given to
+/// [`super::compile::compile`]).
+pub fn execute(plan: &Plan, sources: &[Source]) -> RunResult {
+    let scanned_rows: u64 = sources.iter().map(|s| s.rows.len() as u64).sum();
+    let (total_matched, output) = match &plan.shape {
+        Shape::Flat { select, sort } => {
+            let (rows, select, order) = flat(plan, sources, select, sort);
+            (order.len() as u64, Output::Flat { rows, select, order })
+        }
+        Shape::Grouped { group_by, aggregates, sort } => {
+            let rows = grouped(plan, sources, group_by, aggregates, sort);
+            (rows.len() as u64, Output::Grid(rows))
+        }
+    };
+    RunResult {
+        mode: plan.mode,
+        columns: plan.columns.clone(),
+        scanned_rows,
+        total_matched,
+        output,
+    }
+}
+
+/// Call `visit(source index, row, read)` for every row passing the filter, in source order then
+/// row id order; `read(field)` gives the row's cell of a plan field.
+fn scan<'a>(
+    plan: &Plan,
+    sources: &'a [Source],
+    mut visit: impl FnMut(usize, &'a Row, &dyn Fn(usize) -> &'a Value),
+) {
+    for (s, source) in sources.iter().enumerate() {
+        let lookup = &plan.lookup[s];
+        for row in source.rows.values() {
+            let read = |f: usize| cell(Some(row), lookup[f]);
+            if plan.filter.as_ref().is_none_or(|p| p.matches(&read)) {
+                visit(s, row, &read);
+            }
+        }
+    }
+}
+
+/// The parts of [`Output::Flat`]: rows of each source, selected column ids, order.
+type FlatParts = (Vec<OrdMap<RowId, Row>>, Vec<Vec<Option<ColumnId>>>, Vec<(u32, RowId)>);
+
+fn flat(
+    plan: &Plan,
+    sources: &[Source],
+    select: &[usize],
+    sort: &[(usize, Direction)],
+) -> FlatParts {
+    let mut order: Vec<(u32, RowId)> = Vec::new();
+    // Sort keys of every matching row, `sort.len()` per row, in scan order.
+    let mut keys: Vec<CellRef<'_>> = Vec::new();
+    scan(plan, sources, |s, row, read| {
+        order.push((s as u32, row.id));
+        keys.extend(sort.iter().map(|(f, _)| CellRef::of(read(*f))));
+    });
+    if !sort.is_empty() {
+        let k = sort.len();
+        let mut idx: Vec<u32> = (0..order.len() as u32).collect();
+        // Scan order is (source order, row id), so the index itself is the final tiebreaker.
+        idx.sort_unstable_by(|&a, &b| {
+            let (ka, kb) = (&keys[a as usize * k..][..k], &keys[b as usize * k..][..k]);
+            ka.iter()
+                .zip(kb)
+                .zip(sort)
+                .map(|((x, y), (_, dir))| sort_cmp(*x, *y, *dir))
+                .find(|o| o.is_ne())
+                .unwrap_or_else(|| a.cmp(&b))
+        });
+        order = idx.into_iter().map(|i| order[i as usize]).collect();
+    }
+    let select = plan.lookup.iter().map(|l| select.iter().map(|f| l[*f]).collect()).collect();
+    (sources.iter().map(|s| s.rows.clone()).collect(), select, order)
+}
+
+/// A running aggregate.
+enum Acc<'a> {
+    Count(u64),
+    Sum(f64),
+    Avg(f64, u64),
+    Min(Option<(CellRef<'a>, &'a Value)>),
+    Max(Option<(CellRef<'a>, &'a Value)>),
+}
+
+impl<'a> Acc<'a> {
+    fn new(func: AggFn) -> Self {
+        match func {
+            AggFn::Count => Acc::Count(0),
+            AggFn::Sum => Acc::Sum(0.0),
+            AggFn::Avg => Acc::Avg(0.0, 0),
+            AggFn::Min => Acc::Min(None),
+            AggFn::Max => Acc::Max(None),
+        }
+    }
+
+    /// Add a row: `v` is the aggregate column's cell (`None` for a row `count`).
+    fn add(&mut self, v: Option<&'a Value>) {
+        let c = v.map_or(CellRef::Blank, CellRef::of);
+        match self {
+            Acc::Count(n) => *n += u64::from(v.is_none() || !c.is_blank()),
+            Acc::Sum(sum) => {
+                if let CellRef::Num(x) = c {
+                    *sum += x;
+                }
+            }
+            Acc::Avg(sum, n) => {
+                if let CellRef::Num(x) = c {
+                    *sum += x;
+                    *n += 1;
+                }
+            }
+            Acc::Min(best) => {
+                if !c.is_blank() && best.is_none_or(|(b, _)| c.total_cmp(b).is_lt()) {
+                    *best = Some((c, unwrap(v.unwrap_or(&NULL))));
+                }
+            }
+            Acc::Max(best) => {
+                if !c.is_blank() && best.is_none_or(|(b, _)| c.total_cmp(b).is_gt()) {
+                    *best = Some((c, unwrap(v.unwrap_or(&NULL))));
+                }
+            }
+        }
+    }
+
+    fn value(&self) -> Value {
+        match self {
+            Acc::Count(n) => Value::from(*n),
+            Acc::Sum(sum) => number(*sum),
+            Acc::Avg(_, 0) => Value::Null,
+            Acc::Avg(sum, n) => number(*sum / *n as f64),
+            Acc::Min(best) | Acc::Max(best) => best.map_or(Value::Null, |(_, v)| v.clone()),
+        }
+    }
+}
+
+/// One group while scanning.
+struct Group<'a> {
+    /// The key cells.
+    key: Vec<CellRef<'a>>,
+    /// The first row's key values (shown for the group).
+    shown: Vec<&'a Value>,
+    accs: Vec<Acc<'a>>,
+}
+
+fn grouped<'a>(
+    plan: &Plan,
+    sources: &'a [Source],
+    group_by: &[usize],
+    aggregates: &[(AggFn, Option<usize>)],
+    sort: &[(usize, Direction)],
+) -> Vec<Vec<Value>> {
+    let new_group = |key: Vec<CellRef<'a>>, shown: Vec<&'a Value>| Group {
+        key,
+        shown,
+        accs: aggregates.iter().map(|(f, _)| Acc::new(*f)).collect(),
+    };
+    let mut index: HashMap<Vec<CellRef<'a>>, usize> = HashMap::new();
+    let mut groups: Vec<Group<'a>> = Vec::new();
+    if group_by.is_empty() {
+        groups.push(new_group(Vec::new(), Vec::new()));
+        index.insert(Vec::new(), 0);
+    }
+    let mut key: Vec<CellRef<'a>> = Vec::with_capacity(group_by.len());
+    scan(plan, sources, |_, _, read| {
+        key.clear();
+        key.extend(group_by.iter().map(|f| CellRef::of(read(*f))));
+        let g = match index.get(key.as_slice()) {
+            Some(g) => *g,
+            None => {
+                let shown = group_by
+                    .iter()
+                    .zip(&key)
+                    .map(|(f, c)| if c.is_blank() { &NULL } else { unwrap(read(*f)) })
+                    .collect();
+                groups.push(new_group(key.clone(), shown));
+                index.insert(key.clone(), groups.len() - 1);
+                groups.len() - 1
+            }
+        };
+        for (acc, (_, col)) in groups[g].accs.iter_mut().zip(aggregates) {
+            acc.add(col.map(read));
+        }
+    });
+    let rows: Vec<Vec<Value>> = groups
+        .iter()
+        .map(|g| {
+            g.shown.iter().map(|v| (*v).clone()).chain(g.accs.iter().map(Acc::value)).collect()
+        })
+        .collect();
+    let mut idx: Vec<usize> = (0..rows.len()).collect();
+    idx.sort_by(|&a, &b| {
+        sort.iter()
+            .map(|(col, dir)| {
+                sort_cmp(CellRef::of(&rows[a][*col]), CellRef::of(&rows[b][*col]), *dir)
+            })
+            .chain(
+                groups[a]
+                    .key
+                    .iter()
+                    .zip(&groups[b].key)
+                    .map(|(x, y)| sort_cmp(*x, *y, Direction::Asc)),
+            )
+            .find(|o| o.is_ne())
+            .unwrap_or(Ordering::Equal)
+    });
+    let mut rows: Vec<Option<Vec<Value>>> = rows.into_iter().map(Some).collect();
+    idx.into_iter().filter_map(|i| rows[i].take()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::{ColumnType, Json};
+    use crate::report::compile::compile;
+    use crate::report::definition::parse;
+
+    fn col(id: ColumnId, sheet_id: SheetId, name: &str, ty: ColumnType, position: i64) -> Column {
+        Column { id, sheet_id, name: name.into(), ty, position, options: None, primary: false }
+    }
+
+    fn row(id: RowId, sheet_id: SheetId, cells: Value) -> Row {
+        Row {
+            id,
+            sheet_id,
+            parent_id: None,
+            version: 1,
+            cells: cells
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.parse().unwrap(), Json(v.clone())))
+                .collect(),
+            attachments: Vec::new(),
+            created_at: 0,
+            updated_at: 0,
+            source: "import".into(),
+        }
+    }
+
+    /// The API test fixture's sheets 10 and 11 (a subset of the columns).
+    fn sources() -> Vec<Source> {
+        let ten = Source {
+            sheet_id: 10,
+            columns: vec![
+                col(100, 10, "Task", ColumnType::Text, 0),
+                col(101, 10, "Status", ColumnType::Dropdown, 1),
+                col(102, 10, "Hours", ColumnType::Number, 2),
+                col(104, 10, "Due", ColumnType::Date, 4),
+                col(107, 10, "Tags", ColumnType::MultiSelect, 7),
+            ],
+            rows: [
+                row(1000, 10, json!({"100": "root", "101": "Done", "102": 5})),
+                row(1001, 10, json!({"100": "child", "101": "Open", "102": 2})),
+                row(1002, 10, json!({"100": "grandchild", "102": 1})),
+                row(
+                    1003,
+                    10,
+                    json!({"100": "other", "101": "Done", "102": {"value": 8, "format": "0.0"},
+                    "104": "2026-01-31", "107": ["a", "c"]}),
+                ),
+            ]
+            .into_iter()
+            .map(|r| (r.id, r))
+            .collect(),
+        };
+        let eleven = Source {
+            sheet_id: 11,
+            columns: vec![
+                col(111, 11, "Status", ColumnType::Dropdown, 0),
+                col(110, 11, "Task", ColumnType::Text, 1),
+                col(112, 11, "Hours", ColumnType::Number, 2),
+            ],
+            rows: [row(1100, 11, json!({"110": "stock", "111": "Done", "112": 3}))]
+                .into_iter()
+                .map(|r| (r.id, r))
+                .collect(),
+        };
+        vec![ten, eleven]
+    }
+
+    fn run(def: Value) -> RunResult {
+        let sources = sources();
+        let plan = compile(&parse(&def).unwrap(), &sources).unwrap();
+        execute(&plan, &sources)
+    }
+
+    fn tasks(def: Value) -> Vec<Value> {
+        let def = match def {
+            Value::Object(mut o) => {
+                o.insert("type".into(), json!("row"));
+                o.insert("sources".into(), json!([10, 11]));
+                o.insert("columns".into(), json!(["Task"]));
+                Value::Object(o)
+            }
+            _ => unreachable!(),
+        };
+        let r = run(def);
+        r.page(0, 100).into_iter().map(|mut cells| cells.remove(0)).collect()
+    }
+
+    fn filtered(column: &str, op: &str, value: Value) -> Vec<Value> {
+        tasks(json!({"filter": {"column": column, "op": op, "value": value}}))
+    }
+
+    #[test]
+    fn flat_run_filters_sorts_and_unwraps() {
+        let r =
+            run(json!({"type": "row", "sources": [10, 11], "columns": ["Task", "Status", "Hours"],
+            "filter": {"all": [{"column": "Status", "op": "eq", "value": "Done"}]},
+            "sort": [{"column": "Hours", "direction": "desc"}]}));
+        assert_eq!((r.mode, r.scanned_rows, r.total_matched), (Mode::Flat, 5, 3));
+        assert_eq!(
+            r.page(0, 10),
+            [
+                vec![json!("other"), json!("Done"), json!(8)],
+                vec![json!("root"), json!("Done"), json!(5)],
+                vec![json!("stock"), json!("Done"), json!(3)],
+            ]
+        );
+        assert_eq!(r.page(1, 1), [vec![json!("root"), json!("Done"), json!(5)]]);
+        assert!(r.page(3, 10).is_empty());
+        assert!(r.page(usize::MAX, 10).is_empty());
+    }
+
+    #[test]
+    fn unsorted_flat_runs_follow_source_order_then_row_id() {
+        let r = run(json!({"type": "row", "sources": [10, 11], "columns": ["Task", "Due"]}));
+        let names: Vec<Value> = r.page(0, 10).into_iter().map(|c| c[0].clone()).collect();
+        assert_eq!(
+            names,
+            [json!("root"), json!("child"), json!("grandchild"), json!("other"), json!("stock")]
+        );
+        assert_eq!(r.page(4, 1), [vec![json!("stock"), Value::Null]], "a missing column is null");
+    }
+
+    #[test]
+    fn blanks_sort_last_in_both_directions() {
+        for dir in ["asc", "desc"] {
+            let got = tasks(json!({"sort": [{"column": "Status", "direction": dir}]}));
+            assert_eq!(got.last(), Some(&json!("grandchild")), "{dir}");
+        }
+        let got = tasks(
+            json!({"sort": [{"column": "Status"}, {"column": "Hours", "direction": "desc"}]}),
+        );
+        assert_eq!(
+            got,
+            [json!("other"), json!("root"), json!("stock"), json!("child"), json!("grandchild")]
+        );
+    }
+
+    #[test]
+    fn every_operator() {
+        assert_eq!(
+            filtered("Status", "eq", json!("Done")),
+            [json!("root"), json!("other"), json!("stock")]
+        );
+        assert_eq!(
+            filtered("Status", "eq", json!("done")),
+            Vec::<Value>::new(),
+            "eq is case-sensitive"
+        );
+        assert_eq!(filtered("Status", "ne", json!("Done")), [json!("child"), json!("grandchild")]);
+        assert_eq!(filtered("Hours", "gt", json!(3)), [json!("root"), json!("other")]);
+        assert_eq!(
+            filtered("Hours", "gte", json!(3)),
+            [json!("root"), json!("other"), json!("stock")]
+        );
+        assert_eq!(filtered("Hours", "lt", json!(2)), [json!("grandchild")]);
+        assert_eq!(
+            filtered("Hours", "lte", json!("2")),
+            [json!("child"), json!("grandchild")],
+            "numeric string"
+        );
+        assert_eq!(
+            filtered("Hours", "gt", json!(7.5)),
+            [json!("other")],
+            "wrappers compare by value"
+        );
+        assert_eq!(filtered("Due", "gte", json!("2026-01-01")), [json!("other")]);
+        assert_eq!(
+            filtered("Due", "lt", json!("2026-01-01")),
+            Vec::<Value>::new(),
+            "blank never orders"
+        );
+        assert_eq!(
+            filtered("Task", "contains", json!("CHILD")),
+            [json!("child"), json!("grandchild")]
+        );
+        assert_eq!(filtered("Task", "contains", json!("")), tasks(json!({})), "empty needle");
+        assert_eq!(filtered("Tags", "contains", json!("c")), [json!("other")]);
+        assert_eq!(
+            filtered("Tags", "contains", json!("C")),
+            Vec::<Value>::new(),
+            "options are exact"
+        );
+        assert_eq!(filtered("Tags", "eq", json!(["c", "a"])), [json!("other")]);
+        assert_eq!(filtered("Tags", "eq", json!("a")), Vec::<Value>::new());
+        assert_eq!(filtered("Status", "in", json!(["Open", "Nope"])), [json!("child")]);
+        assert_eq!(filtered("Hours", "in", json!([1, 3])), [json!("grandchild"), json!("stock")]);
+        assert_eq!(filtered("Hours", "in", json!([])), Vec::<Value>::new());
+        assert_eq!(filtered("Status", "is_blank", Value::Null), [json!("grandchild")]);
+        assert_eq!(filtered("Tags", "not_blank", Value::Null), [json!("other")]);
+        assert_eq!(
+            tasks(json!({"filter": {"any": [
+                {"column": "Hours", "op": "gt", "value": 6},
+                {"all": [{"column": "Status", "op": "eq", "value": "Open"}, {"column": "Hours", "op": "lt", "value": 5}]}]}})),
+            [json!("child"), json!("other")]
+        );
+        assert_eq!(tasks(json!({"filter": {"all": []}})).len(), 5);
+        assert!(tasks(json!({"filter": {"any": []}})).is_empty());
+    }
+
+    #[test]
+    fn cell_semantics() {
+        let blank = [
+            json!(null),
+            json!(""),
+            json!([]),
+            json!({"formula": "=A1"}),
+            json!({"value": null, "format": "x"}),
+        ];
+        for v in &blank {
+            assert!(CellRef::of(v).is_blank(), "{v}");
+            assert!(!test(CellRef::of(v), Op::Eq, &json!(""), ""), "eq never matches a blank: {v}");
+            assert!(test(CellRef::of(v), Op::Ne, &json!("x"), ""), "{v}");
+        }
+        assert!(test(CellRef::of(&json!({"formula": "=1+1", "value": 2})), Op::Eq, &json!(2), ""));
+        assert!(test(CellRef::of(&json!(2.0)), Op::Eq, &json!(2), ""), "2.0 == 2");
+        assert!(test(CellRef::of(&json!(-0.0)), Op::Eq, &json!(0), ""));
+        assert!(!test(CellRef::of(&json!("5")), Op::Eq, &json!(5), ""), "kinds differ");
+        assert!(!test(CellRef::of(&json!("5")), Op::Gt, &json!(4), ""), "kinds never order");
+        assert!(!test(CellRef::of(&json!("Straße")), Op::Contains, &json!("STRASSE"), "strasse"));
+        assert!(test(CellRef::of(&json!("ÉTÉ")), Op::Contains, &json!("été"), "été"));
+        assert!(test(CellRef::of(&json!("b")), Op::Gt, &json!("a"), ""));
+        assert!(test(CellRef::of(&json!(true)), Op::Eq, &json!(true), ""));
+        assert!(test(CellRef::of(&json!(false)), Op::In, &json!([1, false]), ""));
+        // The total order: numbers < strings < booleans < lists, blanks last.
+        let mut v =
+            [json!(null), json!([1]), json!(true), json!("a"), json!(10), json!(9.5), json!("")];
+        v.sort_by(|a, b| sort_cmp(CellRef::of(a), CellRef::of(b), Direction::Asc));
+        assert_eq!(&v[..5], [json!(9.5), json!(10), json!("a"), json!(true), json!([1])]);
+        v.sort_by(|a, b| sort_cmp(CellRef::of(a), CellRef::of(b), Direction::Desc));
+        assert_eq!(&v[..5], [json!([1]), json!(true), json!("a"), json!(10), json!(9.5)]);
+        assert!(v[5..].iter().all(|x| CellRef::of(x).is_blank()));
+        assert_eq!(number(16.0), json!(16));
+        assert_eq!(number(2.5), json!(2.5));
+    }
+
+    #[test]
+    fn summary_groups_and_aggregates() {
+        let r = run(json!({"type": "summary", "sources": [10, 11], "groupBy": ["Status"],
+            "aggregates": [{"fn": "count"}, {"fn": "sum", "column": "Hours"}, {"fn": "avg", "column": "Hours"},
+                {"fn": "min", "column": "Hours"}, {"fn": "max", "column": "Task"}, {"fn": "count", "column": "Due"}]}));
+        assert_eq!((r.mode, r.scanned_rows, r.total_matched), (Mode::Aggregated, 5, 3));
+        let names: Vec<&str> = r.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "Status",
+                "count",
+                "sum(Hours)",
+                "avg(Hours)",
+                "min(Hours)",
+                "max(Task)",
+                "count(Due)"
+            ]
+        );
+        assert_eq!(
+            r.page(0, 10),
+            [
+                vec![
+                    json!("Done"),
+                    json!(3),
+                    json!(16),
+                    json!(16.0 / 3.0),
+                    json!(3),
+                    json!("stock"),
+                    json!(1)
+                ],
+                vec![
+                    json!("Open"),
+                    json!(1),
+                    json!(2),
+                    json!(2),
+                    json!(2),
+                    json!("child"),
+                    json!(0)
+                ],
+                vec![
+                    Value::Null,
+                    json!(1),
+                    json!(1),
+                    json!(1),
+                    json!(1),
+                    json!("grandchild"),
+                    json!(0)
+                ],
+            ]
+        );
+    }
+
+    #[test]
+    fn summary_sorts_by_output_columns_then_group_key() {
+        let r = run(json!({"type": "summary", "sources": [10, 11], "groupBy": ["Status"],
+            "aggregates": [{"fn": "count"}], "sort": [{"column": "count", "direction": "asc"}]}));
+        let keys: Vec<Value> = r.page(0, 10).into_iter().map(|c| c[0].clone()).collect();
+        assert_eq!(keys, [json!("Open"), Value::Null, json!("Done")], "ties by key, blank last");
+        let r = run(json!({"type": "summary", "sources": [10, 11], "groupBy": ["Status"],
+            "aggregates": [{"fn": "sum", "column": "Hours"}], "sort": [{"column": "Status", "direction": "desc"}]}));
+        let keys: Vec<Value> = r.page(0, 10).into_iter().map(|c| c[0].clone()).collect();
+        assert_eq!(keys, [json!("Open"), json!("Done"), Value::Null]);
+    }
+
+    #[test]
+    fn summary_without_group_by_is_one_group_even_when_nothing_matches() {
+        let r = run(json!({"type": "summary", "sources": [10, 11],
+            "aggregates": [{"fn": "count"}, {"fn": "sum", "column": "Hours"}, {"fn": "avg", "column": "Hours"}, {"fn": "max", "column": "Hours"}],
+            "filter": {"column": "Hours", "op": "gt", "value": 100}}));
+        assert_eq!(r.total_matched, 1);
+        assert_eq!(r.page(0, 10), [vec![json!(0), json!(0), Value::Null, Value::Null]]);
+        let r = run(json!({"type": "summary", "sources": [10, 11], "groupBy": ["Status"],
+            "aggregates": [{"fn": "count"}], "filter": {"any": []}}));
+        assert_eq!((r.total_matched, r.len()), (0, 0));
+    }
+
+    #[test]
+    fn multi_column_groups_use_every_key() {
+        let r = run(json!({"type": "summary", "sources": [10, 11], "groupBy": ["Status", "Hours"],
+            "aggregates": [{"fn": "count"}]}));
+        assert_eq!(r.total_matched, 5);
+        let first: Vec<Value> = r.page(0, 1).remove(0);
+        assert_eq!(first, [json!("Done"), json!(3), json!(1)]);
+    }
+}
