@@ -104,6 +104,14 @@ pub struct ServeArgs {
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "SHEETD_LOG_JSON")]
     pub log_json: bool,
+    /// Most sources a report definition may list; a run of a report listing more gets 413
+    /// `report_cap_exceeded`.
+    #[arg(long, env = "SHEETD_REPORT_MAX_SOURCES", default_value_t = 50)]
+    pub report_max_sources: usize,
+    /// Most rows one report run may scan across its readable sources; more gets 413
+    /// `report_cap_exceeded`.
+    #[arg(long, env = "SHEETD_REPORT_MAX_SCANNED_ROWS", default_value_t = 1_000_000)]
+    pub report_max_scanned_rows: u64,
     /// Checkpoint once this many log bytes were written since the last checkpoint (0: never by
     /// size). Bounds the log's size and the replay at the next start.
     #[arg(long, env = "SHEETD_CHECKPOINT_EVERY_BYTES", default_value_t = 64 * 1024 * 1024)]

@@ -42,38 +42,11 @@ fn main() -> ExitCode {
         }
         Command::Check { data_dir } => {
             init_logging(false);
-            match actors::Service::verify(&data_dir) {
-                Ok((report, counts)) => {
-                    println!(
-                        "log: checkpoint at {:?}, {} records replayed ({} bytes), last LSN {}",
-                        report.checkpoint_lsn,
-                        report.records_replayed,
-                        report.bytes_replayed,
-                        report.last_lsn
-                    );
-                    println!(
-                        "data: {} users, {} projects, {} sheets, {} rows, {} attachments ({} bytes), {} keys, {} reports",
-                        counts.users,
-                        counts.projects,
-                        counts.sheets,
-                        counts.rows,
-                        counts.attachments,
-                        counts.attachment_bytes,
-                        counts.keys,
-                        counts.reports
-                    );
-                    if report.torn_tail_dropped {
-                        println!("damage: the last record is torn (an unacknowledged write cut off by a crash)");
-                        return ExitCode::FAILURE;
-                    }
-                    println!("ok");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("sheetd check: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            sheetd::cli::check(&data_dir)
+        }
+        Command::Key(cmd) => {
+            init_logging(false);
+            sheetd::cli::key(cmd)
         }
     }
 }

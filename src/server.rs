@@ -15,6 +15,7 @@ use rand::RngCore;
 
 use crate::config::ServeArgs;
 use crate::cursor::CursorCodec;
+use crate::maintenance::{CheckpointPolicy, Maintenance};
 use crate::metrics::Metrics;
 use crate::middleware::request_context;
 use crate::rate_limit::RateLimiter;
@@ -36,6 +37,8 @@ pub struct AppState {
     pub admin_token: String,
     /// Request metrics.
     pub metrics: Metrics,
+    /// Caps of one report run (`--report-max-sources`, `--report-max-scanned-rows`).
+    pub report_caps: actors::report::Caps,
 }
 
 /// How to start: the serve flags plus what tests inject.
@@ -62,6 +65,8 @@ pub struct Running {
     /// The domain.
     pub state: web::Data<AppState>,
     servers: [actix_web::dev::ServerHandle; 2],
+    /// Background checkpoints and housekeeping; stopped before the final checkpoint.
+    maintenance: Maintenance,
 }
 
 /// How long in-flight requests may run after a stop begins.
@@ -195,6 +200,10 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         max_body_bytes: args.max_body_bytes,
         admin_token: admin_token.clone(),
         metrics: Metrics::default(),
+        report_caps: actors::report::Caps {
+            max_sources: args.report_max_sources,
+            max_scanned_rows: args.report_max_scanned_rows,
+        },
     });
     let public =
         TcpListener::bind(args.addr).with_context(|| format!("cannot listen on {}", args.addr))?;
@@ -229,8 +238,9 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
     let servers = [public.handle(), admin.handle()];
     actix_rt::spawn(public);
     actix_rt::spawn(admin);
+    let maintenance = Maintenance::start(state.clone(), CheckpointPolicy::from_args(args));
     tracing::info!(%addr, %admin_addr, "serving");
-    Ok(Running { addr, admin_addr, admin_token, issued, state, servers })
+    Ok(Running { addr, admin_addr, admin_token, issued, state, servers, maintenance })
 }
 
 /// Stop serving (draining in-flight requests), checkpoint, and close the log.
@@ -238,6 +248,8 @@ pub async fn stop(running: Running) -> anyhow::Result<()> {
     for server in &running.servers {
         server.stop(true).await;
     }
+    // A background checkpoint must not race the final one.
+    running.maintenance.stop().await;
     let report = running.state.service.checkpoint().await.context("final checkpoint")?;
     tracing::info!(lsn = report.lsn, bytes = report.bytes, "final checkpoint written");
     running.state.service.shared.wal.shutdown().context("closing the log")?;

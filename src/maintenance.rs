@@ -1,0 +1,245 @@
+//! Background maintenance of a running server: checkpoints by log size and by time, and
+//! housekeeping of the in-memory side stores.
+//!
+//! # Why
+//!
+//! Start-up loads the last checkpoint and replays the log after it, and the log is truncated
+//! only behind a checkpoint. Without periodic checkpoints both the log on disk and the next
+//! start's replay grow with every write. Two triggers bound them:
+//!
+//! - **Size** (`--checkpoint-every-bytes`, default 64 MiB): bounds the log's size and the replay
+//!   of a busy server.
+//! - **Time** (`--checkpoint-every-secs`, default 300): bounds the replay of a quiet server whose
+//!   log would take long to reach the size trigger.
+//!
+//! # Loop
+//!
+//! 1. Every [`POLL_EVERY`], read [`wal::Wal::stats`] (atomics and two short locks).
+//! 2. When anything was logged after the checkpoint and a trigger is crossed, take a
+//!    checkpoint ([`actors::Service::checkpoint`]: copy the parts, write the snapshot, truncate
+//!    the log behind it). Every checkpoint leaves exactly one record of its own after it (the
+//!    marker it copies the side stores at), so "anything logged" means more records than that
+//!    one: an idle server does not checkpoint again and again, and a write that landed while a
+//!    checkpoint was copying (so the checkpoint stands before it) still gets checkpointed.
+//! 3. Every [`HOUSEKEEPING_EVERY`], drop idempotency records whose 24-hour window has passed and
+//!    rate-limit windows with no request in the last minute, so neither grows without bound.
+//! 4. A failed checkpoint is logged and retried after [`RETRY_AFTER`], not every second.
+//!
+//! # Stopping
+//!
+//! [`Maintenance::stop`] waits for the step in progress to finish: the final checkpoint of
+//! [`crate::server::stop`] must not race a background one (the log refuses a checkpoint older
+//! than the current one).
+
+use std::time::{Duration, Instant};
+
+use actix_web::web;
+use tokio::sync::oneshot;
+
+use crate::config::ServeArgs;
+use crate::server::AppState;
+
+/// How often the log's counters are polled.
+pub const POLL_EVERY: Duration = Duration::from_secs(1);
+/// How often expired idempotency records and idle rate-limit windows are dropped. Both sweeps
+/// visit every entry, so they run less often than the poll.
+pub const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(10);
+/// How long to wait after a failed checkpoint before trying again.
+pub const RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// When to checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckpointPolicy {
+    /// Checkpoint once this many payload bytes were logged since the last checkpoint
+    /// (`None`: never by size).
+    pub every_bytes: Option<u64>,
+    /// Checkpoint this long after the last checkpoint (`None`: never by time).
+    pub every: Option<Duration>,
+}
+
+/// Why a checkpoint is due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// The log grew past `--checkpoint-every-bytes`.
+    Size,
+    /// `--checkpoint-every-secs` passed.
+    Time,
+}
+
+impl Trigger {
+    fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Size => "size",
+            Trigger::Time => "time",
+        }
+    }
+}
+
+impl CheckpointPolicy {
+    /// The policy of the serve flags; 0 turns a trigger off.
+    pub fn from_args(args: &ServeArgs) -> Self {
+        CheckpointPolicy {
+            every_bytes: Some(args.checkpoint_every_bytes).filter(|&b| b > 0),
+            every: Some(args.checkpoint_every_secs).filter(|&s| s > 0).map(Duration::from_secs),
+        }
+    }
+
+    /// Whether a checkpoint is due, given whether anything was logged since the last one, the
+    /// bytes logged after the checkpoint on disk, and the time since the last checkpoint.
+    pub fn due(&self, logged_since: bool, bytes_since: u64, elapsed: Duration) -> Option<Trigger> {
+        if !logged_since {
+            None
+        } else if self.every_bytes.is_some_and(|limit| bytes_since >= limit) {
+            Some(Trigger::Size)
+        } else if self.every.is_some_and(|period| elapsed >= period) {
+            Some(Trigger::Time)
+        } else {
+            None
+        }
+    }
+}
+
+/// The running maintenance task.
+#[derive(Debug)]
+pub struct Maintenance {
+    stop: oneshot::Sender<()>,
+    task: actix_rt::task::JoinHandle<()>,
+}
+
+/// The loop's memory between polls.
+struct Schedule {
+    /// When the last checkpoint finished (or the loop started).
+    checkpointed_at: Instant,
+    /// No checkpoint before this instant (set after a failure).
+    not_before: Option<Instant>,
+    /// When the side stores were last swept.
+    swept_at: Instant,
+}
+
+impl Maintenance {
+    /// Start the loop on the current actix system.
+    pub fn start(state: web::Data<AppState>, policy: CheckpointPolicy) -> Self {
+        let (stop, mut stopped) = oneshot::channel::<()>();
+        let task = actix_rt::spawn(async move {
+            let mut tick = actix_rt::time::interval(POLL_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let now = Instant::now();
+            let mut schedule = Schedule { checkpointed_at: now, not_before: None, swept_at: now };
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    _ = tick.tick() => {}
+                }
+                checkpoint_if_due(&state, policy, &mut schedule).await;
+                if schedule.swept_at.elapsed() >= HOUSEKEEPING_EVERY {
+                    schedule.swept_at = Instant::now();
+                    sweep(&state);
+                }
+            }
+        });
+        tracing::debug!(?policy, "background maintenance started");
+        Maintenance { stop, task }
+    }
+
+    /// Stop the loop, waiting for a checkpoint in progress to finish.
+    pub async fn stop(self) {
+        // The receiver is gone only if the task already ended; either way it ends.
+        let _ = self.stop.send(());
+        if let Err(e) = self.task.await {
+            tracing::error!(error = %e, "the maintenance task failed");
+        }
+    }
+}
+
+/// Step 2 of the loop.
+async fn checkpoint_if_due(state: &AppState, policy: CheckpointPolicy, schedule: &mut Schedule) {
+    if schedule.not_before.is_some_and(|t| Instant::now() < t) {
+        return;
+    }
+    let stats = state.service.shared.wal.stats();
+    // The checkpoint's own marker follows it; a log recovered at start-up counts like any other.
+    let own_marker = u64::from(stats.checkpoint_lsn > 0);
+    let logged_since = stats.records_since_checkpoint > own_marker;
+    let Some(trigger) =
+        policy.due(logged_since, stats.bytes_since_checkpoint, schedule.checkpointed_at.elapsed())
+    else {
+        return;
+    };
+    let started = Instant::now();
+    match state.service.checkpoint().await {
+        Ok(report) => {
+            schedule.checkpointed_at = Instant::now();
+            schedule.not_before = None;
+            tracing::info!(
+                trigger = trigger.as_str(),
+                lsn = report.lsn,
+                snapshot_bytes = report.bytes,
+                log_bytes_before = stats.bytes_since_checkpoint,
+                records_before = stats.records_since_checkpoint,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "background checkpoint written"
+            );
+        }
+        Err(e) => {
+            schedule.not_before = Some(Instant::now() + RETRY_AFTER);
+            tracing::error!(
+                trigger = trigger.as_str(),
+                error = %e,
+                retry_in_secs = RETRY_AFTER.as_secs(),
+                "background checkpoint failed"
+            );
+        }
+    }
+}
+
+/// Step 3 of the loop.
+fn sweep(state: &AppState) {
+    let now = state.service.shared.clock.now();
+    let purged = state.service.shared.idem.purge(now);
+    state.limiter.prune(now);
+    if purged > 0 {
+        tracing::debug!(purged, "expired idempotency records dropped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECS: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn nothing_is_due_when_nothing_was_logged_since_the_last_checkpoint() {
+        let p = CheckpointPolicy { every_bytes: Some(10), every: Some(SECS(5)) };
+        assert_eq!(p.due(false, 1_000, SECS(3600)), None);
+    }
+
+    #[test]
+    fn size_wins_over_time_and_each_triggers_alone() {
+        let p = CheckpointPolicy { every_bytes: Some(100), every: Some(SECS(5)) };
+        assert_eq!(p.due(true, 100, SECS(60)), Some(Trigger::Size));
+        assert_eq!(p.due(true, 99, SECS(5)), Some(Trigger::Time));
+        assert_eq!(p.due(true, 99, SECS(4)), None);
+    }
+
+    fn serve_args(flags: &[&str]) -> ServeArgs {
+        use clap::Parser;
+        let argv = ["sheetd", "serve"].iter().chain(flags);
+        match crate::config::Cli::try_parse_from(argv).unwrap().command {
+            crate::config::Command::Serve(args) => args,
+            other => panic!("parsed {other:?}"),
+        }
+    }
+
+    #[test]
+    fn flags_default_to_64_mib_and_5_minutes_and_zero_turns_a_trigger_off() {
+        let p = CheckpointPolicy::from_args(&serve_args(&[]));
+        assert_eq!(p, CheckpointPolicy { every_bytes: Some(64 << 20), every: Some(SECS(300)) });
+        let args = serve_args(&["--checkpoint-every-bytes", "0", "--checkpoint-every-secs", "7"]);
+        let p = CheckpointPolicy::from_args(&args);
+        assert_eq!(p, CheckpointPolicy { every_bytes: None, every: Some(SECS(7)) });
+        assert_eq!(p.due(true, u64::MAX, SECS(6)), None);
+        let args = serve_args(&["--checkpoint-every-secs", "0"]);
+        assert_eq!(CheckpointPolicy::from_args(&args).due(true, 1, SECS(u64::MAX)), None);
+    }
+}
