@@ -13,16 +13,24 @@
 //! - [`rate_limit`]: the rolling-minute limiter.
 //! - [`routes`]: one file per resource, and the admin side.
 //! - [`views`]: response bodies.
+//! - [`openapi`]: the OpenAPI 3.1 document derived from the handlers and views.
 //! - [`metrics`]: request counters for the admin metrics endpoint.
+//! - [`prometheus`]: the text format the admin metrics endpoint speaks.
+//! - [`maintenance`]: background checkpoints and side-store housekeeping.
+//! - [`cli`]: the offline operator commands (`sheetd key ...`, `sheetd check`).
 
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod cursor;
 pub mod error;
 pub mod idempotency;
 pub mod input;
+pub mod maintenance;
 pub mod metrics;
 pub mod middleware;
+pub mod openapi;
+pub mod prometheus;
 pub mod rate_limit;
 pub mod routes;
 pub mod server;

@@ -4,11 +4,25 @@ use actix_web::{HttpMessage, HttpRequest, HttpResponse};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::openapi as oa;
 use crate::rate_limit::Decision;
 use crate::routes::ok;
 use crate::views::{GrantView, MeView, RateLimitView};
 
 /// getMe.
+#[utoipa::path(
+    get,
+    path = "/me",
+    operation_id = "getMe",
+    tag = "me",
+    summary = "The key's identity, scopes and rate-limit window",
+    responses(
+        (status = 200, description = "The calling key.", body = MeView),
+        (status = 401, response = oa::Unauthorized),
+        (status = 429, response = oa::RateLimited),
+        (status = 500, response = oa::InternalError),
+    )
+)]
 pub async fn get_me(req: HttpRequest, caller: Caller) -> Result<HttpResponse, ApiError> {
     let d: Option<Decision> = req.extensions().get::<Decision>().copied();
     let rate_limit = d.map_or(RateLimitView { limit: 0, remaining: 0, reset: 0 }, |d| {

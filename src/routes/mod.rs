@@ -1,6 +1,7 @@
 //! The public API's routes under `/api/v1`, one file per resource.
 
 pub mod admin;
+pub mod docs;
 pub mod me;
 pub mod reports;
 pub mod rows;
@@ -61,5 +62,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         )
         .service(resource("/reports").route(web::get().to(reports::list_reports)))
         .service(resource("/reports/{report_id}").route(web::get().to(reports::get_report)))
+        .service(resource("/reports/{report_id}/run").route(web::post().to(reports::run_report)))
+        .configure(docs::configure)
         .default_service(web::to(no_route));
 }

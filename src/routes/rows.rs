@@ -15,12 +15,14 @@ use actors::sheet::{
 use actors::SheetActor;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use utoipa::ToSchema;
 
 use crate::auth::{Caller, Need};
 use crate::cursor::Kind;
 use crate::error::ApiError;
 use crate::idempotency::{self, storable, Begin};
 use crate::input::{body_problem, json_body, paging, path_id, read_body};
+use crate::openapi as oa;
 use crate::routes::ok;
 use crate::routes::sheets::sheet_actor;
 use crate::server::AppState;
@@ -30,47 +32,69 @@ use crate::views::{BulkResultItemView, BulkWriteView, ListView, RowResponseView,
 pub const MAX_BULK_ROWS: usize = 2000;
 
 /// BulkAddRequest.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"rows": [{"cells": {"100": "Try sheetd", "101": "Open", "102": 1.5}}]}))]
 pub struct BulkAddRequest {
+    /// The rows to insert, each separately (1 to 2000).
+    #[schema(min_items = 1, max_items = 2000)]
     rows: Vec<RowAddItem>,
 }
 
 /// RowAddItem.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RowAddItem {
+    /// The new row's cells (default empty).
     #[serde(default)]
+    #[schema(schema_with = oa::cells_schema)]
     cells: Map<String, Value>,
 }
 
 /// BulkUpdateRequest.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"rows": [{"id": 1003, "version": 1, "cells": {"100": "Build the API", "101": "Done"}}]}))]
 pub struct BulkUpdateRequest {
+    /// The rows to update (1 to 2000).
+    #[schema(min_items = 1, max_items = 2000)]
     rows: Vec<RowUpdateItem>,
 }
 
 /// RowUpdateItem.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RowUpdateItem {
+    /// The row.
     id: u64,
+    /// The version last read; a stale one fails the item with `version_conflict`.
+    #[schema(minimum = 1)]
     version: u64,
+    /// The whole new cell map: it replaces the row's cells rather than merging.
     #[serde(default)]
+    #[schema(schema_with = oa::cells_schema)]
     cells: Map<String, Value>,
+    /// Advisory snapshot for conflict classification.
     #[serde(default)]
+    #[schema(schema_with = oa::nullable_cells_schema)]
     base_cells: Option<Map<String, Value>>,
 }
 
 /// RowPatch.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(example = json!({"version": 1, "cells": {"101": "Done"}}))]
 pub struct RowPatch {
+    /// The version last read; a stale one is 409 `version_conflict`.
+    #[schema(minimum = 1)]
     version: u64,
+    /// Only the changed cells, merged into the row; a null value removes that cell.
     #[serde(default)]
+    #[schema(schema_with = oa::cells_schema)]
     cells: Map<String, Value>,
+    /// Advisory snapshot for conflict classification.
     #[serde(default)]
+    #[schema(schema_with = oa::nullable_cells_schema)]
     base_cells: Option<Map<String, Value>>,
 }
 
@@ -95,6 +119,26 @@ fn check_version(version: u64, loc: &[Value]) -> Result<(), ApiError> {
 }
 
 /// listRows: by id, keyset paged.
+#[utoipa::path(
+    get,
+    path = "/sheets/{sheet_id}/rows",
+    operation_id = "listRows",
+    tag = "rows",
+    summary = "A page of a sheet's rows, by id",
+    params(
+        ("sheet_id" = u64, Path, description = "Sheet id.", example = 10),
+        oa::PageQuery,
+    ),
+    responses(
+        (status = 200, description = "A page of rows; `nextCursor` is null on the last page.",
+            body = ListView<RowView>),
+        (status = 401, response = oa::Unauthorized),
+        (status = 404, response = oa::NotFound),
+        (status = 422, response = oa::ValidationFailed),
+        (status = 429, response = oa::RateLimited),
+        (status = 500, response = oa::InternalError),
+    )
+)]
 pub async fn list_rows(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -233,8 +277,18 @@ where
         }
     });
     let cap = caller.directory.row_cap(sheet_id);
-    let reply = addr.send(make(idem, cap)).await.map_err(ApiError::internal)?;
-    drop(claim);
+    let sending = addr.send(make(idem, cap));
+    let handed = claim.map(idempotency::Claimed::hand_off);
+    let reply = match sending.await {
+        Ok(reply) => reply,
+        Err(e) => {
+            idempotency::release(state, handed);
+            return Err(ApiError::internal(e));
+        }
+    };
+    if reply.stored.is_none() {
+        idempotency::release(state, handed);
+    }
     let (status, body) = match reply.stored {
         Some(stored) => stored,
         None => render(&reply.result, &request_id),
@@ -249,6 +303,40 @@ where
 }
 
 /// bulkAddRows.
+#[utoipa::path(
+    post,
+    path = "/sheets/{sheet_id}/rows:bulkAdd",
+    operation_id = "bulkAddRows",
+    tag = "rows",
+    summary = "Insert rows, each on its own (partial success)",
+    params(
+        ("sheet_id" = u64, Path, description = "Sheet id.", example = 10),
+        oa::IdempotencyKey,
+    ),
+    request_body = BulkAddRequest,
+    responses(
+        (status = 200, description = "One result per input row, in order; 200 even when some \
+            failed (`validation_failed`, `capacity_exceeded`).", body = BulkWriteView,
+            links(
+                ("patchAddedRow" = (operation_id = "patchRow", parameters(
+                    ("sheet_id" = "$request.path.sheet_id"),
+                    ("row_id" = "$response.body#/results/0/row/id"),
+                ))),
+                ("deleteAddedRow" = (operation_id = "deleteRow", parameters(
+                    ("sheet_id" = "$request.path.sheet_id"),
+                    ("row_id" = "$response.body#/results/0/row/id"),
+                ))),
+            )),
+        (status = 401, response = oa::Unauthorized),
+        (status = 403, response = oa::Forbidden),
+        (status = 404, response = oa::NotFound),
+        (status = 409, response = oa::Conflict),
+        (status = 413, response = oa::PayloadTooLarge),
+        (status = 422, response = oa::ValidationFailed),
+        (status = 429, response = oa::RateLimited),
+        (status = 500, response = oa::InternalError),
+    )
+)]
 pub async fn bulk_add_rows(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -269,6 +357,31 @@ pub async fn bulk_add_rows(
 }
 
 /// bulkUpdateRows.
+#[utoipa::path(
+    post,
+    path = "/sheets/{sheet_id}/rows:bulkUpdate",
+    operation_id = "bulkUpdateRows",
+    tag = "rows",
+    summary = "Replace rows' cells, each with its version check (partial success)",
+    params(
+        ("sheet_id" = u64, Path, description = "Sheet id.", example = 10),
+        oa::IdempotencyKey,
+    ),
+    request_body = BulkUpdateRequest,
+    responses(
+        (status = 200, description = "One result per input row, in order; 200 even when some \
+            failed (`version_conflict`, `not_found`, `validation_failed`, ...).",
+            body = BulkWriteView),
+        (status = 401, response = oa::Unauthorized),
+        (status = 403, response = oa::Forbidden),
+        (status = 404, response = oa::NotFound),
+        (status = 409, response = oa::Conflict),
+        (status = 413, response = oa::PayloadTooLarge),
+        (status = 422, response = oa::ValidationFailed),
+        (status = 429, response = oa::RateLimited),
+        (status = 500, response = oa::InternalError),
+    )
+)]
 pub async fn bulk_update_rows(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -300,6 +413,30 @@ pub async fn bulk_update_rows(
 }
 
 /// patchRow.
+#[utoipa::path(
+    patch,
+    path = "/sheets/{sheet_id}/rows/{row_id}",
+    operation_id = "patchRow",
+    tag = "rows",
+    summary = "Merge changed cells into one row, with a version check",
+    params(
+        ("sheet_id" = u64, Path, description = "Sheet id.", example = 10),
+        ("row_id" = u64, Path, description = "Row id.", example = 1003),
+        oa::IdempotencyKey,
+    ),
+    request_body = RowPatch,
+    responses(
+        (status = 200, description = "The updated row.", body = RowResponseView),
+        (status = 401, response = oa::Unauthorized),
+        (status = 403, response = oa::Forbidden),
+        (status = 404, response = oa::NotFound),
+        (status = 409, response = oa::Conflict),
+        (status = 413, response = oa::PayloadTooLarge),
+        (status = 422, response = oa::ValidationFailed),
+        (status = 429, response = oa::RateLimited),
+        (status = 500, response = oa::InternalError),
+    )
+)]
 pub async fn patch_row(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -322,6 +459,28 @@ pub async fn patch_row(
 }
 
 /// deleteRow.
+#[utoipa::path(
+    delete,
+    path = "/sheets/{sheet_id}/rows/{row_id}",
+    operation_id = "deleteRow",
+    tag = "rows",
+    summary = "Delete a row and its subtree",
+    params(
+        ("sheet_id" = u64, Path, description = "Sheet id.", example = 10),
+        ("row_id" = u64, Path, description = "Row id.", example = 1003),
+        oa::IdempotencyKey,
+    ),
+    responses(
+        (status = 204, description = "Deleted, with its subtree; no body."),
+        (status = 401, response = oa::Unauthorized),
+        (status = 403, response = oa::Forbidden),
+        (status = 404, response = oa::NotFound),
+        (status = 409, response = oa::Conflict),
+        (status = 422, response = oa::ValidationFailed),
+        (status = 429, response = oa::RateLimited),
+        (status = 500, response = oa::InternalError),
+    )
+)]
 pub async fn delete_row(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -1,7 +1,7 @@
 //! `GET /sheets`, `GET /sheets/{sheet_id}`, `GET /sheets/{sheet_id}/columns`.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use actors::sheet::{Describe, ListColumns, SheetSummary, Snapshot};
+use actors::sheet::{Describe, ListColumns, Overview, SheetSummary};
 use actors::Target;
 use futures_util::future::try_join_all;
 
@@ -9,11 +9,28 @@ use crate::auth::{Caller, Need};
 use crate::cursor::Kind;
 use crate::error::ApiError;
 use crate::input::{paging, path_id};
+use crate::openapi as oa;
 use crate::routes::ok;
 use crate::server::AppState;
 use crate::views::{ColumnView, ListView, RowView, RowsPage, SheetView, SheetWithChildrenView};
 
 /// listSheets: readable sheets by id, keyset paged.
+#[utoipa::path(
+    get,
+    path = "/sheets",
+    operation_id = "listSheets",
+    tag = "sheets",
+    summary = "The sheets the key can read, by id",
+    params(oa::PageQuery),
+    responses(
+        (status = 200, description = "A page of sheets; `nextCursor` is null on the last page.",
+            body = ListView<SheetView>),
+        (status = 401, response = oa::Unauthorized),
+        (status = 422, response = oa::ValidationFailed),
+        (status = 429, response = oa::RateLimited),
+        (status = 500, response = oa::InternalError),
+    )
+)]
 pub async fn list_sheets(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -65,6 +82,26 @@ pub fn sheet_actor(
 }
 
 /// getSheet: the sheet, its columns and the first page of rows.
+#[utoipa::path(
+    get,
+    path = "/sheets/{sheet_id}",
+    operation_id = "getSheet",
+    tag = "sheets",
+    summary = "A sheet with its columns and first page of rows",
+    params(
+        ("sheet_id" = u64, Path, description = "Sheet id.", example = 10),
+        oa::LimitQuery,
+    ),
+    responses(
+        (status = 200, description = "The sheet; `rows.nextCursor` continues on listRows.",
+            body = SheetWithChildrenView),
+        (status = 401, response = oa::Unauthorized),
+        (status = 404, response = oa::NotFound),
+        (status = 422, response = oa::ValidationFailed),
+        (status = 429, response = oa::RateLimited),
+        (status = 500, response = oa::InternalError),
+    )
+)]
 pub async fn get_sheet(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -79,28 +116,38 @@ pub async fn get_sheet(
         .get(&sheet_id)
         .cloned()
         .ok_or_else(|| ApiError::not_found("Sheet"))?;
-    let view = addr.send(Snapshot).await.map_err(ApiError::internal)?;
-    state.service.visible(view.lsn).await?;
-    let (rows, more) = view.state.page(None, page.limit);
-    let summary = SheetSummary {
-        row_count: view.state.rows.len() as u64,
-        column_count: view.state.columns.len() as u64,
-        created_at: view.state.created_at,
-        updated_at: view.state.updated_at,
-        attachments: (0, 0),
-        visible_lsn: view.lsn,
-    };
+    let (summary, columns, page) =
+        addr.send(Overview { limit: page.limit }).await.map_err(ApiError::internal)?;
+    state.service.visible(summary.visible_lsn).await?;
+    let (rows, more) = (page.rows, page.more);
     let next_cursor =
         more.then(|| state.cursors.encode(Kind::Rows, sheet_id, rows.last().map_or(0, |r| r.id)));
     ok(&SheetWithChildrenView {
         sheet: SheetView::new(&meta, &summary),
-        columns: view.columns.iter().map(ColumnView::from).collect(),
+        columns: columns.iter().map(ColumnView::from).collect(),
         rows: RowsPage { data: rows.iter().map(RowView::from).collect(), next_cursor },
         request_id: caller.request_id,
     })
 }
 
 /// listColumns: by position, one page.
+#[utoipa::path(
+    get,
+    path = "/sheets/{sheet_id}/columns",
+    operation_id = "listColumns",
+    tag = "sheets",
+    summary = "A sheet's columns, by position",
+    params(("sheet_id" = u64, Path, description = "Sheet id.", example = 10)),
+    responses(
+        (status = 200, description = "Every column, in one page (`nextCursor` is always null).",
+            body = ListView<ColumnView>),
+        (status = 401, response = oa::Unauthorized),
+        (status = 404, response = oa::NotFound),
+        (status = 422, response = oa::ValidationFailed),
+        (status = 429, response = oa::RateLimited),
+        (status = 500, response = oa::InternalError),
+    )
+)]
 pub async fn list_columns(
     state: web::Data<AppState>,
     req: HttpRequest,

@@ -106,6 +106,8 @@ pub fn args(data_dir: &Path) -> ServeArgs {
         rate_limit_per_minute: 100_000,
         max_body_bytes: 16 * 1024 * 1024,
         log_json: false,
+        report_max_sources: 50,
+        report_max_scanned_rows: 1_000_000,
         checkpoint_every_bytes: 64 * 1024 * 1024,
         checkpoint_every_secs: 300,
     }
@@ -333,6 +335,14 @@ impl Binary {
             "sheetd did not start serving; log: {}",
             std::fs::read_to_string(&b.log).unwrap_or_default()
         );
+    }
+
+    /// Start on `<dir>/data` seeded with [`fixture`]; returns the binary and its data dir.
+    pub async fn seeded(dir: &Path) -> (Self, PathBuf) {
+        let seed = dir.join("seed.json");
+        std::fs::write(&seed, fixture().to_string()).unwrap();
+        let data = dir.join("data");
+        (Binary::start(&data, &["--seed", seed.to_str().unwrap()]).await, data)
     }
 
     /// SIGKILL it.

@@ -1,8 +1,12 @@
 //! End-to-end tests through the real HTTP server and a real data dir: one test binary, a
 //! module per area (one binary links once).
 
+mod admin;
 mod common;
 mod crash;
 mod limits;
+mod openapi;
 mod reads;
+mod reports;
+mod startup;
 mod writes;

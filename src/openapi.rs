@@ -1,0 +1,590 @@
+//! The public API's machine-readable contract: an OpenAPI 3.1 document derived from the code.
+//!
+//! # How the document is made
+//!
+//! 1. Every public handler carries `#[utoipa::path(...)]` beside its code (operation id, path,
+//!    parameters, request body and every status it can answer), and every view and request
+//!    body derives [`ToSchema`]. A handler or view cannot change shape without the document
+//!    changing with it.
+//! 2. [`ApiDoc`] gathers the twelve operations. Error answers are the reusable responses
+//!    defined here, one per status ([`Unauthorized`], [`NotFound`], ...), each with the error
+//!    envelope; handlers name the ones they can produce.
+//! 3. [`BearerAuth`] adds the `bearerAuth` scheme, applied to every operation.
+//! 4. [`document`] renders the JSON once and adds the response headers the middleware sets on
+//!    every answer ([`ALWAYS`]), `Retry-After` on 429, `WWW-Authenticate` on 401 and
+//!    `Idempotent-Replayed` on the write operations. That step works on the JSON because
+//!    utoipa's `Header` has no `required` field, and marking the always-present headers
+//!    required is what lets a conformance checker (schemathesis in `.ci/schemathesis.sh`)
+//!    verify that they really are always present. It also respells the fields of response
+//!    links, which utoipa 5 writes in snake_case (`fix_links`).
+//!
+//! Paths are relative to the one server URL, `/api/v1`, as the spec's paths are relative to
+//! `{base_url}`. The document and the interactive reference are served by
+//! [`crate::routes::docs`].
+
+use std::sync::OnceLock;
+
+use serde_json::{json, Map, Value};
+use utoipa::openapi::content::ContentBuilder;
+use utoipa::openapi::response::{Response, ResponseBuilder};
+use utoipa::openapi::schema::{
+    AdditionalProperties, AnyOfBuilder, ArrayBuilder, ObjectBuilder, Schema, SchemaType, Type,
+};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
+
+/// The document: the twelve operations, their schemas and the reusable error responses.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "sheetd public API",
+        version = "1.0.0",
+        description = "Sheets, columns, rows and saved reports over JSON. Every request sends \
+            `Authorization: Bearer <API key>`. Every 4xx/5xx body is the error envelope; clients \
+            switch on `errorCode`. Requests are limited per key per rolling minute; every \
+            response carries the rate-limit headers. This document (`/api/v1/openapi.json`) \
+            and the interactive reference (`/api/v1/docs`) need no key; they count against the \
+            rate limit of the caller's key, or of its IP address without one.",
+        license(name = "MIT")
+    ),
+    servers((url = "/api/v1", description = "This server; paths below are relative to it.")),
+    paths(
+        crate::routes::me::get_me,
+        crate::routes::sheets::list_sheets,
+        crate::routes::sheets::get_sheet,
+        crate::routes::sheets::list_columns,
+        crate::routes::rows::list_rows,
+        crate::routes::reports::list_reports,
+        crate::routes::reports::get_report,
+        crate::routes::reports::run_report,
+        crate::routes::rows::bulk_add_rows,
+        crate::routes::rows::bulk_update_rows,
+        crate::routes::rows::patch_row,
+        crate::routes::rows::delete_row,
+    ),
+    components(
+        schemas(
+            ErrorEnvelope,
+            ValidationErrorEnvelope,
+            ValidationProblem,
+            CellProblem,
+            ConflictErrorEnvelope,
+            VersionConflictDetail,
+            RateLimitErrorEnvelope,
+            RetryAfterDetail,
+            BulkItemError,
+        ),
+        responses(
+            Unauthorized,
+            PaymentRequired,
+            Forbidden,
+            NotFound,
+            Conflict,
+            PayloadTooLarge,
+            ValidationFailed,
+            RateLimited,
+            InternalError,
+        )
+    ),
+    modifiers(&BearerAuth),
+    security(("bearerAuth" = [])),
+    tags(
+        (name = "me", description = "The calling key."),
+        (name = "sheets", description = "Sheets and their columns."),
+        (name = "rows", description = "Rows: paged reads and idempotent writes."),
+        (name = "reports", description = "Saved reports: metadata and runs."),
+    )
+)]
+pub struct ApiDoc;
+
+/// Adds the `bearerAuth` security scheme (an API key sent as a bearer token).
+pub struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearerAuth",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("svc_live_...")
+                    .description(Some(
+                        "An API key: `svc_live_` followed by random characters. A missing, \
+                         malformed, revoked or expired key gets 401 `unauthorized`.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters shared by several operations.
+
+/// `limit` and `cursor` of the keyset-paged lists.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    /// Page size: default 100; a value above 500 is clamped to 500. Below 1 or not an
+    /// integer: 422.
+    #[param(minimum = 1, default = 100)]
+    pub limit: Option<i64>,
+    /// The `nextCursor` of the previous page, passed back unchanged. Opaque; one that was
+    /// altered or comes from another endpoint or resource: 422.
+    pub cursor: Option<String>,
+}
+
+/// `limit` alone (the rows page of getSheet).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LimitQuery {
+    /// Size of the first rows page: default 100; a value above 500 is clamped to 500. Below 1
+    /// or not an integer: 422.
+    #[param(minimum = 1, default = 100)]
+    pub limit: Option<i64>,
+}
+
+/// The optional `Idempotency-Key` of the four row writes.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct IdempotencyKey {
+    /// 1 to 255 visible ASCII characters (a UUID per logical operation is recommended). A
+    /// completed request with the same key and the same method, path, query and body is
+    /// replayed (`Idempotent-Replayed: true`) for 24 hours; another request under the same
+    /// key is 409 `idempotency_key_reused`, one still running 409 `idempotency_in_progress`.
+    // `value_type`: the header is optional, never null (Option alone would say "or null").
+    #[param(
+        rename = "Idempotency-Key",
+        value_type = String,
+        required = false,
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[!-~]+$"
+    )]
+    pub idempotency_key: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schemas of values the views hold as free JSON.
+
+/// `cells`: raw cell values keyed by column id as a decimal string.
+pub fn cells_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property_names(Some(
+            ObjectBuilder::new().schema_type(Type::String).pattern(Some("^[0-9]+$")),
+        ))
+        .additional_properties(Some(AdditionalProperties::FreeForm(true)))
+        .description(Some(
+            "Cell values keyed by column id as a string. A value is null, a scalar, a list \
+             (multi_select) or a wrapper `{value, format}` / `{formula, value}`, returned \
+             verbatim as stored.",
+        ))
+        .into()
+}
+
+/// `baseCells`: like [`cells_schema`], or null.
+pub fn nullable_cells_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+        .property_names(Some(
+            ObjectBuilder::new().schema_type(Type::String).pattern(Some("^[0-9]+$")),
+        ))
+        .additional_properties(Some(AdditionalProperties::FreeForm(true)))
+        .description(Some(
+            "An advisory snapshot of the cells as last read, used only to classify a version \
+             conflict (`conflictingColumns`, `mergeableColumns`); never trusted for the write.",
+        ))
+        .into()
+}
+
+/// A string with a fixed set of values.
+fn string_enum(values: &[&str]) -> Schema {
+    ObjectBuilder::new().schema_type(Type::String).enum_values(Some(values.iter().copied())).into()
+}
+
+/// `verb` of a grant.
+pub fn verb_schema() -> Schema {
+    string_enum(&["read", "write"])
+}
+
+/// `scopeType` of a grant.
+pub fn scope_type_schema() -> Schema {
+    string_enum(&["account", "project", "folder", "sheet"])
+}
+
+/// `status` of a bulk result item.
+pub fn bulk_status_schema() -> Schema {
+    string_enum(&["succeeded", "failed"])
+}
+
+/// `mode` of a report run.
+pub fn report_mode_schema() -> Schema {
+    string_enum(&["flat", "aggregated"])
+}
+
+/// Any JSON value (`detail` of an envelope whose code has no fixed detail shape).
+fn any_value(description: &str) -> Schema {
+    ObjectBuilder::new().schema_type(SchemaType::AnyValue).description(Some(description)).into()
+}
+
+/// A `$ref` to a component schema.
+fn schema_ref(name: &str) -> RefOr<Schema> {
+    RefOr::Ref(Ref::from_schema_name(name))
+}
+
+/// `loc` of a validation problem: strings and integers.
+fn loc_schema() -> Schema {
+    ArrayBuilder::new()
+        .items(
+            AnyOfBuilder::new()
+                .item(ObjectBuilder::new().schema_type(Type::String))
+                .item(ObjectBuilder::new().schema_type(Type::Integer)),
+        )
+        .description(Some(
+            "Where the problem is: `path`, `query`, `header` or `body`, then names and indexes.",
+        ))
+        .into()
+}
+
+/// `detail` of a 422.
+fn validation_detail() -> Schema {
+    AnyOfBuilder::new()
+        .item(ArrayBuilder::new().items(schema_ref("ValidationProblem")))
+        .item(schema_ref("CellProblem"))
+        .item(ObjectBuilder::new().schema_type(Type::Object))
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some(
+            "A list of ValidationProblem for a malformed path, query, header or body; a \
+             CellProblem when a cell value is refused by its column; an object naming the \
+             problem (`path`, `reason`, ...) for `report_compile_failed`.",
+        ))
+        .into()
+}
+
+/// `detail` of a 409.
+fn conflict_detail() -> Schema {
+    AnyOfBuilder::new()
+        .item(schema_ref("VersionConflictDetail"))
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .property("maxRowsPerSheet", ObjectBuilder::new().schema_type(Type::Integer))
+                .required("maxRowsPerSheet"),
+        )
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some(
+            "VersionConflictDetail for `version_conflict`, `{maxRowsPerSheet}` for \
+             `capacity_exceeded`, null for the idempotency conflicts.",
+        ))
+        .into()
+}
+
+/// Column ids as strings (`conflictingColumns`, `mergeableColumns`).
+fn column_ids() -> Schema {
+    ArrayBuilder::new().items(ObjectBuilder::new().schema_type(Type::String)).into()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Error bodies. They document the JSON that [`crate::error::ApiError`] renders.
+
+/// The error envelope: the body of every 4xx/5xx. Clients switch on `errorCode`; `message`
+/// is for people and may change.
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+pub struct ErrorEnvelope {
+    /// One of `unauthorized`, `forbidden`, `not_found`, `validation_failed`,
+    /// `version_conflict`, `capacity_exceeded`, `rate_limit_exceeded`,
+    /// `idempotency_key_reused`, `idempotency_in_progress`, `payload_too_large`,
+    /// `internal_error`, `payment_required`, `report_compile_failed`, `report_cap_exceeded`;
+    /// codes are only ever added.
+    pub error_code: String,
+    /// A sentence naming the problem.
+    pub message: String,
+    /// Machine-readable detail; its shape depends on the code (null when there is none).
+    #[schema(schema_with = detail_any, required = false)]
+    pub detail: Value,
+    /// Same value as the `X-Request-Id` header.
+    pub request_id: String,
+}
+
+fn detail_any() -> Schema {
+    any_value("Depends on `errorCode`; null when the code carries none.")
+}
+
+/// A 422 envelope (`validation_failed`, or `report_compile_failed` on runReport).
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+pub struct ValidationErrorEnvelope {
+    /// `validation_failed` or `report_compile_failed`.
+    pub error_code: String,
+    /// A sentence naming the problem.
+    pub message: String,
+    /// What failed where.
+    #[schema(schema_with = validation_detail, required = false)]
+    pub detail: Value,
+    /// Same value as the `X-Request-Id` header.
+    pub request_id: String,
+}
+
+/// One problem with a malformed path, query, header or body.
+#[derive(ToSchema)]
+pub struct ValidationProblem {
+    /// Where.
+    #[schema(schema_with = loc_schema)]
+    pub loc: Vec<Value>,
+    /// What is wrong, for people.
+    pub msg: String,
+    /// The kind of problem (`int_parsing`, `missing`, `json_invalid`, ...).
+    #[schema(rename = "type")]
+    pub kind: String,
+}
+
+/// A cell value refused by its column's type (or a cell key that is not a column).
+#[derive(ToSchema)]
+pub struct CellProblem {
+    /// The column.
+    pub column_id: u64,
+    /// Why the value was refused.
+    pub reason: String,
+}
+
+/// A 409 envelope: `version_conflict`, `capacity_exceeded`, `idempotency_key_reused` or
+/// `idempotency_in_progress`.
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+pub struct ConflictErrorEnvelope {
+    /// One of the four conflict codes.
+    pub error_code: String,
+    /// A sentence naming the problem.
+    pub message: String,
+    /// Depends on the code.
+    #[schema(schema_with = conflict_detail, required = false)]
+    pub detail: Value,
+    /// Same value as the `X-Request-Id` header.
+    pub request_id: String,
+}
+
+/// `detail` of `version_conflict`: enough to diff and retry.
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+pub struct VersionConflictDetail {
+    /// The row's current version.
+    pub current_version: u64,
+    /// The row as it is now.
+    pub current: crate::views::RowView,
+    /// With `baseCells`: cells the request changes that also changed since the base.
+    #[schema(schema_with = column_ids)]
+    pub conflicting_columns: Option<Vec<String>>,
+    /// With `baseCells`: cells the request changes that did not change since the base.
+    #[schema(schema_with = column_ids)]
+    pub mergeable_columns: Option<Vec<String>>,
+}
+
+/// The 429 envelope (`rate_limit_exceeded`).
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+pub struct RateLimitErrorEnvelope {
+    /// `rate_limit_exceeded`.
+    pub error_code: String,
+    /// A sentence naming the limit.
+    pub message: String,
+    /// When to retry.
+    pub detail: RetryAfterDetail,
+    /// Same value as the `X-Request-Id` header.
+    pub request_id: String,
+}
+
+/// `detail` of a 429.
+#[derive(ToSchema)]
+pub struct RetryAfterDetail {
+    /// Whole seconds to wait; the same as the `Retry-After` header.
+    #[schema(minimum = 1)]
+    pub retry_after_seconds: u64,
+}
+
+/// The error of a failed bulk item: the error envelope without `requestId` (more properties
+/// may be added).
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+pub struct BulkItemError {
+    /// `validation_failed`, `version_conflict`, `capacity_exceeded`, `not_found` or
+    /// `forbidden`.
+    pub error_code: String,
+    /// A sentence naming the problem.
+    pub message: String,
+    /// As for the same code in a whole-request error.
+    #[schema(schema_with = detail_any, required = false)]
+    pub detail: Value,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reusable error responses, one per status.
+
+/// A JSON error response with `body` (a component schema name).
+fn error_response(description: &str, body: &str) -> RefOr<Response> {
+    ResponseBuilder::new()
+        .description(description)
+        .content("application/json", ContentBuilder::new().schema(Some(schema_ref(body))).build())
+        .build()
+        .into()
+}
+
+/// Declares a unit type whose [`ToResponse`] is an error response.
+macro_rules! error_responses {
+    ($($name:ident => $body:literal, $description:literal;)*) => {$(
+        #[doc = $description]
+        pub struct $name;
+
+        impl<'r> ToResponse<'r> for $name {
+            fn response() -> (&'r str, RefOr<Response>) {
+                (stringify!($name), error_response($description, $body))
+            }
+        }
+    )*};
+}
+
+error_responses! {
+    Unauthorized => "ErrorEnvelope",
+        "`unauthorized`: the key is missing, malformed, unknown, revoked or expired.";
+    PaymentRequired => "ErrorEnvelope",
+        "`payment_required`: the report's owner is not on the paid plan.";
+    Forbidden => "ErrorEnvelope",
+        "`forbidden`: the key can read the sheet but not write it.";
+    NotFound => "ErrorEnvelope",
+        "`not_found`: the object is missing or outside the key's reach (the same answer either way).";
+    Conflict => "ConflictErrorEnvelope",
+        "`version_conflict`, `capacity_exceeded`, `idempotency_key_reused` or `idempotency_in_progress`.";
+    PayloadTooLarge => "ErrorEnvelope",
+        "`payload_too_large`: the body exceeds the server's limit; on runReport \
+         `report_cap_exceeded`: the report lists too many sources or scans too many rows.";
+    ValidationFailed => "ValidationErrorEnvelope",
+        "`validation_failed`: a malformed path id, query, header or body, or a refused cell \
+         value; on runReport also `report_compile_failed`.";
+    RateLimited => "RateLimitErrorEnvelope",
+        "`rate_limit_exceeded`: too many requests in the rolling minute; retry after \
+         `Retry-After` seconds.";
+    InternalError => "ErrorEnvelope",
+        "`internal_error`: the server failed; the cause is logged, never sent.";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Response headers, added to the rendered JSON.
+
+/// Headers on every response of the public API, set by [`crate::middleware::request_context`].
+pub const ALWAYS: [&str; 6] = [
+    "X-Request-Id",
+    "X-RateLimit-Limit",
+    "X-RateLimit-Remaining",
+    "X-RateLimit-Reset",
+    "RateLimit",
+    "RateLimit-Policy",
+];
+
+/// The header objects of [`ALWAYS`], all required.
+fn always_headers() -> Map<String, Value> {
+    let header = |description: &str, schema: Value| json!({"description": description, "required": true, "schema": schema});
+    let integer = json!({"type": "integer"});
+    let string = json!({"type": "string"});
+    let headers = [
+        header("The request id; equals the body's `requestId`.", string.clone()),
+        header("Requests allowed per rolling minute.", integer.clone()),
+        header("Requests left in the window.", integer.clone()),
+        header("Unix epoch seconds when the next slot frees.", integer),
+        header("The window now, e.g. `\"default\";r=599;t=60`.", string.clone()),
+        header("The limit policy, e.g. `\"default\";q=600;w=60`.", string),
+    ];
+    ALWAYS.iter().map(|n| n.to_string()).zip(headers).collect()
+}
+
+/// Spell the Link Object's fields as OpenAPI does: utoipa 5 serializes them in snake_case
+/// (`operation_id`), which tools reject as a link naming no operation.
+fn fix_links(response: &mut Value) {
+    let Some(links) = response.get_mut("links").and_then(Value::as_object_mut) else { return };
+    for link in links.values_mut().filter_map(Value::as_object_mut) {
+        for (from, to) in [
+            ("operation_id", "operationId"),
+            ("operation_ref", "operationRef"),
+            ("request_body", "requestBody"),
+        ] {
+            if let Some(v) = link.remove(from) {
+                link.insert(to.into(), v);
+            }
+        }
+    }
+}
+
+/// Add the headers each response carries, by status and by whether the operation is a write.
+fn add_headers(response: &mut Value, status: &str, write: bool) {
+    let Some(response) = response.as_object_mut() else { return };
+    if response.contains_key("$ref") {
+        return;
+    }
+    let mut headers = always_headers();
+    match status {
+        "401" => {
+            headers.insert(
+                "WWW-Authenticate".into(),
+                json!({"description": "`Bearer`.", "required": true,
+                       "schema": {"type": "string"}}),
+            );
+        }
+        "429" => {
+            headers.insert(
+                "Retry-After".into(),
+                json!({"description": "Whole seconds to wait (at least 1).", "required": true,
+                       "schema": {"type": "integer", "minimum": 1}}),
+            );
+        }
+        _ => {}
+    }
+    if write {
+        headers.insert(
+            "Idempotent-Replayed".into(),
+            json!({"description": "`true` when this is the stored response of an earlier \
+                                   request with the same `Idempotency-Key` (row writes only).",
+                   "schema": {"type": "string", "enum": ["true"]}}),
+        );
+    }
+    response.insert("headers".into(), Value::Object(headers));
+}
+
+/// The row writes: they take `Idempotency-Key` and may answer with a replay.
+pub const WRITES: [&str; 4] = ["bulkAddRows", "bulkUpdateRows", "patchRow", "deleteRow"];
+
+/// Statuses a replayed write can carry besides its success: stored answers of §8.
+const REPLAYABLE_ERRORS: [&str; 4] = ["Forbidden", "NotFound", "Conflict", "ValidationFailed"];
+
+/// The served document: [`ApiDoc`] with its response headers, rendered once.
+pub fn document() -> &'static Value {
+    static DOC: OnceLock<Value> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+        if let Some(paths) = doc["paths"].as_object_mut() {
+            for item in paths.values_mut().filter_map(Value::as_object_mut) {
+                for op in item.values_mut() {
+                    let write = op["operationId"].as_str().is_some_and(|id| WRITES.contains(&id));
+                    if let Some(responses) = op["responses"].as_object_mut() {
+                        for (status, response) in responses.iter_mut() {
+                            add_headers(response, status, write);
+                            fix_links(response);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(responses) = doc["components"]["responses"].as_object_mut() {
+            for (name, response) in responses.iter_mut() {
+                let status = match name.as_str() {
+                    "Unauthorized" => "401",
+                    "RateLimited" => "429",
+                    _ => "",
+                };
+                add_headers(response, status, REPLAYABLE_ERRORS.contains(&name.as_str()));
+            }
+        }
+        doc
+    })
+}

@@ -1,0 +1,433 @@
+//! The OpenAPI document at `/api/v1/openapi.json` and the Swagger UI at `/api/v1/docs`: the
+//! document says what the spec says (operations, parameters, envelopes, headers, security),
+//! the live responses have the documented fields, and the reference page loads nothing from
+//! outside this server. Full schema conformance under fuzzing is `.ci/schemathesis.sh`.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Value};
+
+use crate::common::*;
+
+/// The spec's endpoint table: operation id, method, path (relative to `{base_url}`).
+const OPERATIONS: [(&str, &str, &str); 12] = [
+    ("getMe", "get", "/me"),
+    ("listSheets", "get", "/sheets"),
+    ("getSheet", "get", "/sheets/{sheet_id}"),
+    ("listColumns", "get", "/sheets/{sheet_id}/columns"),
+    ("listRows", "get", "/sheets/{sheet_id}/rows"),
+    ("listReports", "get", "/reports"),
+    ("getReport", "get", "/reports/{report_id}"),
+    ("runReport", "post", "/reports/{report_id}/run"),
+    ("bulkAddRows", "post", "/sheets/{sheet_id}/rows:bulkAdd"),
+    ("bulkUpdateRows", "post", "/sheets/{sheet_id}/rows:bulkUpdate"),
+    ("patchRow", "patch", "/sheets/{sheet_id}/rows/{row_id}"),
+    ("deleteRow", "delete", "/sheets/{sheet_id}/rows/{row_id}"),
+];
+
+const WRITES: [&str; 4] = ["bulkAddRows", "bulkUpdateRows", "patchRow", "deleteRow"];
+
+/// Fetch the document without a key.
+async fn document(s: &TestServer) -> Value {
+    let (status, doc, headers) = s.call("GET", "/openapi.json", None, None).await;
+    assert_eq!(status, 200, "{doc}");
+    assert_eq!(headers.get("content-type").unwrap(), "application/json");
+    doc
+}
+
+/// Every operation of the document as `(operationId, method, path, operation)`.
+fn operations(doc: &Value) -> Vec<(String, String, String, Value)> {
+    let mut ops = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let id = op["operationId"].as_str().unwrap_or_default().to_owned();
+            ops.push((id, method.clone(), path.clone(), op.clone()));
+        }
+    }
+    ops
+}
+
+/// Follow a `$ref` within the document.
+fn resolve<'a>(doc: &'a Value, v: &'a Value) -> &'a Value {
+    match v["$ref"].as_str() {
+        Some(r) => {
+            let pointer = r.strip_prefix('#').expect("a local $ref");
+            resolve(doc, doc.pointer(pointer).unwrap_or_else(|| panic!("dangling $ref {r}")))
+        }
+        None => v,
+    }
+}
+
+/// The properties and required names of an object schema, `allOf` parts merged.
+fn object_shape(doc: &Value, schema: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
+    let schema = resolve(doc, schema);
+    let (mut props, mut required) = (BTreeSet::new(), BTreeSet::new());
+    if let Some(parts) = schema["allOf"].as_array() {
+        for part in parts {
+            let (p, r) = object_shape(doc, part);
+            props.extend(p);
+            required.extend(r);
+        }
+    }
+    if let Some(p) = schema["properties"].as_object() {
+        props.extend(p.keys().cloned());
+    }
+    if let Some(r) = schema["required"].as_array() {
+        required.extend(r.iter().map(|n| n.as_str().unwrap().to_owned()));
+    }
+    (props, required)
+}
+
+fn names(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[actix_rt::test]
+async fn openapi_document_is_3_1_and_lists_exactly_the_twelve_operations() {
+    let s = TestServer::start().await;
+    let doc = document(&s).await;
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1."), "{}", doc["openapi"]);
+    assert_eq!(doc["info"]["version"], "1.0.0");
+    assert_eq!(
+        doc["servers"],
+        json!([{"url": "/api/v1", "description": doc["servers"][0]["description"]}])
+    );
+
+    let found: BTreeSet<(String, String, String)> =
+        operations(&doc).into_iter().map(|(id, m, p, _)| (id, m, p)).collect();
+    let expected: BTreeSet<(String, String, String)> = OPERATIONS
+        .iter()
+        .map(|(id, m, p)| (id.to_string(), m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(found, expected);
+
+    for (id, _, path, op) in operations(&doc) {
+        // Path parameters: exactly the names in the template, integer, required.
+        let in_template: BTreeSet<String> = path
+            .split('{')
+            .skip(1)
+            .map(|rest| rest.split('}').next().unwrap().to_owned())
+            .collect();
+        let params = op["parameters"].as_array().cloned().unwrap_or_default();
+        let in_path: BTreeSet<String> = params
+            .iter()
+            .filter(|p| p["in"] == "path")
+            .map(|p| {
+                assert_eq!(p["required"], true, "{id}: {p}");
+                assert_eq!(p["schema"]["type"], "integer", "{id}: {p}");
+                p["name"].as_str().unwrap().to_owned()
+            })
+            .collect();
+        assert_eq!(in_path, in_template, "{id}");
+        assert!(in_path.iter().all(|n| ["sheet_id", "row_id", "report_id"].contains(&n.as_str())));
+        // Writes take the optional Idempotency-Key header; nothing else does.
+        let idem = params.iter().find(|p| p["in"] == "header" && p["name"] == "Idempotency-Key");
+        assert_eq!(idem.is_some(), WRITES.contains(&id.as_str()), "{id}");
+        if let Some(idem) = idem {
+            assert_eq!(idem["required"], false);
+            assert_eq!(idem["schema"]["maxLength"], 255);
+        }
+        // Paged operations document limit (and cursor).
+        let query: BTreeSet<&str> = params
+            .iter()
+            .filter(|p| p["in"] == "query")
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        let expected_query: &[&str] = match id.as_str() {
+            "listSheets" | "listRows" | "listReports" | "runReport" => &["cursor", "limit"],
+            "getSheet" => &["limit"],
+            _ => &[],
+        };
+        assert_eq!(query, expected_query.iter().copied().collect(), "{id}");
+    }
+}
+
+#[actix_rt::test]
+async fn every_operation_documents_its_error_statuses_with_the_envelope_and_headers() {
+    let s = TestServer::start().await;
+    let doc = document(&s).await;
+
+    let (props, required) =
+        object_shape(&doc, &json!({"$ref": "#/components/schemas/ErrorEnvelope"}));
+    assert_eq!(props, names(&["detail", "errorCode", "message", "requestId"]));
+    assert_eq!(required, names(&["errorCode", "message", "requestId"]));
+    let scheme = &doc["components"]["securitySchemes"]["bearerAuth"];
+    assert_eq!(
+        (scheme["type"].as_str(), scheme["scheme"].as_str()),
+        (Some("http"), Some("bearer"))
+    );
+    assert_eq!(doc["security"], json!([{"bearerAuth": []}]));
+
+    for (id, _, _, op) in operations(&doc) {
+        let responses = op["responses"].as_object().unwrap();
+        let statuses: BTreeSet<&str> = responses.keys().map(String::as_str).collect();
+        let mut expected: BTreeSet<&str> = ["401", "429", "500"].into();
+        expected.insert(if id == "deleteRow" { "204" } else { "200" });
+        if id != "getMe" && id != "listSheets" && id != "listReports" {
+            expected.insert("404");
+        }
+        if id != "getMe" {
+            expected.insert("422");
+        }
+        if WRITES.contains(&id.as_str()) {
+            expected.extend(["403", "409"]);
+            if id != "deleteRow" {
+                expected.insert("413");
+            }
+        }
+        if id == "runReport" {
+            expected.extend(["402", "413"]);
+        }
+        assert_eq!(statuses, expected, "{id}");
+
+        for (status, response) in responses {
+            let response = resolve(&doc, response);
+            let headers = &response["headers"];
+            for h in [
+                "X-Request-Id",
+                "X-RateLimit-Limit",
+                "X-RateLimit-Remaining",
+                "X-RateLimit-Reset",
+                "RateLimit",
+                "RateLimit-Policy",
+            ] {
+                assert_eq!(headers[h]["required"], true, "{id} {status} header {h}");
+            }
+            assert_eq!(headers.get("Retry-After").is_some(), status == "429", "{id} {status}");
+            if WRITES.contains(&id.as_str()) && ["200", "204"].contains(&status.as_str()) {
+                assert!(headers.get("Idempotent-Replayed").is_some(), "{id} {status}");
+            }
+            if status.starts_with('4') || status.starts_with('5') {
+                let schema = &response["content"]["application/json"]["schema"];
+                let (props, required) = object_shape(&doc, schema);
+                assert!(props.is_superset(&names(&["errorCode", "message", "requestId"])));
+                assert!(required.is_superset(&names(&["errorCode", "message", "requestId"])));
+            }
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn schemas_are_camel_case_with_the_spec_required_fields() {
+    let s = TestServer::start().await;
+    let doc = document(&s).await;
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    // Field names are camelCase, except the two `detail` shapes the spec gives in snake_case.
+    for (name, schema) in schemas {
+        let (props, _) = object_shape(&doc, schema);
+        for p in props {
+            let allowed = ["column_id", "retry_after_seconds"].contains(&p.as_str());
+            assert!(!p.contains('_') || allowed, "{name}.{p} is not camelCase");
+        }
+    }
+    let shape = |name: &str| object_shape(&doc, &schemas[name]);
+    let required = |name: &str| shape(name).1;
+
+    assert_eq!(
+        required("MeResponseV1"),
+        names(&["keyId", "ownerId", "rateLimit", "requestId", "scopes"])
+    );
+    assert_eq!(required("RateLimit"), names(&["limit", "remaining", "reset"]));
+    assert_eq!(required("SheetV1"), names(&["columnCount", "id", "name", "projectId", "rowCount"]));
+    assert!(required("SheetV1WithChildren").is_superset(&names(&["columns", "rows", "requestId"])));
+    assert_eq!(required("ColumnV1"), names(&["id", "name", "position", "sheetId", "type"]));
+    assert_eq!(required("RowV1"), names(&["cells", "id", "sheetId", "updatedBy", "version"]));
+    assert_eq!(required("ReportSummaryV1"), names(&["id", "name", "projectId", "type"]));
+    assert_eq!(
+        required("ReportRun"),
+        names(&[
+            "columns",
+            "mode",
+            "reportId",
+            "reportName",
+            "rows",
+            "scannedRows",
+            "sourcesOmittedForAccess",
+            "totalMatched"
+        ])
+    );
+    assert_eq!(required("ReportRunEnvelopeV1"), names(&["data", "requestId"]));
+    assert_eq!(
+        required("BulkWriteResponse"),
+        names(&["failedCount", "requestId", "results", "succeededCount"])
+    );
+    assert_eq!(required("BulkResultItem"), names(&["index", "status"]));
+    assert_eq!(required("RowUpdateItem"), names(&["id", "version"]));
+    assert_eq!(required("RowPatch"), names(&["version"]));
+
+    // Nullable and optional where the spec says so.
+    let column = &schemas["ColumnV1"]["properties"];
+    assert_eq!(column["options"]["type"], json!(["array", "null"]));
+    assert_eq!(schemas["RowV1"]["properties"]["cells"]["additionalProperties"], true);
+    assert_eq!(schemas["RowV1"]["properties"]["version"]["minimum"], 1);
+    for list in
+        ["ListView_SheetV1", "ListView_ColumnV1", "ListView_RowV1", "ListView_ReportSummaryV1"]
+    {
+        assert_eq!(required(list), names(&["data", "requestId"]), "{list}");
+        assert_eq!(schemas[list]["properties"]["nextCursor"]["type"], json!(["string", "null"]));
+    }
+    for (name, field) in [("BulkAddRequest", "rows"), ("BulkUpdateRequest", "rows")] {
+        let rows = &schemas[name]["properties"][field];
+        assert_eq!((rows["minItems"].as_u64(), rows["maxItems"].as_u64()), (Some(1), Some(2000)));
+        assert_eq!(schemas[name]["additionalProperties"], false, "unknown fields are refused");
+    }
+    assert_eq!(schemas["RowPatch"]["properties"]["version"]["minimum"], 1);
+    assert_eq!(schemas["RowPatch"]["properties"]["baseCells"]["type"], json!(["object", "null"]));
+    assert_eq!(schemas["ScopeGrant"]["properties"]["scopeId"]["type"], json!(["integer", "null"]));
+    assert_eq!(
+        schemas["ValidationProblem"]["required"],
+        json!(["loc", "msg", "type"]),
+        "the 422 detail item"
+    );
+}
+
+/// The 200 schema of an operation.
+fn ok_schema<'a>(doc: &'a Value, id: &str) -> &'a Value {
+    let (_, method, path) = OPERATIONS.iter().find(|(i, _, _)| *i == id).unwrap();
+    &doc["paths"][*path][*method]["responses"]["200"]["content"]["application/json"]["schema"]
+}
+
+/// Live bodies carry every required field and no undocumented one.
+fn assert_matches_shape(doc: &Value, schema: &Value, body: &Value, what: &str) {
+    let (props, required) = object_shape(doc, schema);
+    let keys: BTreeSet<String> = body.as_object().unwrap().keys().cloned().collect();
+    assert!(
+        keys.is_subset(&props),
+        "{what}: undocumented fields in {keys:?} (documented {props:?})"
+    );
+    assert!(keys.is_superset(&required), "{what}: missing required fields of {required:?}");
+}
+
+#[actix_rt::test]
+async fn live_responses_have_the_documented_fields() {
+    let s = TestServer::start().await;
+    let doc = document(&s).await;
+    for (id, path) in [
+        ("getMe", "/me"),
+        ("listSheets", "/sheets"),
+        ("getSheet", "/sheets/10"),
+        ("listColumns", "/sheets/10/columns"),
+        ("listRows", "/sheets/10/rows"),
+        ("listReports", "/reports"),
+        ("getReport", "/reports/7"),
+    ] {
+        let (status, body, _) = s.get(path, ADA_WRITE).await;
+        assert_eq!(status, 200, "{id}: {body}");
+        assert_matches_shape(&doc, ok_schema(&doc, id), &body, id);
+    }
+    let (status, run, _) = s.call("POST", "/reports/8/run", Some(ADA_WRITE), None).await;
+    assert_eq!(status, 200, "{run}");
+    assert_matches_shape(&doc, ok_schema(&doc, "runReport"), &run, "runReport");
+    assert_matches_shape(
+        &doc,
+        &doc["components"]["schemas"]["ReportRun"],
+        &run["data"],
+        "ReportRun",
+    );
+
+    let (status, bulk, _) = s
+        .post(
+            "/sheets/10/rows:bulkAdd",
+            ADA_WRITE,
+            &json!({"rows": [{"cells": {"100": "x"}}, {"cells": {"999": 1}}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{bulk}");
+    assert_matches_shape(&doc, ok_schema(&doc, "bulkAddRows"), &bulk, "bulkAddRows");
+    let items = &doc["components"]["schemas"]["BulkResultItem"];
+    for item in bulk["results"].as_array().unwrap() {
+        assert_matches_shape(&doc, items, item, "BulkResultItem");
+    }
+    let (status, patched, _) = s
+        .call(
+            "PATCH",
+            "/sheets/10/rows/1003",
+            Some(ADA_WRITE),
+            Some(&json!({"version": 1, "cells": {"100": "y"}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{patched}");
+    assert_matches_shape(&doc, ok_schema(&doc, "patchRow"), &patched, "patchRow");
+    let error = s
+        .call("PATCH", "/sheets/10/rows/1003", Some(ADA_WRITE), Some(&json!({"version": 1})))
+        .await;
+    assert_error(&error, 409, "version_conflict");
+    let detail = &doc["components"]["schemas"]["VersionConflictDetail"];
+    assert_matches_shape(&doc, detail, &error.1["detail"], "VersionConflictDetail");
+}
+
+/// The `src` and `href` attribute values of an HTML page.
+fn referenced_urls(html: &str) -> Vec<String> {
+    let mut urls = Vec::new();
+    for attr in ["src=\"", "href=\""] {
+        for part in html.split(attr).skip(1) {
+            urls.push(part.split('"').next().unwrap().to_owned());
+        }
+    }
+    urls
+}
+
+#[actix_rt::test]
+async fn docs_page_and_everything_it_loads_are_served_locally_without_a_key() {
+    let s = TestServer::start().await;
+    let origin = s.base.trim_end_matches("/api/v1").to_owned();
+    for page in ["/docs", "/docs/"] {
+        let (status, html, headers) = s.call("GET", page, None, None).await;
+        assert_eq!(status, 200, "{page}");
+        assert_eq!(headers.get("content-type").unwrap(), "text/html; charset=utf-8");
+        assert!(headers.get("x-request-id").is_some());
+        let html = html.as_str().unwrap().to_owned();
+        assert!(
+            !html.contains("http://") && !html.contains("https://"),
+            "an absolute URL in {html}"
+        );
+        let urls = referenced_urls(&html);
+        assert!(urls.iter().any(|u| u.ends_with("swagger-ui-bundle.js")), "{urls:?}");
+        assert!(urls.iter().any(|u| u.ends_with("swagger-ui.css")), "{urls:?}");
+        assert!(urls.iter().any(|u| u.ends_with("swagger-initializer.js")), "{urls:?}");
+        for url in &urls {
+            assert!(url.starts_with('/') && !url.starts_with("//"), "not a local path: {url}");
+            let (status, body, headers) =
+                send("GET", &format!("{origin}{url}"), None, &[], None).await;
+            assert_eq!(status, 200, "{url}");
+            assert!(!body.is_null(), "{url} is empty");
+            let media_type = headers.get("content-type").unwrap().to_str().unwrap();
+            let expected = match url.rsplit('.').next().unwrap() {
+                "js" => "text/javascript",
+                "css" => "text/css",
+                "png" => "image/png",
+                other => panic!("unexpected asset type {other}"),
+            };
+            assert!(media_type.starts_with(expected), "{url}: {media_type}");
+        }
+    }
+    // The initializer points Swagger UI at this server's document and at nothing outside.
+    let (_, init, _) = s.call("GET", "/docs/swagger-initializer.js", None, None).await;
+    let init = init.as_str().unwrap();
+    assert!(init.contains("url: \"/api/v1/openapi.json\""), "{init}");
+    assert!(init.contains("validatorUrl: null"), "no outside validator badge");
+    assert!(!init.contains("http://") && !init.contains("https://"), "{init}");
+
+    let missing = s.call("GET", "/docs/swagger-ui.css.map", None, None).await;
+    assert_error(&missing, 404, "not_found");
+}
+
+#[actix_rt::test]
+async fn docs_are_public_but_rate_limited_and_unknown_routes_stay_404_envelopes() {
+    let s = TestServer::start_with(fixture(), |a| a.rate_limit_per_minute = 3).await;
+    for _ in 0..3 {
+        let (status, _, headers) = s.call("GET", "/openapi.json", None, None).await;
+        assert_eq!(status, 200);
+        assert!(headers.get("x-ratelimit-remaining").is_some());
+    }
+    let limited = s.call("GET", "/docs", None, None).await;
+    assert_error(&limited, 429, "rate_limit_exceeded");
+    assert!(limited.2.get("retry-after").is_some());
+    // A keyed caller has its own window: the anonymous IP's is not its concern.
+    let (status, _, _) = s.call("GET", "/openapi.json", Some(ADA_READ), None).await;
+    assert_eq!(status, 200);
+    let unknown = s.call("GET", "/openapi.yaml", Some(ADA_READ), None).await;
+    assert_error(&unknown, 404, "not_found");
+    let wrong_method = s.call("POST", "/openapi.json", Some(ADA_READ), None).await;
+    assert_error(&wrong_method, 404, "not_found");
+}
