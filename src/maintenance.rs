@@ -21,8 +21,9 @@
 //!    marker it copies the side stores at), so "anything logged" means more records than that
 //!    one: an idle server does not checkpoint again and again, and a write that landed while a
 //!    checkpoint was copying (so the checkpoint stands before it) still gets checkpointed.
-//! 3. Every [`HOUSEKEEPING_EVERY`], drop idempotency records whose 24-hour window has passed and
-//!    rate-limit windows with no request in the last minute, so neither grows without bound.
+//! 3. Every [`HOUSEKEEPING_EVERY`], drop idempotency records whose 24-hour window has passed,
+//!    events older than [`actors::shared::EVENT_RETENTION`], and rate-limit windows with no
+//!    request in the last minute, so none of them grows without bound.
 //! 4. A failed checkpoint is logged and retried after [`RETRY_AFTER`], not every second.
 //!
 //! # Stopping
@@ -197,6 +198,11 @@ fn sweep(state: &AppState) {
     let now = state.service.shared.clock.now();
     let purged = state.service.shared.idem.purge(now);
     state.limiter.prune(now);
+    let events =
+        state.service.shared.outbox.purge(now - actors::shared::EVENT_RETENTION.as_millis() as i64);
+    if events > 0 {
+        tracing::debug!(events, "events past their retention dropped");
+    }
     if purged > 0 {
         tracing::debug!(purged, "expired idempotency records dropped");
     }

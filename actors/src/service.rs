@@ -40,7 +40,7 @@ use crate::record::{IdemEntry, Record};
 use crate::registry::SheetRegistry;
 use crate::report::ReportRunner;
 use crate::shared::{Clock, Event, IdemStore, Outbox, RowIds, Shared};
-use crate::sheet::{SheetActor, SheetState, Snapshot};
+use crate::sheet::{CopyForCheckpoint, SheetActor, SheetState};
 
 /// How long an idempotent response is replayed.
 pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -346,8 +346,8 @@ impl Service {
         let (directory, directory_lsn) = self.directory.send(SnapshotDirectory).await?;
         let mut sheets = Vec::new();
         for (_, addr) in self.sheets.all() {
-            let view = addr.send(Snapshot).await?;
-            sheets.push((view.state, view.as_of));
+            let copy = addr.send(CopyForCheckpoint).await?;
+            sheets.push((copy.state, copy.as_of));
         }
         let (idem, outbox) = (self.shared.idem.clone(), self.shared.outbox.clone());
         let mut side = None;

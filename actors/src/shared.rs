@@ -189,6 +189,10 @@ pub struct Event {
     pub lsn: Lsn,
 }
 
+/// How long events stay readable in the outbox: a consumer that falls further behind than this
+/// misses events (its `after` points before the oldest one kept).
+pub const EVENT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// The outbox of internal events (`ROW_DELETED`), in log order.
 #[derive(Debug, Default)]
 pub struct Outbox {
@@ -224,6 +228,15 @@ impl Outbox {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let start = inner.events.partition_point(|e| e.seq <= after);
         inner.events.range(start..).take_while(|e| e.lsn <= durable).take(limit).cloned().collect()
+    }
+
+    /// Drop events that happened before `before`; returns how many were dropped. Sequence
+    /// numbers are never reused.
+    pub fn purge(&self, before: Millis) -> usize {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let old = inner.events.partition_point(|e| e.at < before);
+        inner.events.drain(..old);
+        old
     }
 
     /// Events and the next sequence number, for a checkpoint.
@@ -326,8 +339,10 @@ mod tests {
         let (events, next) = outbox.snapshot();
         let copy = Outbox::default();
         copy.restore(events, next);
-        copy.row_deleted(10, &[4], 0, 7);
+        copy.row_deleted(10, &[4], 50, 7);
         assert_eq!(seqs(copy.read(3, 10, 7)), [4], "numbering continues after a restore");
+        assert_eq!(copy.purge(50), 3, "events before the cut-off are dropped");
+        assert_eq!(seqs(copy.read(0, 10, 7)), [4]);
     }
 
     #[test]

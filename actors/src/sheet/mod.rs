@@ -88,7 +88,7 @@ pub struct RowPage {
     pub visible_lsn: Lsn,
 }
 
-/// A consistent copy of a sheet (O(1): the row map is persistent).
+/// A consistent copy of a sheet's columns and rows (O(1): the row map is persistent).
 #[derive(Clone, Debug, MessageResponse)]
 pub struct SheetView {
     /// Columns ordered by position.
@@ -97,10 +97,15 @@ pub struct SheetView {
     pub rows: OrdMap<RowId, Row>,
     /// The LSN of the last record applied (wait for it before revealing the copy).
     pub lsn: Lsn,
-    /// Every record touching this sheet at or below this LSN is in the copy (for checkpoints).
-    pub as_of: Lsn,
-    /// The whole state (for checkpoints).
+}
+
+/// The whole state of a sheet for a checkpoint.
+#[derive(Clone, Debug, MessageResponse)]
+pub struct CheckpointCopy {
+    /// The state (rows are shared with the live map, not copied).
     pub state: SheetState,
+    /// Every record touching this sheet at or below this LSN is in the copy.
+    pub as_of: Lsn,
 }
 
 /// Counters and times of the sheet.
@@ -131,10 +136,15 @@ pub struct Overview {
     pub limit: usize,
 }
 
-/// A consistent copy of the whole sheet, with the LSN it reflects.
+/// A consistent copy of the sheet's columns and rows, with the LSN it reflects.
 #[derive(Message)]
 #[rtype(result = "SheetView")]
 pub struct Snapshot;
+
+/// The whole state, for a checkpoint.
+#[derive(Message)]
+#[rtype(result = "CheckpointCopy")]
+pub struct CopyForCheckpoint;
 
 /// Add rows.
 #[derive(Message)]
@@ -333,9 +343,17 @@ impl Handler<Snapshot> for SheetActor {
             columns: self.state.columns_by_position(),
             rows: self.state.rows.clone(),
             lsn: self.applied_lsn,
-            as_of: self.shared.wal.last_lsn(),
-            state: self.state.clone(),
         }
+    }
+}
+
+impl Handler<CopyForCheckpoint> for SheetActor {
+    type Result = CheckpointCopy;
+
+    fn handle(&mut self, _: CopyForCheckpoint, _: &mut Self::Context) -> CheckpointCopy {
+        // This actor appends (and applies) every record touching its sheet inside its own
+        // handlers, so all of them up to the log's last LSN are in `state` now.
+        CheckpointCopy { state: self.state.clone(), as_of: self.shared.wal.last_lsn() }
     }
 }
 
