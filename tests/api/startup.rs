@@ -173,3 +173,26 @@ async fn import_refuses_clashes_and_bad_references_whole() {
     let (_, rows, _) = s.get("/sheets/30/rows", BOB_ALL).await;
     assert_eq!(rows["data"][0]["cells"], json!({"300": 4}));
 }
+
+#[actix_rt::test]
+async fn damage_before_the_tail_stops_start_up_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut bin, data) = Binary::seeded(dir.path()).await;
+    let url = format!("{}/sheets/11/rows:bulkAdd", bin.base);
+    for _ in 0..3 {
+        let body = json!({"rows": [{"cells": {"110": "x"}}]}).to_string().into_bytes();
+        assert_eq!(send("POST", &url, Some(ADA_WRITE), &[], Some(body)).await.0, 200);
+    }
+    bin.kill9();
+    // Record 2 is a write in the middle of the log: losing it silently would lose an
+    // acknowledged write, so the server must refuse to start.
+    wal::testing::damage_record(&data, 2, 12).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sheetd"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("record 2") && err.contains("damaged"), "{err}");
+}
