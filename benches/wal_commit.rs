@@ -29,9 +29,10 @@ fn durable_appends(c: &mut Criterion) {
     for writers in [1usize, 8, 64] {
         let per_writer = 64usize;
         group.throughput(Throughput::Elements((writers * per_writer) as u64));
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _) =
+            wal::Wal::recover(wal::Config::default_for(dir.path()), &mut Nothing).unwrap();
         group.bench_with_input(BenchmarkId::from_parameter(writers), &writers, |b, &writers| {
-            let dir = tempfile::tempdir().unwrap();
-            let (log, _) = wal::Wal::recover(wal::Config::default_for(dir.path()), &mut Nothing).unwrap();
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
@@ -50,15 +51,15 @@ fn durable_appends(c: &mut Criterion) {
                 }
                 total
             });
-            let stats = log.stats();
-            eprintln!(
-                "writers={writers}: {} records in {} flushes ({:.1} records per flush, largest group {})",
-                stats.records_flushed,
-                stats.flushes,
-                stats.records_flushed as f64 / stats.flushes.max(1) as f64,
-                stats.batch_size_max
-            );
         });
+        let stats = log.stats();
+        eprintln!(
+            "writers={writers}: {} records in {} flushes ({:.1} records per flush, largest group {})",
+            stats.records_flushed,
+            stats.flushes,
+            stats.records_flushed as f64 / stats.flushes.max(1) as f64,
+            stats.batch_size_max
+        );
     }
     group.finish();
 }
