@@ -42,6 +42,16 @@ fn query_pairs(req: &HttpRequest) -> Result<Vec<(String, String)>, ApiError> {
         })
 }
 
+/// An integer `limit`; one too large for `i64` is still an integer above the maximum, so it
+/// saturates (and is then clamped) instead of being refused.
+fn parse_limit(text: &str) -> Option<i64> {
+    let digits = text.strip_prefix(['+', '-']).unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(text.parse().unwrap_or(if text.starts_with('-') { i64::MIN } else { i64::MAX }))
+}
+
 /// `limit` and `cursor` of a paged request.
 #[derive(Debug, Clone, Default)]
 pub struct Paging {
@@ -62,7 +72,7 @@ pub fn paging(
     for (name, value) in query_pairs(req)? {
         match name.as_str() {
             "limit" => {
-                let n: i64 = value.trim().parse().map_err(|_| {
+                let n = parse_limit(value.trim()).ok_or_else(|| {
                     ApiError::validation(
                         vec![json!("query"), json!("limit")],
                         format!("`limit` must be an integer, got `{value}`"),

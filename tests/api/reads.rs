@@ -180,6 +180,12 @@ async fn rows_page_through_many_pages_without_skips_or_repeats_and_clamp_at_500(
     }
     let (_, all, _) = s.get("/sheets/11/rows?limit=1000", ADA_READ).await;
     assert_eq!(all["data"].as_array().unwrap().len(), 500, "1000 is clamped to 500");
+    let (status, huge, _) = s.get("/sheets/11/rows?limit=99999999999999999999999", ADA_READ).await;
+    assert_eq!(
+        (status, huge["data"].as_array().unwrap().len()),
+        (200, 500),
+        "any integer above 500 clamps"
+    );
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;
     let mut pages = 0;
@@ -243,6 +249,8 @@ async fn every_validation_error_has_the_contract_body() {
         ("/sheets?limit=-5", json!(["query", "limit"])),
         ("/sheets?limit=abc", json!(["query", "limit"])),
         ("/sheets?limit=1.5", json!(["query", "limit"])),
+        ("/sheets?limit=-99999999999999999999", json!(["query", "limit"])),
+        ("/sheets?limit=1e3", json!(["query", "limit"])),
         ("/sheets/10/rows?limit=0", json!(["query", "limit"])),
         ("/sheets/10?limit=x", json!(["query", "limit"])),
         ("/reports?limit=", json!(["query", "limit"])),
