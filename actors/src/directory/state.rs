@@ -290,6 +290,27 @@ mod tests {
         assert_eq!(d.effective_role(&write_all, Target::Sheet(10)), Some(Role::Editor));
         let read_project = key(1, vec![grant(Verb::Read, ScopeType::Project, Some(1))]);
         assert_eq!(d.effective_role(&read_project, Target::Sheet(11)), Some(Role::Viewer));
+        let folder = key(1, vec![grant(Verb::Write, ScopeType::Folder, Some(5))]);
+        assert_eq!(
+            d.effective_role(&folder, Target::Sheet(10)),
+            Some(Role::Editor),
+            "folder grants flow down"
+        );
+        assert_eq!(d.effective_role(&folder, Target::Sheet(11)), None, "sheet 11 is in no folder");
+        assert_eq!(d.effective_role(&folder, Target::Project(1)), None, "grants do not flow up");
+        let mixed = key(
+            1,
+            vec![
+                grant(Verb::Read, ScopeType::Project, Some(1)),
+                grant(Verb::Write, ScopeType::Sheet, Some(10)),
+            ],
+        );
+        assert_eq!(
+            d.effective_role(&mixed, Target::Sheet(10)),
+            Some(Role::Editor),
+            "the best covering grant"
+        );
+        assert_eq!(d.effective_role(&mixed, Target::Sheet(11)), Some(Role::Viewer));
         let sheet_only = key(1, vec![grant(Verb::Write, ScopeType::Sheet, Some(10))]);
         assert_eq!(d.effective_role(&sheet_only, Target::Sheet(11)), None);
         assert_eq!(d.effective_role(&sheet_only, Target::Sheet(10)), Some(Role::Editor));
