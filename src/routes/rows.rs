@@ -1,6 +1,6 @@
 //! Rows: `GET /sheets/{sheet_id}/rows`, bulk add, bulk update, patch and delete.
 //!
-//! Every write takes the same path ([`run_write`]): parse and validate (422, not stored),
+//! Every write takes the same path (`run_write`): parse and validate (422, not stored),
 //! claim the idempotency key (replay or 409), authorize (404/403, stored when idempotent), then
 //! one message to the sheet's actor, which decides, logs the write together with its stored
 //! response, and replies once the record is durable.
