@@ -308,3 +308,17 @@ async fn concurrent_writers_to_one_row_never_silently_overwrite() {
     assert_eq!(final_row["version"], 2);
     assert_eq!(final_row["cells"]["100"], won[0].1["cells"]["100"]);
 }
+
+#[actix_rt::test]
+async fn a_write_the_log_refused_is_never_revealed() {
+    let s = TestServer::start().await;
+    // The log goes away under a running server (as after a disk failure).
+    s.running().state.service.shared.wal.shutdown().unwrap();
+    let r = s
+        .post("/sheets/11/rows:bulkAdd", ADA_WRITE, &json!({"rows": [{"cells": {"110": "ghost"}}]}))
+        .await;
+    assert_error(&r, 500, "internal_error");
+    // The sheet fails closed: its reads answer 500 rather than show the unlogged row.
+    assert_error(&s.get("/sheets/11/rows", ADA_READ).await, 500, "internal_error");
+    assert_error(&s.get("/sheets/11", ADA_READ).await, 500, "internal_error");
+}

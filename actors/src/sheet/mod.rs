@@ -272,6 +272,11 @@ impl SheetActor {
             }
             Err(e) => {
                 tracing::error!(sheet = sheet_id, error = %e, "log append failed; the write is not acknowledged");
+                // The write is in memory but will never be durable, and a log that refuses an
+                // append refuses all later ones (failed or closed for good). Fail-stop: every
+                // later read waits for an LSN the log will never reach and so answers with an
+                // error instead of revealing the write.
+                self.applied_lsn = Lsn::MAX;
                 Box::pin(async move { WriteReply { result: Err(e), stored: None } })
             }
         }
