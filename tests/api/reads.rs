@@ -364,6 +364,13 @@ async fn unauthorized_bodies_are_identical_for_every_bad_key() {
     let r = s.get("/sheets", "svc_live_ExpiredKey00000000000000000000000050").await;
     assert_error(&r, 401, "unauthorized");
     bodies.push(without_request_id(r.1));
+    // Revoked key.
+    assert_eq!(s.get("/me", ADA_SHEET11).await.0, 200);
+    assert_eq!(s.admin_call("POST", "/keys/4/revoke", None).await.0, 200);
+    let r = s.get("/sheets", ADA_SHEET11).await;
+    assert_error(&r, 401, "unauthorized");
+    bodies.push(without_request_id(r.1));
+    assert_eq!(bodies.len(), 8);
     assert!(bodies.windows(2).all(|w| w[0] == w[1]), "{bodies:?}");
 }
 
