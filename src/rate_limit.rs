@@ -80,27 +80,6 @@ impl RateLimiter {
         }
     }
 
-    /// The current window of a subject without counting a request.
-    pub fn peek(&self, subject: Subject, now_ms: i64) -> Decision {
-        let used = self
-            .windows
-            .get(&subject)
-            .map_or(0, |w| w.iter().filter(|t| **t > now_ms - WINDOW_MS).count() as u64);
-        let frees_at = self
-            .windows
-            .get(&subject)
-            .and_then(|w| w.iter().find(|t| **t > now_ms - WINDOW_MS).copied())
-            .map_or(now_ms, |t| t + WINDOW_MS);
-        let reset_after = ceil_secs(frees_at - now_ms).max(0);
-        Decision {
-            allowed: used < self.per_minute,
-            limit: self.per_minute,
-            remaining: self.per_minute.saturating_sub(used),
-            reset: ceil_secs(now_ms) + reset_after,
-            reset_after: reset_after as u64,
-        }
-    }
-
     /// Forget subjects with no request in the last minute.
     pub fn prune(&self, now_ms: i64) {
         self.windows.retain(|_, w| w.back().is_some_and(|t| *t > now_ms - WINDOW_MS));

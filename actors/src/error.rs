@@ -67,11 +67,6 @@ impl Error {
     pub fn invalid(message: impl Into<String>) -> Self {
         Error::Invalid { message: message.into(), detail: None }
     }
-
-    /// Whether the failure is the server's, not the caller's (maps to a 5xx).
-    pub fn is_internal(&self) -> bool {
-        matches!(self, Error::Wal(_) | Error::Unavailable(_))
-    }
 }
 
 impl From<actix::MailboxError> for Error {
