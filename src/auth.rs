@@ -42,6 +42,12 @@ pub struct Authn {
     pub directory: Arc<DirectoryState>,
 }
 
+/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
+pub fn bearer_token(header: Option<&str>) -> Option<&str> {
+    let (scheme, token) = header?.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
 /// The usable key of a `Authorization: Bearer <key>` header, if any. Every failure is the same
 /// `None`: the 401 never says whether the token's shape was recognized.
 pub fn resolve_key(
@@ -49,12 +55,7 @@ pub fn resolve_key(
     directory: &DirectoryState,
     now: Millis,
 ) -> Option<ApiKey> {
-    let value = header?;
-    let (scheme, token) = value.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return None;
-    }
-    let token = token.trim();
+    let token = bearer_token(header)?;
     if !actors::fixture::is_valid_secret(token) {
         return None;
     }

@@ -30,7 +30,7 @@ pub fn path_id(req: &HttpRequest, name: &str) -> Result<u64, ApiError> {
 }
 
 /// The query string as pairs (the last value of a repeated name wins).
-fn query_pairs(req: &HttpRequest) -> Result<Vec<(String, String)>, ApiError> {
+pub fn query_pairs(req: &HttpRequest) -> Result<Vec<(String, String)>, ApiError> {
     web::Query::<Vec<(String, String)>>::from_query(req.query_string())
         .map(|q| q.into_inner())
         .map_err(|e| {

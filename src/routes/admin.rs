@@ -40,14 +40,8 @@ const MAX_KEY_NAME_CHARS: usize = 200;
 
 /// Refuse a request without the admin token.
 pub fn check_admin(state: &AppState, req: &HttpRequest) -> Result<(), ApiError> {
-    let given = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim())
-        .unwrap_or_default();
+    let header = req.headers().get("authorization").and_then(|v| v.to_str().ok());
+    let given = crate::auth::bearer_token(header).unwrap_or_default();
     // Compare hashes so the comparison's time does not depend on the token's length either.
     let a = Sha256::digest(given.as_bytes());
     let b = Sha256::digest(state.admin_token.as_bytes());
@@ -236,15 +230,7 @@ pub async fn create_key(
 
 /// One optional unsigned integer from the query string (`ownerId`, `after`).
 fn query_u64(req: &HttpRequest, name: &str) -> Result<Option<u64>, ApiError> {
-    let pairs = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
-        .map_err(|e| {
-            ApiError::validation(
-                vec![json!("query")],
-                format!("the query string is malformed: {e}"),
-                "value_error",
-            )
-        })?
-        .into_inner();
+    let pairs = crate::input::query_pairs(req)?;
     // The last value of a repeated name wins, as for the public API's queries.
     match pairs.into_iter().rev().find(|(k, _)| k == name) {
         None => Ok(None),
