@@ -61,6 +61,9 @@ pub async fn list_reports(
     })
 }
 
+/// The offset part of a report-run cursor's position (the high 32 bits name the run).
+const OFFSET_MASK: u64 = u32::MAX as u64;
+
 /// The report, once the caller can read its project.
 pub fn readable_report(caller: &Caller, report_id: u64) -> Result<actors::model::Report, ApiError> {
     let what = format!("Report {report_id}");
@@ -146,13 +149,18 @@ pub async fn run_report(
         definition: report.definition.0.clone(),
         key_id: caller.key.id,
         can_read: Box::new(move |sheet_id| access.can_read(Target::Sheet(sheet_id))),
-        offset: page.after.unwrap_or(0),
+        offset: page.after.map_or(0, |p| p & OFFSET_MASK),
+        run: page.after.map(|p| (p >> 32) as u32).filter(|r| *r != 0),
         limit: page.limit,
         caps: state.report_caps,
     };
     let result = state.service.reports().send(run).await.map_err(ApiError::internal)??;
-    let next_cursor =
-        result.next_offset.map(|offset| state.cursors.encode(Kind::ReportRun, report_id, offset));
+    // The cursor names the run as well as the offset, so the next page comes from the same
+    // result (see `actors::report`, "Paging").
+    let next_cursor = result.next_offset.map(|offset| {
+        let position = (u64::from(result.run) << 32) | (offset & OFFSET_MASK);
+        state.cursors.encode(Kind::ReportRun, report_id, position)
+    });
     ok(&ReportRunView {
         data: ReportRunDataView::new(&report, result),
         next_cursor,

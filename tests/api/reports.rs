@@ -579,3 +579,98 @@ async fn unknown_reports_and_routes() {
     let (status, _, _) = s.post("/reports/7/run", ADA_READ, &json!({"anything": 1})).await;
     assert_eq!(status, 200);
 }
+
+/// Follow a run's cursors from its first page; returns the pages' `data`.
+async fn all_pages(
+    s: &TestServer,
+    id: u64,
+    key: &str,
+    limit: usize,
+    between: impl AsyncFn(usize),
+) -> Vec<Value> {
+    let (mut pages, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/reports/{id}/run?limit={limit}&cursor={c}"),
+            None => format!("/reports/{id}/run?limit={limit}"),
+        };
+        let (status, body, _) = s.call("POST", &path, Some(key), None).await;
+        assert_eq!(status, 200, "{body}");
+        pages.push(body["data"].clone());
+        between(pages.len()).await;
+        match body["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return pages,
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn a_run_pages_as_of_its_first_page_while_rows_are_added() {
+    let s = TestServer::start().await;
+    import(&s, json!({"reports": [report(61, json!({"type": "row", "sources": [11], "columns": ["Task", "Hours"],
+        "sort": [{"column": "Hours", "direction": "desc"}]}))]}))
+    .await;
+    let rows: Vec<Value> =
+        (1..=9).map(|h| json!({"cells": {"110": format!("h{h}"), "112": h}})).collect();
+    assert_eq!(s.post("/sheets/11/rows:bulkAdd", ADA_WRITE, &json!({"rows": rows})).await.0, 200);
+    // After the first page, rows arrive that sort before everything already seen.
+    let pages = all_pages(&s, 61, ADA_READ, 4, async |n| {
+        if n == 1 {
+            let top: Vec<Value> = (100..103)
+                .map(|h| json!({"cells": {"110": format!("top{h}"), "112": h}}))
+                .collect();
+            assert_eq!(
+                s.post("/sheets/11/rows:bulkAdd", ADA_WRITE, &json!({"rows": top})).await.0,
+                200
+            );
+        }
+    })
+    .await;
+    let hours: Vec<Value> = pages.iter().flat_map(|p| column(p, "2")).collect();
+    assert_eq!(hours, [9, 8, 7, 6, 5, 4, 3, 3, 2, 1].map(|h| json!(h)), "no skips, no repeats");
+    assert!(pages.iter().all(|p| p["totalMatched"] == 10), "every page describes the same run");
+    // A new run sees the rows added meanwhile.
+    let fresh = data(&s, 61, ADA_READ).await;
+    assert_eq!(
+        (fresh["totalMatched"].as_u64(), column(&fresh, "2")[0].clone()),
+        (Some(13), json!(102))
+    );
+}
+
+#[actix_rt::test]
+async fn a_source_unshared_mid_run_is_not_read_from_the_pinned_result() {
+    let s = TestServer::start().await;
+    // Bob (paid for this test) reads sheet 20 as owner and sheet 10 through a folder share.
+    assert_eq!(s.admin_call("PUT", "/users/2/plan", Some(&json!({"plan": "paid"}))).await.0, 200);
+    import(
+        &s,
+        json!({"reports": [{"id": 62, "projectId": 2, "ownerId": 2, "name": "mixed",
+        "definition": {"type": "row", "sources": [20, 10], "columns": ["Name"]}}]}),
+    )
+    .await;
+    let pages = all_pages(&s, 62, BOB_ALL, 2, async |n| {
+        if n == 1 {
+            let unshare = json!({"userId": 2, "scopeType": "folder", "scopeId": 5, "role": "none"});
+            assert_eq!(s.admin_call("PUT", "/shares", Some(&unshare)).await.0, 200);
+        }
+    })
+    .await;
+    // Sheet 10's four rows have no Name: they read as nulls after bob's one row.
+    assert_eq!(
+        (pages[0]["sourcesOmittedForAccess"].as_u64(), pages[0]["totalMatched"].as_u64()),
+        (Some(0), Some(5))
+    );
+    assert_eq!(column(&pages[0], "1"), [json!("launch"), Value::Null]);
+    // After the unshare the pinned result is not used: the run is redone over sheet 20 only.
+    let later: Vec<&Value> = pages[1..].iter().collect();
+    assert!(!later.is_empty());
+    for p in later {
+        assert_eq!(
+            (p["sourcesOmittedForAccess"].as_u64(), p["totalMatched"].as_u64()),
+            (Some(1), Some(1)),
+            "{p}"
+        );
+        assert!(p["rows"].as_array().unwrap().is_empty(), "no row of sheet 10: {p}");
+    }
+}

@@ -24,9 +24,14 @@
 //!
 //! # Paging
 //!
-//! A result has a total order (see [`run`]), and a page is `limit` rows from an offset carried
-//! in the cursor. While the data does not change, pages neither skip nor repeat. When a source
-//! changes between pages the next page is cut from the new result at the same offset.
+//! A result has a total order (see [`run`]), and a page is `limit` rows from an offset. Each
+//! cached result gets a random run id, which the cursor carries with the offset: the next page
+//! of that run is cut from the **same** result, so pages neither skip nor repeat even when
+//! sources change between them (the run reads as of its first page; a new run without a cursor
+//! sees the changes). A run is continued only while its report, key, definition and set of
+//! readable sources are unchanged, so a source the caller can no longer read never leaks
+//! through a pinned result; otherwise, or once the result has left the cache, the next page is
+//! cut from a fresh run at the same offset.
 //!
 //! # Result cache
 //!
@@ -35,7 +40,7 @@
 //! id, the API key id, each readable source with the LSN its snapshot reflects, and a SHA-256 of
 //! the definition. A page request whose snapshots show the same sources at the same LSNs reuses
 //! the result; any write to a source (new LSN), a change of access (another set of readable
-//! sources) or another key misses. Entries live [`CACHE_TTL`] (30 s) and at most
+//! sources) or another key misses. Entries live [`CACHE_TTL`] (30 s) after their last use and at most
 //! [`CACHE_ENTRIES`] are kept (the oldest is dropped first). A flat result holds row
 //! references into the snapshots (16 bytes per matching row; the rows themselves are shared
 //! with the sheet's persistent map), so an entry costs little beyond what the sheets already
@@ -162,6 +167,8 @@ pub struct RunReport {
     pub can_read: CanRead,
     /// Position of the page's first row in the result.
     pub offset: u64,
+    /// The run to continue (from the cursor), if any.
+    pub run: Option<u32>,
     /// Rows per page.
     pub limit: usize,
     /// The run's caps.
@@ -185,6 +192,8 @@ pub struct RunPage {
     pub sources_omitted: u64,
     /// Offset of the next page, when more rows follow.
     pub next_offset: Option<u64>,
+    /// The run this page was cut from; the next page's cursor names it.
+    pub run: u32,
 }
 
 /// How the result cache has done since start (for tests and metrics).
@@ -216,7 +225,8 @@ struct CacheKey {
 
 /// Recent results (see the module docs). Time is passed in, so tests need no sleeping.
 struct ResultCache {
-    entries: HashMap<CacheKey, (Instant, Arc<RunResult>)>,
+    /// Each result with when it was last used and its run id.
+    entries: HashMap<CacheKey, (Instant, Arc<RunResult>, u32)>,
     ttl: Duration,
     capacity: usize,
     stats: CacheStats,
@@ -227,9 +237,13 @@ impl ResultCache {
         ResultCache { entries: HashMap::new(), ttl, capacity, stats: CacheStats::default() }
     }
 
-    fn get(&mut self, key: &CacheKey, now: Instant) -> Option<Arc<RunResult>> {
-        let found = match self.entries.get(key) {
-            Some((at, r)) if now.duration_since(*at) < self.ttl => Some(r.clone()),
+    fn get(&mut self, key: &CacheKey, now: Instant) -> Option<(Arc<RunResult>, u32)> {
+        let ttl = self.ttl;
+        let found = match self.entries.get_mut(key) {
+            Some((at, r, run)) if now.duration_since(*at) < ttl => {
+                *at = now;
+                Some((r.clone(), *run))
+            }
             Some(_) => {
                 self.entries.remove(key);
                 None
@@ -243,20 +257,42 @@ impl ResultCache {
         found
     }
 
-    fn put(&mut self, key: CacheKey, result: Arc<RunResult>, now: Instant) {
+    /// The result of run `run`, if it is still cached and was made for the same report, key,
+    /// definition and readable sources (at any LSN): the next page of a run is cut from it.
+    fn continue_run(
+        &mut self,
+        run: u32,
+        same: impl Fn(&CacheKey) -> bool,
+        now: Instant,
+    ) -> Option<Arc<RunResult>> {
         let ttl = self.ttl;
-        self.entries.retain(|_, (at, _)| now.duration_since(*at) < ttl);
+        let (_, (at, result, _)) = self
+            .entries
+            .iter_mut()
+            .find(|(k, (at, _, r))| *r == run && same(k) && now.duration_since(*at) < ttl)?;
+        *at = now;
+        self.stats.hits += 1;
+        Some(result.clone())
+    }
+
+    /// Keep a result; returns its run id (random, never 0, so cursors from another process or
+    /// another run do not name it by accident).
+    fn put(&mut self, key: CacheKey, result: Arc<RunResult>, now: Instant) -> u32 {
+        let ttl = self.ttl;
+        self.entries.retain(|_, (at, _, _)| now.duration_since(*at) < ttl);
         while self.entries.len() >= self.capacity {
             let Some(oldest) =
-                self.entries.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| k.clone())
+                self.entries.iter().min_by_key(|(_, (at, _, _))| *at).map(|(k, _)| k.clone())
             else {
                 break;
             };
             self.entries.remove(&oldest);
         }
+        let run = rand::random::<u32>().max(1);
         if self.capacity > 0 {
-            self.entries.insert(key, (now, result));
+            self.entries.insert(key, (now, result, run));
         }
+        run
     }
 
     fn stats(&self) -> CacheStats {
@@ -309,6 +345,21 @@ impl Handler<RunReport> for ReportRunner {
         let sources_omitted = (def.sources.len() - readable.len()) as u64;
         let digest: [u8; 32] = Sha256::digest(msg.definition.to_string().as_bytes()).into();
         let (cache, wal) = (self.cache.clone(), self.shared.wal.clone());
+        if let Some(run) = msg.run {
+            let ids: Vec<SheetId> = readable.iter().map(|(id, _)| *id).collect();
+            let same = |k: &CacheKey| {
+                k.report_id == msg.report_id
+                    && k.key_id == msg.key_id
+                    && k.definition == digest
+                    && k.sources.iter().map(|(id, _)| *id).eq(ids.iter().copied())
+            };
+            if let Some(result) = lock(&cache).continue_run(run, same, Instant::now()) {
+                // Its snapshots were made durable before the run's first page was answered.
+                return Box::pin(async move {
+                    Ok(cut_page(&result, msg.offset, msg.limit, sources_omitted, run))
+                });
+            }
+        }
         Box::pin(async move {
             let views = try_join_all(readable.iter().map(|(_, a)| a.send(Snapshot))).await?;
             let lsn = views.iter().map(|v| v.lsn).max().unwrap_or(0);
@@ -326,32 +377,44 @@ impl Handler<RunReport> for ReportRunner {
             let plan = compile::compile(&def, &sources)?;
             check_caps(&def, &sources, msg.caps)?;
             let hit = lock(&cache).get(&key, Instant::now());
-            let result = match hit {
-                Some(r) => r,
+            let (result, run) = match hit {
+                Some(found) => found,
                 None => {
                     let r = tokio::task::spawn_blocking(move || run::execute(&plan, &sources))
                         .await
                         .map_err(|_| Error::Unavailable("report runner"))?;
                     let r = Arc::new(r);
-                    lock(&cache).put(key, r.clone(), Instant::now());
-                    r
+                    let run = lock(&cache).put(key, r.clone(), Instant::now());
+                    (r, run)
                 }
             };
             wal.wait_durable(lsn).await?;
-            let offset = usize::try_from(msg.offset).unwrap_or(usize::MAX);
-            let rows = result.page(offset, msg.limit);
-            let end = offset.saturating_add(rows.len());
-            let next_offset = (!rows.is_empty() && end < result.len()).then_some(end as u64);
-            Ok(RunPage {
-                mode: result.mode,
-                columns: result.columns.clone(),
-                rows,
-                scanned_rows: result.scanned_rows,
-                total_matched: result.total_matched,
-                sources_omitted,
-                next_offset,
-            })
+            Ok(cut_page(&result, msg.offset, msg.limit, sources_omitted, run))
         })
+    }
+}
+
+/// The page at `offset` of a result.
+fn cut_page(
+    result: &RunResult,
+    offset: u64,
+    limit: usize,
+    sources_omitted: u64,
+    run: u32,
+) -> RunPage {
+    let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+    let rows = result.page(offset, limit);
+    let end = offset.saturating_add(rows.len());
+    let next_offset = (!rows.is_empty() && end < result.len()).then_some(end as u64);
+    RunPage {
+        mode: result.mode,
+        columns: result.columns.clone(),
+        rows,
+        scanned_rows: result.scanned_rows,
+        total_matched: result.total_matched,
+        sources_omitted,
+        next_offset,
+        run,
     }
 }
 
@@ -461,15 +524,17 @@ mod tests {
         .unwrap();
         service.directory_actor().send(Import(fixture)).await.unwrap().unwrap();
         let definition = json!({"type": "row", "sources": [10, 11, 99], "columns": ["N"], "sort": [{"column": "N"}]});
-        let run = |offset: u64, readable: &'static [SheetId]| RunReport {
+        let go = |offset: u64, readable: &'static [SheetId], run: Option<u32>| RunReport {
             report_id: 7,
             definition: definition.clone(),
             key_id: 1,
             can_read: Box::new(move |id| readable.contains(&id)),
             offset,
+            run,
             limit: 2,
             caps: Caps::default(),
         };
+        let run = |offset: u64, readable: &'static [SheetId]| go(offset, readable, None);
         let reports = service.reports();
         let first = reports.send(run(0, &[10, 11, 99])).await.unwrap().unwrap();
         assert_eq!(first.rows, [vec![json!(1)], vec![json!(2)]]);
@@ -493,10 +558,22 @@ mod tests {
         assert!(reply.result.is_ok());
         let fresh = reports.send(run(0, &[10, 11, 99])).await.unwrap().unwrap();
         assert_eq!((fresh.rows, fresh.total_matched), (vec![vec![json!(0)], vec![json!(1)]], 4));
+        assert_ne!(fresh.run, first.run);
         assert_eq!(
             reports.send(GetCacheStats).await.unwrap(),
             CacheStats { hits: 1, misses: 3, entries: 3 }
         );
+        // The first run goes on as of its first page: its second page neither repeats row 1
+        // (which the new row pushed to offset 2) nor shows the new row.
+        let pinned = reports.send(go(2, &[10, 11, 99], Some(first.run))).await.unwrap().unwrap();
+        assert_eq!(
+            (pinned.rows, pinned.total_matched, pinned.run),
+            (vec![vec![json!(3)]], 3, first.run)
+        );
+        // With another set of readable sources the run is not continued: a fresh one answers.
+        let narrowed = reports.send(go(0, &[10], Some(first.run))).await.unwrap().unwrap();
+        assert_eq!((narrowed.total_matched, narrowed.sources_omitted), (2, 2));
+        assert_ne!(narrowed.run, first.run);
         service.shared.wal.shutdown().unwrap();
     }
 
@@ -519,8 +596,15 @@ mod tests {
         assert!(cache.get(&key(1), t0).is_none());
         cache.put(key(1), result.clone(), t0);
         assert!(cache.get(&key(1), t0 + Duration::from_secs(29)).is_some());
-        assert!(cache.get(&key(1), t0 + Duration::from_secs(30)).is_none(), "expired");
-        assert_eq!(cache.stats(), CacheStats { hits: 1, misses: 2, entries: 0 });
+        assert!(
+            cache.get(&key(1), t0 + Duration::from_secs(58)).is_some(),
+            "a use keeps it 30 s more"
+        );
+        assert!(
+            cache.get(&key(1), t0 + Duration::from_secs(88)).is_none(),
+            "expired 30 s after its last use"
+        );
+        assert_eq!(cache.stats(), CacheStats { hits: 2, misses: 2, entries: 0 });
         cache.put(key(1), result.clone(), t0);
         cache.put(key(2), result.clone(), t0 + Duration::from_secs(1));
         cache.put(key(3), result.clone(), t0 + Duration::from_secs(2));
