@@ -9,7 +9,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use actors::model::{Column, ColumnType, Json, Row};
+use actors::model::{Column, ColumnType, Json, Row, SOURCE_IMPORT};
 use actors::report::{evaluate, Caps, Source};
 use actors::sheet::SheetState;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -38,17 +38,7 @@ fn sheet() -> Source {
             cells.insert(2, Json(json!(statuses[(i % 3) as usize])));
         }
         cells.insert(3, Json(json!((i * 7919) % 1000)));
-        Row {
-            id: i + 1,
-            sheet_id: 1,
-            parent_id: None,
-            version: 1,
-            cells,
-            attachments: Vec::new(),
-            created_at: 0,
-            updated_at: 0,
-            source: "import".into(),
-        }
+        Row::new(i + 1, 1, cells, SOURCE_IMPORT, 0)
     });
     let state = SheetState::new(1, 0, columns, rows.collect());
     Source { sheet_id: 1, columns: state.columns_by_position(), rows: state.rows.clone() }

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashSet};
 use chrono::{Datelike, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, Timelike};
 use serde_json::{Map, Number, Value};
 
-use crate::model::{Column, ColumnId, ColumnType};
+use crate::model::{Column, ColumnId, ColumnType, Json};
 
 /// The longest text cell, in characters (Unicode scalar values, not bytes).
 pub const MAX_TEXT_CHARS: usize = 4000;
@@ -564,6 +564,24 @@ fn describe_keys(map: &Map<String, Value>) -> String {
     let more = map.len().saturating_sub(OPTIONS_IN_REASON);
     let tail = if more == 0 { String::new() } else { format!(" and {more} more") };
     format!("an object with keys {}{tail}", keys.join(", "))
+}
+
+/// Apply coerced writes to a row's cells: `Set` stores the value, `Clear` removes the cell.
+pub fn apply_writes(
+    mut cells: BTreeMap<ColumnId, Json>,
+    writes: Vec<(ColumnId, CellWrite)>,
+) -> BTreeMap<ColumnId, Json> {
+    for (col, write) in writes {
+        match write {
+            CellWrite::Clear => {
+                cells.remove(&col);
+            }
+            CellWrite::Set(v) => {
+                cells.insert(col, Json(v));
+            }
+        }
+    }
+    cells
 }
 
 #[cfg(test)]

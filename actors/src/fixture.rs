@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::coerce::{coerce_cells, CellWrite};
+use crate::coerce::{apply_writes, coerce_cells};
 use crate::directory::DirectoryState;
 use crate::error::{Error, Result};
 use crate::model::*;
@@ -529,27 +529,15 @@ pub fn prepare(
             sheet.columns.iter().map(|c| (c.id, c.clone())).collect();
         let writes = coerce_cells(&columns, &r.cells)
             .map_err(|e| Error::invalid(format!("rows[{i}] (id {}): {e}", r.id)))?;
-        let cells = writes
-            .into_iter()
-            .filter_map(|(col, w)| match w {
-                CellWrite::Set(v) => Some((col, Json(v))),
-                CellWrite::Clear => None,
-            })
-            .collect();
+        let cells = apply_writes(BTreeMap::new(), writes);
         sheet.rows.push(Row {
-            id: r.id,
-            sheet_id: r.sheet_id,
             parent_id: r.parent_id,
-            version: 1,
-            cells,
             attachments: r
                 .attachments
                 .into_iter()
                 .map(|a| Attachment { name: a.name, bytes: a.bytes })
                 .collect(),
-            created_at: now,
-            updated_at: now,
-            source: "import".into(),
+            ..Row::new(r.id, r.sheet_id, cells, SOURCE_IMPORT, now)
         });
     }
     for (i, s) in fx.shares.into_iter().enumerate() {

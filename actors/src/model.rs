@@ -308,6 +308,11 @@ pub struct Attachment {
     pub bytes: u64,
 }
 
+/// `source` of rows written through the API.
+pub const SOURCE_API: &str = "api";
+/// `source` of rows loaded from a fixture or an admin import.
+pub const SOURCE_IMPORT: &str = "import";
+
 /// A row of a sheet. Cells are keyed by column id and hold the stored (coerced) value.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Row {
@@ -329,4 +334,28 @@ pub struct Row {
     pub updated_at: Millis,
     /// Where the last write came from: `api` or `import`.
     pub source: String,
+}
+
+impl Row {
+    /// A new row: version 1, no parent, no attachments, created and updated `at` by `source`
+    /// ([`SOURCE_API`] or [`SOURCE_IMPORT`]).
+    pub fn new(
+        id: RowId,
+        sheet_id: SheetId,
+        cells: BTreeMap<ColumnId, Json>,
+        source: &str,
+        at: Millis,
+    ) -> Self {
+        Row {
+            id,
+            sheet_id,
+            parent_id: None,
+            version: 1,
+            cells,
+            attachments: Vec::new(),
+            created_at: at,
+            updated_at: at,
+            source: source.to_owned(),
+        }
+    }
 }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use actors::model::{Column, ColumnType, Json, Row};
+use actors::model::{Column, ColumnType, Json, Row, SOURCE_IMPORT};
 use actors::report::{evaluate, Caps, Source};
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -65,17 +65,7 @@ fn sources() -> Vec<Source> {
                         cells.insert(i as u64 + 1, Json(v));
                     }
                     let id = sheet_id * 100 + r;
-                    let row = Row {
-                        id,
-                        sheet_id,
-                        parent_id: None,
-                        version: 1,
-                        cells,
-                        attachments: Vec::new(),
-                        created_at: 0,
-                        updated_at: 0,
-                        source: "import".into(),
-                    };
+                    let row = Row::new(id, sheet_id, cells, SOURCE_IMPORT, 0);
                     (id, row)
                 })
                 .collect();

@@ -431,7 +431,7 @@ mod tests {
     use imbl::OrdMap;
 
     use super::*;
-    use crate::model::{Column, ColumnType, Json, Row};
+    use crate::model::{Column, ColumnType, Json, Row, SOURCE_IMPORT};
 
     fn source(sheet_id: SheetId, rows: u64) -> Source {
         Source {
@@ -448,17 +448,8 @@ mod tests {
             rows: (0..rows)
                 .map(|i| {
                     let id = sheet_id * 1000 + i;
-                    let row = Row {
-                        id,
-                        sheet_id,
-                        parent_id: None,
-                        version: 1,
-                        cells: [(sheet_id * 10, Json(json!(i)))].into_iter().collect(),
-                        attachments: Vec::new(),
-                        created_at: 0,
-                        updated_at: 0,
-                        source: "import".into(),
-                    };
+                    let cells = [(sheet_id * 10, Json(json!(i)))].into_iter().collect();
+                    let row = Row::new(id, sheet_id, cells, SOURCE_IMPORT, 0);
                     (id, row)
                 })
                 .collect::<OrdMap<_, _>>(),

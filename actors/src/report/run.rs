@@ -544,7 +544,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::{ColumnType, Json};
+    use crate::model::{ColumnType, Json, SOURCE_IMPORT};
     use crate::report::compile::compile;
     use crate::report::definition::parse;
 
@@ -553,22 +553,13 @@ mod tests {
     }
 
     fn row(id: RowId, sheet_id: SheetId, cells: Value) -> Row {
-        Row {
-            id,
-            sheet_id,
-            parent_id: None,
-            version: 1,
-            cells: cells
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(k, v)| (k.parse().unwrap(), Json(v.clone())))
-                .collect(),
-            attachments: Vec::new(),
-            created_at: 0,
-            updated_at: 0,
-            source: "import".into(),
-        }
+        let cells = cells
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.parse().unwrap(), Json(v.clone())))
+            .collect();
+        Row::new(id, sheet_id, cells, SOURCE_IMPORT, 0)
     }
 
     /// The API test fixture's sheets 10 and 11 (a subset of the columns).

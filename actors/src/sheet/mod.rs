@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::model::{Column, Millis, Row, RowId, SheetId};
 use crate::record::{IdemEntry, Record, SheetWrite};
 use crate::shared::Shared;
-pub use state::{PatchItem, SheetState, UpdateItem, SOURCE_API};
+pub use state::{PatchItem, SheetState, UpdateItem};
 
 /// Renders the response of an idempotent write so it can be stored in the write's own record.
 /// Returns `None` when the outcome must not be stored (server errors).

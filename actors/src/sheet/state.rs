@@ -10,14 +10,11 @@ use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::coerce::{coerce_cells, CellWrite};
+use crate::coerce::{apply_writes, coerce_cells, CellWrite};
 use crate::error::{Error, Result};
-use crate::model::{Column, ColumnId, Json, Millis, Row, RowId, SheetId};
+use crate::model::{Column, ColumnId, Json, Millis, Row, RowId, SheetId, SOURCE_API};
 use crate::record::SheetWrite;
 use crate::shared::RowIds;
-
-/// The `source` of rows written through the API.
-pub const SOURCE_API: &str = "api";
 
 /// One item of a bulk update.
 #[derive(Clone, Debug)]
@@ -191,17 +188,8 @@ impl SheetState {
                     return Err(Error::CapacityExceeded { cap });
                 }
                 count += 1;
-                let row = Row {
-                    id: ids.allocate(),
-                    sheet_id: self.id,
-                    parent_id: None,
-                    version: 1,
-                    cells: apply_writes(BTreeMap::new(), writes),
-                    attachments: Vec::new(),
-                    created_at: now,
-                    updated_at: now,
-                    source: SOURCE_API.into(),
-                };
+                let cells = apply_writes(BTreeMap::new(), writes);
+                let row = Row::new(ids.allocate(), self.id, cells, SOURCE_API, now);
                 put.push(row.clone());
                 Ok(row)
             })
@@ -259,23 +247,6 @@ impl SheetState {
         }
         Ok(out)
     }
-}
-
-fn apply_writes(
-    mut cells: BTreeMap<ColumnId, Json>,
-    writes: Vec<(ColumnId, CellWrite)>,
-) -> BTreeMap<ColumnId, Json> {
-    for (col, write) in writes {
-        match write {
-            CellWrite::Clear => {
-                cells.remove(&col);
-            }
-            CellWrite::Set(v) => {
-                cells.insert(col, Json(v));
-            }
-        }
-    }
-    cells
 }
 
 fn next_version(current: &Row, cells: BTreeMap<ColumnId, Json>, now: Millis) -> Row {
@@ -343,15 +314,9 @@ mod tests {
             primary: false,
         };
         let row = |id, parent: Option<RowId>, bytes: u64| Row {
-            id,
-            sheet_id: 9,
             parent_id: parent,
-            version: 1,
-            cells: BTreeMap::new(),
             attachments: vec![Attachment { name: "f".into(), bytes }],
-            created_at: 0,
-            updated_at: 0,
-            source: "import".into(),
+            ..Row::new(id, 9, BTreeMap::new(), crate::model::SOURCE_IMPORT, 0)
         };
         SheetState::new(
             9,
