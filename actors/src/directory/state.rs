@@ -32,6 +32,26 @@ pub enum Target {
     Sheet(SheetId),
 }
 
+/// The objects a target sits in: its project, its folder if any, and the sheet itself. Grants
+/// and shares on any of them cover the target (they flow down, never up).
+#[derive(Clone, Copy, Debug)]
+struct Scopes {
+    project: ProjectId,
+    folder: Option<FolderId>,
+    sheet: Option<SheetId>,
+}
+
+impl Scopes {
+    fn covers(&self, scope_type: ScopeType, id: u64) -> bool {
+        match scope_type {
+            ScopeType::Project => self.project == id,
+            ScopeType::Folder => self.folder == Some(id),
+            ScopeType::Sheet => self.sheet == Some(id),
+            ScopeType::Account => false,
+        }
+    }
+}
+
 /// The directory at one point in time. Readers hold an `Arc` of it; the directory actor
 /// replaces it whole on every change, so a reader always sees one consistent state.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -82,59 +102,61 @@ impl DirectoryState {
         self.caps.cap(plan)
     }
 
-    /// The chain of scopes a target sits in, most specific first; `None` if it does not exist.
-    fn scopes(&self, target: Target) -> Option<(ProjectId, Vec<(ScopeType, u64)>)> {
+    /// Where a target sits; `None` if it does not exist.
+    fn scopes(&self, target: Target) -> Option<Scopes> {
         match target {
             Target::Project(id) => {
-                self.projects.get(&id).map(|_| (id, vec![(ScopeType::Project, id)]))
+                self.projects.get(&id).map(|_| Scopes { project: id, folder: None, sheet: None })
             }
-            Target::Folder(id) => self.folders.get(&id).map(|f| {
-                (f.project_id, vec![(ScopeType::Folder, id), (ScopeType::Project, f.project_id)])
+            Target::Folder(id) => self.folders.get(&id).map(|f| Scopes {
+                project: f.project_id,
+                folder: Some(id),
+                sheet: None,
             }),
-            Target::Sheet(id) => self.sheets.get(&id).map(|s| {
-                let mut chain = vec![(ScopeType::Sheet, id)];
-                if let Some(folder) = s.folder_id {
-                    chain.push((ScopeType::Folder, folder));
-                }
-                chain.push((ScopeType::Project, s.project_id));
-                (s.project_id, chain)
+            Target::Sheet(id) => self.sheets.get(&id).map(|s| Scopes {
+                project: s.project_id,
+                folder: s.folder_id,
+                sheet: Some(id),
             }),
         }
     }
 
-    /// A user's live role on a target, if any.
-    pub fn user_role(&self, user_id: UserId, target: Target) -> Option<Role> {
-        let (project_id, chain) = self.scopes(target)?;
-        if self.projects.get(&project_id).is_some_and(|p| p.owner_id == user_id) {
+    fn user_role_in(&self, user_id: UserId, scopes: &Scopes) -> Option<Role> {
+        if self.projects.get(&scopes.project).is_some_and(|p| p.owner_id == user_id) {
             return Some(Role::Owner);
         }
         self.shares
             .get(&user_id)?
             .iter()
-            .filter(|s| chain.contains(&(s.scope_type, s.scope_id)))
+            .filter(|s| scopes.covers(s.scope_type, s.scope_id))
             .map(|s| s.role)
             .max()
     }
 
-    /// A key's ceiling on a target: the best of its grants covering it.
-    pub fn key_ceiling(&self, key: &ApiKey, target: Target) -> Option<Role> {
-        let (_, chain) = self.scopes(target)?;
+    fn key_ceiling_in(key: &ApiKey, scopes: &Scopes) -> Option<Role> {
         key.grants
             .iter()
             .filter(|g| match (g.scope_type, g.scope_id) {
                 (ScopeType::Account, _) => true,
-                (scope_type, Some(id)) => chain.contains(&(scope_type, id)),
+                (scope_type, Some(id)) => scopes.covers(scope_type, id),
                 (_, None) => false,
             })
             .map(|g| g.verb.ceiling())
             .max()
     }
 
+    /// A user's live role on a target, if any.
+    pub fn user_role(&self, user_id: UserId, target: Target) -> Option<Role> {
+        self.user_role_in(user_id, &self.scopes(target)?)
+    }
+
     /// The effective role of a key on a target: min(owner's live role, key ceiling). `None`
-    /// when the target does not exist or the key cannot reach it at all.
+    /// when the target does not exist or the key cannot reach it at all. Runs on every
+    /// request (and per sheet of a list), so it locates the target once and allocates nothing.
     pub fn effective_role(&self, key: &ApiKey, target: Target) -> Option<Role> {
-        let owner = self.user_role(key.owner_id, target)?;
-        let ceiling = self.key_ceiling(key, target)?;
+        let scopes = self.scopes(target)?;
+        let ceiling = Self::key_ceiling_in(key, &scopes)?;
+        let owner = self.user_role_in(key.owner_id, &scopes)?;
         Some(owner.min(ceiling))
     }
 
