@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpMessage, HttpRequest};
-use actors::model::{ApiKey, Millis, Role};
+use actors::model::{ApiKey, KeyState, Millis, Role};
 use actors::{DirectoryState, Target};
 
 use crate::error::ApiError;
@@ -60,8 +60,7 @@ pub fn resolve_key(
         return None;
     }
     let key = directory.key_by_hash(&actors::fixture::hash_secret(token))?;
-    let usable = !key.revoked && key.expires_at.is_none_or(|t| t > now);
-    usable.then(|| key.clone())
+    (key.state(now) == KeyState::Active).then(|| key.clone())
 }
 
 /// What a request needs on its target.

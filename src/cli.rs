@@ -20,7 +20,7 @@ use std::future::Future;
 use std::path::Path;
 use std::process::ExitCode;
 
-use actors::directory::{CreateKey, RevokeKey};
+use actors::directory::RevokeKey;
 use actors::fixture::GrantSpec;
 use actors::model::{Grant, ScopeType, Verb};
 use actors::shared::Clock;
@@ -28,7 +28,7 @@ use actors::{Service, ServiceConfig};
 use anyhow::{bail, Context};
 
 use crate::config::KeyCommand;
-use crate::routes::admin::key_state;
+use crate::routes::admin::{create_key_message, CreateKeyRequest};
 use crate::views::timestamp;
 
 /// Print an error the operator's way and fail: the message and each cause that adds to it
@@ -127,16 +127,7 @@ pub fn parse_grant(text: &str) -> anyhow::Result<GrantSpec> {
 
 /// A grant as `parse_grant` reads it.
 fn format_grant(g: &Grant) -> String {
-    let verb = match g.verb {
-        Verb::Read => "read",
-        Verb::Write => "write",
-    };
-    let scope = match g.scope_type {
-        ScopeType::Account => "account",
-        ScopeType::Project => "project",
-        ScopeType::Folder => "folder",
-        ScopeType::Sheet => "sheet",
-    };
+    let (verb, scope) = (g.verb.as_str(), g.scope_type.as_str());
     match g.scope_id {
         Some(id) => format!("{verb}:{scope}:{id}"),
         None => format!("{verb}:{scope}"),
@@ -183,17 +174,16 @@ fn create_key(
     expires_at: Option<&str>,
 ) -> anyhow::Result<()> {
     let grants = grants.iter().map(|g| parse_grant(g)).collect::<anyhow::Result<Vec<_>>>()?;
-    let expires_at = match expires_at {
-        None => None,
-        Some(text) => Some(actors::fixture::parse_time(text).with_context(|| {
-            format!("--expires-at `{text}` is not an RFC 3339 time (2027-01-31T00:00:00Z)")
-        })?),
+    // The same checks as `POST /admin/v1/keys`; its messages name the request's fields.
+    let request = CreateKeyRequest {
+        owner_id: owner,
+        name,
+        grants,
+        expires_at: expires_at.map(str::to_owned),
     };
-    if expires_at.is_some_and(|t| t <= chrono::Utc::now().timestamp_millis()) {
-        bail!("--expires-at must be in the future");
-    }
+    let msg = create_key_message(request, chrono::Utc::now().timestamp_millis())
+        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     let (key, secret) = offline(data_dir, true, |service| async move {
-        let msg = CreateKey { owner_id: owner, name, grants, expires_at };
         let sent = service.directory_actor().send(msg).await.context("the directory stopped")?;
         sent.map_err(|e| match &e {
             actors::Error::Invalid { detail: Some(detail), .. } => {
@@ -240,7 +230,7 @@ fn list_keys(data_dir: &Path, owner: Option<u64>) -> anyhow::Result<()> {
             k.owner_id,
             k.name,
             k.prefix,
-            key_state(k, now),
+            k.state(now).as_str(),
             timestamp(k.created_at).unwrap_or_else(never),
             k.expires_at.and_then(timestamp).unwrap_or_else(never),
             grants.join(",")

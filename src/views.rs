@@ -4,7 +4,7 @@
 //! listed here: no folder id, parent id, attachments, key hash or report definition can leak by
 //! a derive.
 
-use actors::model::{Column, Grant, Millis, Report, Row, ScopeType, SheetMeta, Verb};
+use actors::model::{Column, Grant, Millis, Report, Row, SheetMeta};
 use actors::sheet::SheetSummary;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -216,19 +216,7 @@ pub struct GrantView {
 
 impl From<&Grant> for GrantView {
     fn from(g: &Grant) -> Self {
-        GrantView {
-            verb: match g.verb {
-                Verb::Read => "read",
-                Verb::Write => "write",
-            },
-            scope_type: match g.scope_type {
-                ScopeType::Account => "account",
-                ScopeType::Project => "project",
-                ScopeType::Folder => "folder",
-                ScopeType::Sheet => "sheet",
-            },
-            scope_id: g.scope_id,
-        }
+        GrantView { verb: g.verb.as_str(), scope_type: g.scope_type.as_str(), scope_id: g.scope_id }
     }
 }
 

@@ -94,6 +94,18 @@ pub enum ScopeType {
     Sheet,
 }
 
+impl ScopeType {
+    /// The scope type as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScopeType::Account => "account",
+            ScopeType::Project => "project",
+            ScopeType::Folder => "folder",
+            ScopeType::Sheet => "sheet",
+        }
+    }
+}
+
 /// What a key grant allows: `read` is viewer level, `write` is editor level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -105,6 +117,14 @@ pub enum Verb {
 }
 
 impl Verb {
+    /// The verb as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Read => "read",
+            Verb::Write => "write",
+        }
+    }
+
     /// The role ceiling this verb gives a key.
     pub fn ceiling(self) -> Role {
         match self {
@@ -207,6 +227,28 @@ impl Report {
         match self.definition.0.get("type").and_then(|t| t.as_str()) {
             Some("summary") => "summary",
             _ => "row",
+        }
+    }
+}
+
+/// Whether an API key works: the one rule authentication and the key listings share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyState {
+    /// It authenticates.
+    Active,
+    /// Revoked, for good.
+    Revoked,
+    /// Past its expiry.
+    Expired,
+}
+
+impl KeyState {
+    /// The state as the admin side spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::Active => "active",
+            KeyState::Revoked => "revoked",
+            KeyState::Expired => "expired",
         }
     }
 }
@@ -334,6 +376,19 @@ pub struct Row {
     pub updated_at: Millis,
     /// Where the last write came from: `api` or `import`.
     pub source: String,
+}
+
+impl ApiKey {
+    /// The key's state at `now`; only an [`KeyState::Active`] key authenticates.
+    pub fn state(&self, now: Millis) -> KeyState {
+        if self.revoked {
+            KeyState::Revoked
+        } else if self.expires_at.is_some_and(|t| t <= now) {
+            KeyState::Expired
+        } else {
+            KeyState::Active
+        }
+    }
 }
 
 impl Row {

@@ -131,17 +131,6 @@ pub struct KeyView {
     pub expires_at: Option<String>,
 }
 
-/// Whether a key works at `now`: `revoked` (for good), `expired`, or `active`.
-pub fn key_state(key: &ApiKey, now: Millis) -> &'static str {
-    if key.revoked {
-        "revoked"
-    } else if key.expires_at.is_some_and(|t| t <= now) {
-        "expired"
-    } else {
-        "active"
-    }
-}
-
 impl KeyView {
     /// The view of `key` at `now`.
     pub fn new(key: &ApiKey, now: Millis) -> Self {
@@ -151,7 +140,7 @@ impl KeyView {
             name: key.name.clone(),
             prefix: key.prefix.clone(),
             grants: key.grants.iter().map(GrantView::from).collect(),
-            state: key_state(key, now),
+            state: key.state(now).as_str(),
             created_at: timestamp(key.created_at),
             expires_at: key.expires_at.and_then(timestamp),
         }

@@ -622,6 +622,30 @@ async fn key_commands_work_offline_and_the_next_server_honours_them() {
     assert!(out.contains("Created key 5 \"ci\" for user 1"), "{out}");
     assert!(leaked_secret(&text(&made.stderr)).is_none(), "the secret went to the log");
 
+    // The admin API's checks apply offline too: no past expiry, no empty name.
+    let past =
+        sheetd(&[&create[..], &grants[..], &["--expires-at", "2020-01-01T00:00:00Z"]].concat());
+    assert!(!past.status.success());
+    assert!(
+        text(&past.stderr).contains("`expiresAt` must be in the future"),
+        "{}",
+        text(&past.stderr)
+    );
+    let unnamed = sheetd(&[
+        "key",
+        "create",
+        "--data-dir",
+        d,
+        "--owner",
+        "1",
+        "--name",
+        " ",
+        "--grant",
+        "read:account",
+    ]);
+    assert!(!unnamed.status.success());
+    assert!(text(&unnamed.stderr).contains("`name` must have"), "{}", text(&unnamed.stderr));
+
     // Over-grant, a bad grant, an unknown key.
     let over = sheetd(&[
         "key",
