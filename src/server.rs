@@ -58,10 +58,6 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The admin API's bound address.
     pub admin_addr: SocketAddr,
-    /// The admin token in force.
-    pub admin_token: String,
-    /// Demo or seed keys generated at this start (secrets, shown once).
-    pub issued: Vec<actors::fixture::IssuedSecret>,
     /// The domain.
     pub state: web::Data<AppState>,
     servers: [actix_web::dev::ServerHandle; 2],
@@ -114,10 +110,7 @@ pub fn parse_fixture(text: &str, origin: &str) -> anyhow::Result<Fixture> {
 }
 
 /// Load a fixture (the seed or the demo) into a freshly created data dir.
-async fn seed(
-    service: &Service,
-    opts: &Options,
-) -> anyhow::Result<Vec<actors::fixture::IssuedSecret>> {
+async fn seed(service: &Service, opts: &Options) -> anyhow::Result<()> {
     let (text, origin, demo) = match (&opts.args.seed, opts.args.no_demo) {
         (Some(path), _) => {
             let text = std::fs::read_to_string(path)
@@ -125,7 +118,7 @@ async fn seed(
             (text, path.display().to_string(), false)
         }
         (None, false) => (DEMO_FIXTURE.to_owned(), "(embedded demo)".to_owned(), true),
-        (None, true) => return Ok(Vec::new()),
+        (None, true) => return Ok(()),
     };
     let fixture = parse_fixture(&text, &origin)?;
     let ImportReport { counts, issued } = service
@@ -150,7 +143,7 @@ async fn seed(
             println!("  key {} ({}, owner {}): {}", k.key_id, k.name, k.owner_id, k.secret);
         }
     }
-    Ok(issued)
+    Ok(())
 }
 
 /// Recover, seed when empty, and start both listeners. Runs inside an actix system.
@@ -171,18 +164,16 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         bytes_replayed = report.bytes_replayed,
         last_lsn = report.last_lsn,
         torn_tail_dropped = report.torn_tail_dropped,
+        stale_records_truncated = report.stale_records_truncated,
         elapsed_ms = report.elapsed.as_millis() as u64,
         "recovery complete"
     );
     let fresh = report.last_lsn == 0 && report.checkpoint_lsn.is_none();
-    let issued = if fresh {
-        seed(&service, &opts).await?
-    } else {
-        if args.seed.is_some() {
-            tracing::warn!("the data dir already holds data; --seed is ignored");
-        }
-        Vec::new()
-    };
+    if fresh {
+        seed(&service, &opts).await?;
+    } else if args.seed.is_some() {
+        tracing::warn!("the data dir already holds data; --seed is ignored");
+    }
     let admin_token = match &args.admin_token {
         Some(t) => t.clone(),
         None => {
@@ -198,7 +189,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         cursors: CursorCodec::new(cursor_key(&args.data_dir)?),
         limiter: RateLimiter::new(args.rate_limit_per_minute),
         max_body_bytes: args.max_body_bytes,
-        admin_token: admin_token.clone(),
+        admin_token,
         metrics: Metrics::default(),
         report_caps: actors::report::Caps {
             max_sources: args.report_max_sources,
@@ -240,7 +231,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
     actix_rt::spawn(admin);
     let maintenance = Maintenance::start(state.clone(), CheckpointPolicy::from_args(args));
     tracing::info!(%addr, %admin_addr, "serving");
-    Ok(Running { addr, admin_addr, admin_token, issued, state, servers, maintenance })
+    Ok(Running { addr, admin_addr, state, servers, maintenance })
 }
 
 /// Stop serving (draining in-flight requests), checkpoint, and close the log.

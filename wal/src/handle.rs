@@ -242,7 +242,7 @@ impl Wal {
             .map_err(Error::fs("start the wal-commit thread"))?;
         *lock(&core.thread) = Some(thread);
 
-        tracing::info!(
+        tracing::debug!(
             dir = %core.config.dir.display(),
             checkpoint_lsn = ?report.checkpoint_lsn,
             records = report.records_replayed,
