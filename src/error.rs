@@ -176,9 +176,10 @@ impl ResponseError for ApiError {
         self.code.status()
     }
 
-    /// Rendered without a request id here; the request middleware re-renders it with one.
+    /// Only the status: every app is wrapped in [`crate::middleware::request_context`], which
+    /// finds this error on the response and renders the envelope once, with the request id.
     fn error_response(&self) -> HttpResponse {
-        self.response("")
+        HttpResponse::new(self.code.status())
     }
 }
 

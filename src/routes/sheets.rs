@@ -110,12 +110,13 @@ pub async fn get_sheet(
     let sheet_id = path_id(&req, "sheet_id")?;
     let page = paging(&req, &state.cursors, None)?;
     let addr = sheet_actor(&state, &caller, sheet_id, Need::Read)?;
+    // Authorization found the sheet in this same directory snapshot.
     let meta = caller
         .directory
         .sheets
         .get(&sheet_id)
         .cloned()
-        .ok_or_else(|| ApiError::not_found("Sheet"))?;
+        .ok_or_else(|| ApiError::not_found(format!("Sheet {sheet_id}")))?;
     let (summary, columns, page) =
         addr.send(Overview { limit: page.limit }).await.map_err(ApiError::internal)?;
     state.service.visible(summary.visible_lsn).await?;
