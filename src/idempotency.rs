@@ -12,7 +12,7 @@
 //!    and its stored response both exist or neither does.
 //! 4. If the request ends any other way (5xx), the claim is released so a retry runs again.
 
-use actix_web::http::StatusCode;
+use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse};
 use actors::record::{IdemEntry, Record};
 use actors::shared::Claim;
@@ -21,6 +21,7 @@ use wal::codec;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, Code};
+use crate::routes::respond;
 use crate::server::AppState;
 
 /// The header.
@@ -139,15 +140,14 @@ pub async fn begin(
 
 /// The stored response, byte for byte, marked as a replay.
 pub fn replay(entry: &IdemEntry) -> HttpResponse {
-    let status = StatusCode::from_u16(entry.status).unwrap_or(StatusCode::OK);
-    let mut res = HttpResponse::build(status);
-    res.insert_header(("x-request-id", entry.request_id.as_str()))
-        .insert_header(("idempotent-replayed", "true"));
-    if entry.body.is_empty() {
-        res.finish()
-    } else {
-        res.content_type("application/json").body(entry.body.clone())
+    let mut res = respond(entry.status, entry.body.clone());
+    let headers = res.headers_mut();
+    if let Ok(rid) = HeaderValue::from_str(&entry.request_id) {
+        headers.insert(HeaderName::from_static("x-request-id"), rid);
     }
+    headers
+        .insert(HeaderName::from_static("idempotent-replayed"), HeaderValue::from_static("true"));
+    res
 }
 
 /// Store an error decided before the write reached a sheet (404, 403), in a record of its own,
@@ -163,28 +163,24 @@ pub async fn store_error(
         return Err(err);
     }
     let shared = &state.service.shared;
+    let body = err.body(request_id);
     let entry = IdemEntry {
         key_id: claim.key_id,
         idem_key: claim.idem_key.clone(),
         fingerprint: claim.fingerprint,
         status,
-        body: err.body(request_id),
+        body: body.clone(),
         request_id: request_id.to_owned(),
         completed_at: shared.clock.now(),
     };
     let bytes = codec::encode(&Record::Idempotency(entry.clone())).map_err(ApiError::internal)?;
     let idem = shared.idem.clone();
-    let stored = entry.clone();
     let commit = shared.wal.append_with(move |lsn| {
-        idem.complete(stored, lsn);
+        idem.complete(entry, lsn);
         bytes
     });
     commit.map_err(ApiError::internal)?.await.map_err(ApiError::internal)?;
-    let mut res = err.response(request_id);
+    // The claim is now a stored response; dropping it releases nothing.
     drop(claim);
-    res.headers_mut().insert(
-        actix_web::http::header::HeaderName::from_static("x-request-id"),
-        actix_web::http::header::HeaderValue::from_str(request_id).map_err(ApiError::internal)?,
-    );
-    Ok(res)
+    Ok(respond(status, body))
 }

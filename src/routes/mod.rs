@@ -18,6 +18,18 @@ pub fn ok<T: Serialize>(body: &T) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().content_type("application/json").body(bytes))
 }
 
+/// A response of already rendered bytes: JSON when there is a body, none otherwise (204).
+/// Writes answer this way, so a stored idempotent response and the original are one rendering.
+pub fn respond(status: u16, body: Vec<u8>) -> HttpResponse {
+    let status = actix_web::http::StatusCode::from_u16(status)
+        .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+    if body.is_empty() {
+        HttpResponse::build(status).finish()
+    } else {
+        HttpResponse::build(status).content_type("application/json").body(body)
+    }
+}
+
 /// Unknown route or method under `/api/v1`.
 pub async fn no_route() -> Result<HttpResponse, ApiError> {
     Err(ApiError::new(crate::error::Code::NotFound, "No such route."))

@@ -6,7 +6,6 @@
 //! response, and replies once the record is durable.
 
 use actix::{Handler, Message};
-use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use actors::sheet::{
     BulkAdd, BulkUpdate, DeleteRow, IdemRequest, PageRows, Patch, PatchItem, UpdateItem,
@@ -23,8 +22,8 @@ use crate::error::ApiError;
 use crate::idempotency::{self, storable, Begin};
 use crate::input::{body_problem, json_body, paging, path_id, read_body};
 use crate::openapi as oa;
-use crate::routes::ok;
 use crate::routes::sheets::sheet_actor;
+use crate::routes::{ok, respond};
 use crate::server::AppState;
 use crate::views::{BulkResultItemView, BulkWriteView, ListView, RowResponseView, RowView};
 
@@ -223,15 +222,6 @@ fn render_deleted(result: &actors::Result<WriteOutcome>, request_id: &str) -> (u
         Ok(WriteOutcome::Deleted(_)) => (204, Vec::new()),
         Ok(_) => (500, Vec::new()),
         Err(e) => render_error(e, request_id),
-    }
-}
-
-fn respond(status: u16, body: Vec<u8>) -> HttpResponse {
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    if body.is_empty() {
-        HttpResponse::build(status).finish()
-    } else {
-        HttpResponse::build(status).content_type("application/json").body(body)
     }
 }
 
