@@ -247,3 +247,38 @@ async fn bodies_over_the_limit_are_413() {
     assert_eq!(row_count(&s, 11).await, 1);
     assert_eq!(s.post("/sheets/11/rows:bulkAdd", ADA_WRITE, &json!({"rows": [{}]})).await.0, 200);
 }
+
+#[actix_rt::test]
+async fn callers_without_a_usable_key_are_limited_per_ip_and_keys_are_not() {
+    let s = TestServer::start_with(fixture(), |a| a.rate_limit_per_minute = 5).await;
+    for i in 0..5 {
+        let r = s
+            .call("GET", "/sheets", Some("svc_live_NotAKey0000000000000000000000000000"), None)
+            .await;
+        assert_error(&r, 401, "unauthorized");
+        assert_eq!(header(&r, "x-ratelimit-remaining"), Some((4 - i).to_string().as_str()));
+        assert_eq!(header(&r, "retry-after"), None, "Retry-After is for 429 only");
+    }
+    // A sixth request from this address without a usable key is refused, whatever it carries.
+    assert_error(&s.call("GET", "/me", None, None).await, 429, "rate_limit_exceeded");
+    // A usable key is counted against its own window, not the address's.
+    let keyed = s.get("/me", ADA_READ).await;
+    assert_eq!(keyed.0, 200);
+    assert_eq!(header(&keyed, "x-ratelimit-remaining"), Some("4"));
+    assert_eq!(header(&keyed, "retry-after"), None);
+}
+
+#[actix_rt::test]
+async fn idempotency_key_is_ignored_outside_the_row_writes() {
+    let s = TestServer::start().await;
+    let url = format!("{}/me", s.base);
+    // A value the row writes would refuse with 422 is not even looked at here.
+    let r = send("GET", &url, Some(ADA_READ), &[("Idempotency-Key", "has space")], None).await;
+    assert_eq!(r.0, 200);
+    let run = format!("{}/reports/8/run", s.base);
+    for _ in 0..2 {
+        let r = send("POST", &run, Some(ADA_READ), &[("Idempotency-Key", "same")], None).await;
+        assert_eq!(r.0, 200, "{}", r.1);
+        assert_eq!(header(&r, "idempotent-replayed"), None, "runs are never replayed");
+    }
+}
