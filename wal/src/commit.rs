@@ -123,6 +123,8 @@ pub(crate) fn run(core: Arc<Core>, rx: Receiver<Command>) {
     // `recv` fails only when the last sender is dropped (shutdown) *and* the queue is empty,
     // so shutdown drains everything already accepted.
     while let Ok(first) = rx.recv() {
+        #[cfg(test)]
+        drop(core.gate.lock().unwrap_or_else(|p| p.into_inner()));
         let mut records = first.payloads.len();
         group.push(first);
         while records < max_records {

@@ -98,6 +98,10 @@ pub(crate) struct Core {
     /// Test hook: make the next group write fail as if the disk had.
     #[cfg(test)]
     pub(crate) fail_next_write: std::sync::atomic::AtomicBool,
+    /// Test hook: while held, the commit thread waits after taking a group's first command,
+    /// so a test can queue more behind it and see them share one flush.
+    #[cfg(test)]
+    pub(crate) gate: Mutex<()>,
 }
 
 impl Core {
@@ -231,6 +235,8 @@ impl Wal {
             thread: Mutex::new(None),
             #[cfg(test)]
             fail_next_write: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            gate: Mutex::new(()),
             config,
         });
         // The thread holds the Core, not a Handle, so dropping the last Wal still runs Drop
@@ -486,6 +492,12 @@ impl Wal {
     #[cfg(test)]
     pub(crate) fn fail_next_write(&self) {
         self.core().fail_next_write.store(true, Ordering::SeqCst);
+    }
+
+    /// Test hook: hold the commit thread before it gathers its next group.
+    #[cfg(test)]
+    pub(crate) fn hold_commits(&self) -> MutexGuard<'_, ()> {
+        lock(&self.core().gate)
     }
 }
 
