@@ -114,6 +114,23 @@ pub fn paging(
     Ok(paging)
 }
 
+impl Paging {
+    /// One keyset page of a map ordered by id: the entries after the cursor that `keep`
+    /// accepts, at most `limit` of them, and whether more follow.
+    pub fn page_of<'a, T>(
+        &self,
+        items: &'a std::collections::BTreeMap<u64, T>,
+        keep: impl Fn(&T) -> bool,
+    ) -> (Vec<&'a T>, bool) {
+        let start = self.after.map_or(0, |a| a.saturating_add(1));
+        let mut page: Vec<&T> =
+            items.range(start..).map(|(_, v)| v).filter(|v| keep(v)).take(self.limit + 1).collect();
+        let more = page.len() > self.limit;
+        page.truncate(self.limit);
+        (page, more)
+    }
+}
+
 /// Read the whole body, refusing one over `limit` bytes with 413 before buffering it whole.
 pub async fn read_body(
     req: &HttpRequest,

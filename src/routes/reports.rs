@@ -41,17 +41,8 @@ pub async fn list_reports(
     caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     let page = paging(&req, &state.cursors, Some((Kind::Reports, 0)))?;
-    let start = page.after.map_or(0, |a| a.saturating_add(1));
-    let mut reports: Vec<_> = caller
-        .directory
-        .reports
-        .range(start..)
-        .map(|(_, r)| r)
-        .filter(|r| caller.can_read(Target::Project(r.project_id)))
-        .take(page.limit + 1)
-        .collect();
-    let more = reports.len() > page.limit;
-    reports.truncate(page.limit);
+    let (reports, more) =
+        page.page_of(&caller.directory.reports, |r| caller.can_read(Target::Project(r.project_id)));
     let next_cursor =
         more.then(|| state.cursors.encode(Kind::Reports, 0, reports.last().map_or(0, |r| r.id)));
     ok(&ListView {

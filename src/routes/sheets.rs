@@ -37,17 +37,8 @@ pub async fn list_sheets(
     caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     let page = paging(&req, &state.cursors, Some((Kind::Sheets, 0)))?;
-    let start = page.after.map_or(0, |a| a.saturating_add(1));
-    let mut metas: Vec<_> = caller
-        .directory
-        .sheets
-        .range(start..)
-        .map(|(_, m)| m)
-        .filter(|m| caller.can_read(Target::Sheet(m.id)))
-        .take(page.limit + 1)
-        .collect();
-    let more = metas.len() > page.limit;
-    metas.truncate(page.limit);
+    let (metas, more) =
+        page.page_of(&caller.directory.sheets, |m| caller.can_read(Target::Sheet(m.id)));
     let summaries: Vec<SheetSummary> = try_join_all(metas.iter().map(|m| {
         let addr = state.service.sheet(m.id);
         async move {
