@@ -4,6 +4,7 @@
 mod admin;
 mod common;
 mod crash;
+mod faults;
 mod limits;
 mod openapi;
 mod reads;

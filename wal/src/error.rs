@@ -46,6 +46,25 @@ pub enum Error {
         dir: PathBuf,
     },
 
+    /// The file system holding a directory the log must write to has too little free space
+    /// for the operation to be sure to finish, so nothing was started.
+    #[error(
+        "not enough free space to {action} {}: it needs {needed} bytes free on that file \
+         system and {available} are available. Nothing was changed; free space (or move the \
+         data dir to a larger disk) and try again",
+        .dir.display()
+    )]
+    NoSpace {
+        /// What would have been done ("open the log in", "copy the log for checking to").
+        action: &'static str,
+        /// The directory that would have been written.
+        dir: PathBuf,
+        /// Free bytes the operation needs before it starts.
+        needed: u64,
+        /// Free bytes available to this process on that file system.
+        available: u64,
+    },
+
     /// A file-system operation on a named file or directory failed.
     #[error("could not {action}")]
     Fs {
@@ -193,7 +212,7 @@ impl Error {
     #[must_use]
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::InUse { .. } | Error::CheckpointAhead { .. } => true,
+            Error::InUse { .. } | Error::CheckpointAhead { .. } | Error::NoSpace { .. } => true,
             Error::Fs { source, .. } | Error::Io(source) => io_is_transient(source),
             Error::Store(sled::Error::Io(source)) => io_is_transient(source),
             _ => false,

@@ -1,7 +1,7 @@
 //! Small file-system helpers the rest of the crate builds its durability on.
 //!
-//! Owns: directory fsync, recursive copy (for [`crate::Wal::verify`]'s private copy of the log)
-//! and a self-deleting scratch directory.
+//! Owns: directory fsync, recursive copy (for [`crate::Wal::verify`]'s private copy of the log),
+//! sizes and free space, and a self-deleting scratch directory.
 //!
 //! Guarantees:
 //! - [`sync_dir`] makes a directory's entries (creations, renames, removals) durable. On Linux a
@@ -42,6 +42,38 @@ pub(crate) fn remove_if_exists(path: &Path) -> Result<bool> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(Error::fs(format!("remove {}", path.display()))(e)),
     }
+}
+
+/// Bytes available to this process on the file system holding `dir` (statvfs `f_bavail`).
+pub(crate) fn available_space(dir: &Path) -> Result<u64> {
+    fs2::available_space(dir)
+        .map_err(Error::fs(format!("read the free space of the file system of {}", dir.display())))
+}
+
+/// Total size of the regular files under `dir` (0 if it does not exist).
+pub(crate) fn tree_size(dir: &Path) -> Result<u64> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::fs(format!("list directory {}", dir.display()))(e)),
+    };
+    let mut total = 0;
+    for entry in entries {
+        let entry = entry.map_err(Error::fs(format!("list directory {}", dir.display())))?;
+        let meta =
+            entry.metadata().map_err(Error::fs(format!("inspect {}", entry.path().display())))?;
+        total += if meta.is_dir() { tree_size(&entry.path())? } else { meta.len() };
+    }
+    Ok(total)
+}
+
+/// Fails with [`Error::NoSpace`] unless the file system of `dir` has `needed` bytes free.
+pub(crate) fn require_space(action: &'static str, dir: &Path, needed: u64) -> Result<()> {
+    let available = available_space(dir)?;
+    if available < needed {
+        return Err(Error::NoSpace { action, dir: dir.to_path_buf(), needed, available });
+    }
+    Ok(())
 }
 
 /// Copies the directory tree `from` into `to` (which must not exist). Only regular files and

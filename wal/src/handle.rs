@@ -192,6 +192,7 @@ impl Wal {
     ///
     /// # Errors
     /// - [`Error::InUse`] if another process (or `Wal`) has the data dir open.
+    /// - [`Error::NoSpace`] if the file system lacks the room an open needs (nothing changed).
     /// - [`Error::Corrupt`] for a damaged checkpoint, a damaged record before the end of the
     ///   log, or a gap in the LSNs.
     /// - [`Error::ReplayCheckpoint`] / [`Error::ReplayRecord`] if the replayer fails.
@@ -282,6 +283,9 @@ impl Wal {
         let log_dir = dir.join(log::DIR_NAME);
         let data_file = log_dir.join(log::DATA_FILE);
         let mut scan = if data_file.exists() {
+            // Refuse up front rather than fail half way through the copy.
+            let needed = fsutil::tree_size(&log_dir)? + log::OPEN_HEADROOM_BYTES;
+            fsutil::require_space("copy the log for checking to", &std::env::temp_dir(), needed)?;
             let scratch = ScratchDir::new("sheetd-wal-verify")?;
             let copy = scratch.path().join(log::DIR_NAME);
             // Lock, then read the checkpoint and copy the log, so both come from one moment.

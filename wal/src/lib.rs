@@ -43,7 +43,10 @@
 //!
 //! [`Wal::recover`]:
 //! 1. Creates the data dir if missing and opens sled (failing with [`Error::InUse`] if another
-//!    process holds it).
+//!    process holds it). Before sled touches its files, the free space of their file system is
+//!    checked (failing with [`Error::NoSpace`], nothing changed, when sled's snapshot could not
+//!    be rewritten) and any snapshot file sled left unfinished is removed: a full disk must
+//!    never turn a start attempt into damage.
 //! 2. Removes a leftover `checkpoint.tmp`, reads and verifies `checkpoint` (damage is an error,
 //!    never ignored) and hands it to [`Replayer::checkpoint`].
 //! 3. Walks the log in LSN order: records covered by the checkpoint are stale and deleted; the

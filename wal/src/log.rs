@@ -32,6 +32,54 @@ pub(crate) const DATA_FILE: &str = "db";
 /// sled's directory for values too large to inline in its log.
 const BLOBS_DIR: &str = "blobs";
 
+/// Free bytes an open needs beyond room for sled's new snapshot: sled's config file, a few of
+/// its 512 KiB segments and recovery's repair batch, with a wide margin.
+pub(crate) const OPEN_HEADROOM_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Makes sled's directory safe to open, before sled touches it.
+///
+/// sled 0.34 writes on every open: it replays its own log and writes a fresh snapshot to
+/// `snap.<lsn>.generating`, fsyncs it and renames it to `snap.<lsn>`. On a full disk that write
+/// fails half way and leaves the `.generating` file behind, and sled's next open takes the
+/// newest `snap.*` file, that one included, finds it truncated and refuses the whole store as
+/// corrupt ("Read corrupted data at file offset None") although the older snapshot and the log
+/// are intact. So, in this order:
+/// 1. Refuse ([`Error::NoSpace`], nothing changed) unless the file system has room for a new
+///    snapshot as large as the current ones together, plus [`OPEN_HEADROOM_BYTES`].
+/// 2. Remove every `snap.*.generating` file: sled renames a snapshot only after fsyncing it and
+///    removes the old ones only after that rename, so such a file is never the only complete
+///    snapshot. Removing it also lets a store damaged that way open again.
+fn prepare_open(log_dir: &Path) -> Result<()> {
+    let list = |e| Error::fs(format!("list {}", log_dir.display()))(e);
+    let mut snapshots = 0u64;
+    let mut interrupted = Vec::new();
+    for entry in fs::read_dir(log_dir).map_err(list)? {
+        let entry = entry.map_err(list)?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !name.starts_with("snap.") {
+            continue;
+        }
+        if name.ends_with(".generating") {
+            interrupted.push(entry.path());
+        } else {
+            let meta = entry
+                .metadata()
+                .map_err(Error::fs(format!("inspect {}", entry.path().display())))?;
+            snapshots += meta.len();
+        }
+    }
+    fsutil::require_space("open the log in", log_dir, snapshots + OPEN_HEADROOM_BYTES)?;
+    for path in &interrupted {
+        tracing::warn!(path = %path.display(), "removing a snapshot file sled left unfinished");
+        fsutil::remove_if_exists(path)?;
+    }
+    if !interrupted.is_empty() {
+        fsutil::sync_dir(log_dir)?;
+    }
+    Ok(())
+}
+
 /// The sled database plus the handles needed to make its writes durable.
 pub(crate) struct LogStore {
     /// `<data_dir>/log`.
@@ -127,6 +175,7 @@ impl LogStore {
         if lock::is_locked(&data_path)? {
             return Err(Error::InUse { dir: data_dir.to_path_buf() });
         }
+        prepare_open(log_dir)?;
         let db = sled::Config::new()
             .path(log_dir)
             .cache_capacity(cache_capacity_bytes)

@@ -642,3 +642,28 @@ fn one_flush_serves_every_record_queued_behind_it() {
     assert_eq!(stats.flushes - flushes_before, 1, "one group commit for all 100 records");
     assert_eq!(stats.batch_size_max, 100);
 }
+
+/// What a snapshot write cut short by a full disk leaves: sled's `.generating` file, empty or
+/// truncated, named after a newer LSN than the last complete snapshot. Unhandled, sled takes it
+/// for the newest snapshot and refuses the whole store; verify and recover must both see past it.
+#[test]
+fn a_snapshot_file_left_unfinished_by_sled_is_not_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = {
+        let (wal, _, _) = recover(dir.path());
+        append_all(&wal, &(0..5).map(|i| payload(i, 300)).collect::<Vec<_>>())
+    };
+    let log_dir = dir.path().join(crate::log::DIR_NAME);
+    let unfinished = log_dir.join("snap.7FFFFFFFFFFFFFFF.generating");
+    std::fs::write(&unfinished, [0u8; 5]).unwrap();
+
+    let (report, collect) = verify(dir.path()).unwrap();
+    assert_eq!(report.last_lsn, 5);
+    assert_eq!(collect.records, written);
+    assert!(unfinished.exists(), "verify changes nothing in the data dir");
+
+    let (_wal, report, collect) = recover(dir.path());
+    assert_eq!(report.last_lsn, 5);
+    assert_eq!(collect.records, written);
+    assert!(!unfinished.exists(), "recover removes the unfinished snapshot");
+}
