@@ -150,6 +150,7 @@ where
             data_dir: data_dir.to_owned(),
             sheet_threads: 1,
             clock: Clock::default(),
+            min_free_bytes: None,
         })
         .with_context(|| format!("cannot open data dir {}", data_dir.display()))?;
         let result = work(service.clone()).await;

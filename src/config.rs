@@ -120,4 +120,9 @@ pub struct ServeArgs {
     /// by time). Bounds the replay of a quiet server.
     #[arg(long, env = "SHEETD_CHECKPOINT_EVERY_SECS", default_value_t = 300)]
     pub checkpoint_every_secs: u64,
+    /// Row writes get 503 `storage_unavailable` while the data dir's file system has fewer free
+    /// bytes than this, so checkpoints and the next start always have room (0: no floor).
+    /// Default: the smaller of 256 MiB and 5 % of the file system.
+    #[arg(long, env = "SHEETD_MIN_FREE_DISK_BYTES")]
+    pub min_free_disk_bytes: Option<u64>,
 }

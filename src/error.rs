@@ -12,7 +12,8 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde_json::{json, Value};
 
-/// Every error code of the API (the 11 of the spec, and the three report codes).
+/// Every error code of the API (the 11 of the spec, the three report codes, and the
+/// extensions' codes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Code {
     /// Missing, malformed, revoked or expired key.
@@ -43,6 +44,8 @@ pub enum Code {
     ReportCompileFailed,
     /// Report exceeds a run cap.
     ReportCapExceeded,
+    /// The data dir cannot take writes now (free space below the floor, an I/O failure).
+    StorageUnavailable,
 }
 
 impl Code {
@@ -64,6 +67,7 @@ impl Code {
             PaymentRequired => (StatusCode::PAYMENT_REQUIRED, "payment_required"),
             ReportCompileFailed => (StatusCode::UNPROCESSABLE_ENTITY, "report_compile_failed"),
             ReportCapExceeded => (StatusCode::PAYLOAD_TOO_LARGE, "report_cap_exceeded"),
+            StorageUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
         }
     }
 
@@ -234,10 +238,23 @@ impl From<&actors::Error> for ApiError {
                 };
                 ApiError::new(code, message.clone()).with_detail(detail.clone())
             }
+            E::Wal(e) if e.is_storage_unavailable() => {
+                tracing::warn!(error = %e, "a write was refused: the data dir cannot take it now");
+                ApiError::new(
+                    Code::StorageUnavailable,
+                    "The data dir cannot take writes right now; nothing was written. Reads are \
+                     still served. Retry later.",
+                )
+                .with_header("Retry-After", STORAGE_RETRY_AFTER_SECS.to_string())
+            }
             e @ (E::Wal(_) | E::Unavailable(_)) => ApiError::internal(e),
         }
     }
 }
+
+/// `Retry-After` of a 503 `storage_unavailable`: free space is measured again at least this
+/// often while writes are refused.
+pub const STORAGE_RETRY_AFTER_SECS: u64 = 5;
 
 fn capitalize(s: &str) -> String {
     let mut c = s.chars();

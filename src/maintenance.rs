@@ -14,7 +14,9 @@
 //!
 //! # Loop
 //!
-//! 1. Every [`POLL_EVERY`], read [`wal::Wal::stats`] (atomics and two short locks).
+//! 1. Every [`POLL_EVERY`], measure the data dir's free space ([`wal::Wal::refresh_space`]: the
+//!    free-space floor's figure and edge log lines stay current while nothing is written) and
+//!    read [`wal::Wal::stats`] (atomics and two short locks).
 //! 2. When anything was logged after the checkpoint and a trigger is crossed, take a
 //!    checkpoint ([`actors::Service::checkpoint`]: copy the parts, write the snapshot, truncate
 //!    the log behind it). Every checkpoint leaves exactly one record of its own after it (the
@@ -130,6 +132,11 @@ impl Maintenance {
                 tokio::select! {
                     _ = &mut stopped => break,
                     _ = tick.tick() => {}
+                }
+                // Keeps the free-space figure (health, metrics) and the floor's edge log lines
+                // current while nothing is written.
+                if let Err(e) = state.service.shared.wal.refresh_space() {
+                    tracing::warn!(error = %e, "cannot measure the data dir's free space");
                 }
                 checkpoint_if_due(&state, policy, &mut schedule).await;
                 if schedule.swept_at.elapsed() >= HOUSEKEEPING_EVERY {

@@ -85,6 +85,7 @@ use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
             ValidationFailed,
             RateLimited,
             InternalError,
+            StorageUnavailable,
         )
     ),
     modifiers(&BearerAuth),
@@ -298,7 +299,8 @@ pub struct ErrorEnvelope {
     /// One of `unauthorized`, `forbidden`, `not_found`, `validation_failed`,
     /// `version_conflict`, `capacity_exceeded`, `rate_limit_exceeded`,
     /// `idempotency_key_reused`, `idempotency_in_progress`, `payload_too_large`,
-    /// `internal_error`, `payment_required`, `report_compile_failed`, `report_cap_exceeded`;
+    /// `internal_error`, `payment_required`, `report_compile_failed`, `report_cap_exceeded`,
+    /// `storage_unavailable`;
     /// codes are only ever added.
     pub error_code: String,
     /// A sentence naming the problem.
@@ -468,6 +470,10 @@ error_responses! {
          `Retry-After` seconds.";
     InternalError => "ErrorEnvelope",
         "`internal_error`: the server failed; the cause is logged, never sent.";
+    StorageUnavailable => "ErrorEnvelope",
+        "`storage_unavailable`: the data dir cannot take writes now (free space below the \
+         server's floor, or an I/O failure); nothing was written and reads are still served. \
+         Retry after `Retry-After` seconds.";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -531,7 +537,7 @@ fn add_headers(response: &mut Value, status: &str, write: bool) {
                        "schema": {"type": "string"}}),
             );
         }
-        "429" => {
+        "429" | "503" => {
             headers.insert(
                 "Retry-After".into(),
                 json!({"description": "Whole seconds to wait (at least 1).", "required": true,
@@ -580,6 +586,7 @@ pub fn document() -> &'static Value {
                 let status = match name.as_str() {
                     "Unauthorized" => "401",
                     "RateLimited" => "429",
+                    "StorageUnavailable" => "503",
                     _ => "",
                 };
                 add_headers(response, status, REPLAYABLE_ERRORS.contains(&name.as_str()));

@@ -156,6 +156,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         data_dir: args.data_dir.clone(),
         sheet_threads: threads,
         clock: opts.clock.clone(),
+        min_free_bytes: args.min_free_disk_bytes,
     })
     .with_context(|| format!("cannot open data dir {}", args.data_dir.display()))?;
     tracing::info!(

@@ -185,6 +185,8 @@ pub struct ServiceConfig {
     pub sheet_threads: usize,
     /// The clock (tests move it).
     pub clock: Clock,
+    /// The log's free-space floor (see [`wal::Config::min_free_bytes`]).
+    pub min_free_bytes: Option<u64>,
 }
 
 /// What a checkpoint did.
@@ -251,7 +253,11 @@ impl Service {
         let row_ids = Arc::new(RowIds::default());
         row_ids.observe(0);
         let mut rebuild = rebuild((&idem, &outbox, &row_ids), config.clock.now());
-        let (wal, report) = Wal::recover(wal::Config::default_for(&config.data_dir), &mut rebuild)?;
+        let wal_config = wal::Config {
+            min_free_bytes: config.min_free_bytes,
+            ..wal::Config::default_for(&config.data_dir)
+        };
+        let (wal, report) = Wal::recover(wal_config, &mut rebuild)?;
         let shared = Shared { wal, clock: config.clock, row_ids, idem, outbox };
 
         let arbiters: Vec<Arbiter> =
@@ -352,7 +358,9 @@ impl Service {
         let (idem, outbox) = (self.shared.idem.clone(), self.shared.outbox.clone());
         let mut side = None;
         let marker = codec::encode(&Record::Marker)?;
-        let commit = self.shared.wal.append_with(|_| {
+        // The marker may use the reserve below the free-space floor: a checkpoint is what
+        // lets the log shrink.
+        let commit = self.shared.wal.append_with_reserve(|_| {
             side = Some((idem.snapshot(), outbox.snapshot()));
             marker
         })?;

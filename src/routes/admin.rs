@@ -55,13 +55,18 @@ pub fn check_admin(state: &AppState, req: &HttpRequest) -> Result<(), ApiError> 
     }
 }
 
-/// `GET /admin/v1/health`: 200 once recovery is complete (the listener starts after it).
+/// `GET /admin/v1/health`: 200 once recovery is complete (the listener starts after it), with
+/// `status` `ok`, or `degraded` and the `reason` while the data dir takes no writes (reads are
+/// served either way).
 pub async fn health(
     state: web::Data<AppState>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     check_admin(&state, &req)?;
-    ok(&json!({"status": "ok"}))
+    match state.service.shared.wal.unwritable_reason() {
+        None => ok(&json!({"status": "ok"})),
+        Some(reason) => ok(&json!({"status": "degraded", "reason": reason})),
+    }
 }
 
 /// `POST /admin/v1/import`: add a fixture's objects; 422 on an id clash or bad reference.
@@ -493,6 +498,21 @@ pub async fn get_metrics(
         "sheetd_wal_bytes_since_checkpoint",
         "Payload bytes after the checkpoint.",
         wal.bytes_since_checkpoint as f64,
+    );
+    e.gauge(
+        "sheetd_storage_writable",
+        "1 while the data dir takes writes; 0 while they get 503 storage_unavailable.",
+        f64::from(u8::from(wal.writable)),
+    );
+    e.gauge(
+        "sheetd_disk_free_bytes",
+        "Free bytes on the data dir's file system at the last measurement.",
+        wal.free_bytes as f64,
+    );
+    e.gauge(
+        "sheetd_disk_min_free_bytes",
+        "The free-space floor below which writes are refused (0: none).",
+        wal.min_free_bytes as f64,
     );
     e.gauge(
         "sheetd_wal_disk_bytes",

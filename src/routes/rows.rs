@@ -325,6 +325,7 @@ where
         (status = 422, response = oa::ValidationFailed),
         (status = 429, response = oa::RateLimited),
         (status = 500, response = oa::InternalError),
+        (status = 503, response = oa::StorageUnavailable),
     )
 )]
 pub async fn bulk_add_rows(
@@ -370,6 +371,7 @@ pub async fn bulk_add_rows(
         (status = 422, response = oa::ValidationFailed),
         (status = 429, response = oa::RateLimited),
         (status = 500, response = oa::InternalError),
+        (status = 503, response = oa::StorageUnavailable),
     )
 )]
 pub async fn bulk_update_rows(
@@ -425,6 +427,7 @@ pub async fn bulk_update_rows(
         (status = 422, response = oa::ValidationFailed),
         (status = 429, response = oa::RateLimited),
         (status = 500, response = oa::InternalError),
+        (status = 503, response = oa::StorageUnavailable),
     )
 )]
 pub async fn patch_row(
@@ -469,6 +472,7 @@ pub async fn patch_row(
         (status = 422, response = oa::ValidationFailed),
         (status = 429, response = oa::RateLimited),
         (status = 500, response = oa::InternalError),
+        (status = 503, response = oa::StorageUnavailable),
     )
 )]
 pub async fn delete_row(

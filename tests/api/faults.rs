@@ -125,8 +125,8 @@ fn run_sheetd(args: &[&str], data_dir: &Path, envs: &[(&str, &Path)]) -> (bool, 
 }
 
 /// Adds 500-row batches to sheet 11 until a write is refused; returns the acknowledged row ids
-/// with their text.
-async fn write_until_refused(base: &str) -> BTreeMap<u64, String> {
+/// with their text, and the refusal (`None` when the server went away instead of answering).
+async fn write_until_refused(base: &str) -> (BTreeMap<u64, String>, Option<Reply>) {
     let mut acked = BTreeMap::new();
     let pad = "x".repeat(300);
     for round in 0..5_000 {
@@ -139,13 +139,12 @@ async fn write_until_refused(base: &str) -> BTreeMap<u64, String> {
             .insert_header(("Content-Type", "application/json"))
             .send_body(json!({ "rows": rows }).to_string())
             .await;
-        // A refusal, or a server that went away: either way nothing more is acknowledged.
-        let Ok(mut res) = sent else { return acked };
-        if res.status() != 200 {
-            return acked;
-        }
-        let Ok(bytes) = res.body().limit(64 << 20).await else { return acked };
+        let Ok(mut res) = sent else { return (acked, None) };
+        let Ok(bytes) = res.body().limit(64 << 20).await else { return (acked, None) };
         let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        if res.status() != 200 {
+            return (acked, Some((res.status().as_u16(), body, res.headers().clone())));
+        }
         for r in body["results"].as_array().unwrap() {
             let row = &r["row"];
             acked.insert(row["id"].as_u64().unwrap(), row["cells"]["110"].as_str().unwrap().into());
@@ -185,8 +184,10 @@ async fn start_on_a_full_disk_changes_nothing_and_recovers_once_space_is_back() 
     let seed = fs.mount.join("seed.json");
     std::fs::write(&seed, fixture().to_string()).unwrap();
     let data = fs.mount.join("data");
-    let mut bin = Binary::start(&data, &["--seed", seed.to_str().unwrap()]).await;
-    let acked = write_until_refused(&bin.base).await;
+    // No floor: the writers run the file system into ENOSPC itself.
+    let flags = ["--seed", seed.to_str().unwrap(), "--min-free-disk-bytes", "0"];
+    let mut bin = Binary::start(&data, &flags).await;
+    let (acked, _) = write_until_refused(&bin.base).await;
     assert!(acked.len() >= 5_000, "the writers filled the disk: {} rows acknowledged", acked.len());
     bin.kill9();
     std::fs::remove_file(&seed).unwrap();
@@ -214,6 +215,110 @@ async fn start_on_a_full_disk_changes_nothing_and_recovers_once_space_is_back() 
     for (id, text) in &acked {
         assert_eq!(present.get(id), Some(text), "acknowledged row {id} is lost or wrong");
     }
+    assert!(bin.terminate().success());
+    let (ok, out) = run_sheetd(&["check"], &data, &[]);
+    assert!(ok, "check after a clean stop: {out}");
+}
+
+/// Below the free-space floor, writes get 503 `storage_unavailable` and change nothing, every
+/// read goes on, health says why; once space is back writes resume without a restart, and a
+/// SIGKILL afterwards loses nothing acknowledged.
+#[actix_rt::test]
+async fn below_the_floor_writes_get_503_reads_go_on_and_writes_resume_by_themselves() {
+    let fs = Tmpfs::mount(64);
+    let seed = fs.mount.join("seed.json");
+    std::fs::write(&seed, fixture().to_string()).unwrap();
+    let data = fs.mount.join("data");
+    let floor = (40u64 << 20).to_string();
+    let flags = ["--seed", seed.to_str().unwrap(), "--min-free-disk-bytes", floor.as_str()];
+    let mut bin = Binary::start(&data, &flags).await;
+    let (mut acked, refusal) = write_until_refused(&bin.base).await;
+    assert!(acked.len() >= 5_000, "{} rows acknowledged before the floor", acked.len());
+    let refusal = refusal.expect("the server answered the refused write");
+    assert_error(&refusal, 503, "storage_unavailable");
+    let retry: u64 =
+        refusal.2.get("retry-after").expect("Retry-After").to_str().unwrap().parse().unwrap();
+    assert!(retry >= 1);
+
+    // Other writes are refused too, and nothing of them shows.
+    let patch = json!({"version": 1, "cells": {"110": "changed"}});
+    let reply = send(
+        "PATCH",
+        &format!("{}/sheets/11/rows/1100", bin.base),
+        Some(ADA_WRITE),
+        &[],
+        Some(patch.to_string().into_bytes()),
+    )
+    .await;
+    assert_error(&reply, 503, "storage_unavailable");
+    // Reads are served from the durable state.
+    let (status, sheet, _) =
+        send("GET", &format!("{}/sheets/11?limit=1", bin.base), Some(ADA_READ), &[], None).await;
+    assert_eq!(status, 200, "{sheet}");
+    assert_eq!(sheet["rowCount"].as_u64(), Some(1 + acked.len() as u64), "{sheet}");
+    let (status, row, _) =
+        send("GET", &format!("{}/sheets/11/rows?limit=1", bin.base), Some(ADA_READ), &[], None)
+            .await;
+    assert_eq!(status, 200);
+    assert_eq!(row["data"][0]["version"], 1, "the refused patch left no trace: {row}");
+    for path in ["/me", "/sheets", "/sheets/11/columns", "/reports", "/reports/8"] {
+        let (status, body, _) =
+            send("GET", &format!("{}{path}", bin.base), Some(ADA_READ), &[], None).await;
+        assert_eq!(status, 200, "GET {path} while writes are refused: {body}");
+    }
+    let (status, body, _) =
+        send("POST", &format!("{}/reports/8/run", bin.base), Some(ADA_READ), &[], None).await;
+    assert_eq!(status, 200, "{body}");
+    let (_, health, _) =
+        send("GET", &format!("{}/health", bin.admin), Some(ADMIN_TOKEN), &[], None).await;
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert!(health["reason"].as_str().unwrap().contains("floor"), "{health}");
+    let (_, metrics, _) =
+        send("GET", &format!("{}/metrics", bin.admin), Some(ADMIN_TOKEN), &[], None).await;
+    assert!(metrics.as_str().unwrap().contains("\nsheetd_storage_writable 0\n"), "{metrics}");
+    // Governing the service still works: directory changes use the reserve.
+    let (status, body, _) = send(
+        "PUT",
+        &format!("{}/users/2/plan", bin.admin),
+        Some(ADMIN_TOKEN),
+        &[],
+        Some(json!({"plan": "paid"}).to_string().into_bytes()),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    fs.resize(160);
+    let mut resumed = None;
+    for _ in 0..40 {
+        let body = json!({"rows": [{"cells": {"110": "after"}}]});
+        let (status, body, _) = send(
+            "POST",
+            &format!("{}/sheets/11/rows:bulkAdd", bin.base),
+            Some(ADA_WRITE),
+            &[],
+            Some(body.to_string().into_bytes()),
+        )
+        .await;
+        if status == 200 {
+            resumed = Some(body);
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(250)).await;
+    }
+    let resumed =
+        resumed.expect("writes resume within 10 s of space coming back, without a restart");
+    acked.insert(resumed["results"][0]["row"]["id"].as_u64().unwrap(), "after".into());
+    let (_, health, _) =
+        send("GET", &format!("{}/health", bin.admin), Some(ADMIN_TOKEN), &[], None).await;
+    assert_eq!(health["status"], "ok", "{health}");
+
+    bin.kill9();
+    let mut bin = Binary::start(&data, &[]).await;
+    let present = all_rows(&bin.base).await;
+    for (id, text) in &acked {
+        assert_eq!(present.get(id), Some(text), "acknowledged row {id} is lost or wrong");
+    }
+    assert_eq!(present.len(), 1 + acked.len(), "no refused write appeared");
     assert!(bin.terminate().success());
     let (ok, out) = run_sheetd(&["check"], &data, &[]);
     assert!(ok, "check after a clean stop: {out}");

@@ -318,7 +318,12 @@ async fn a_write_the_log_refused_is_never_revealed() {
         .post("/sheets/11/rows:bulkAdd", ADA_WRITE, &json!({"rows": [{"cells": {"110": "ghost"}}]}))
         .await;
     assert_error(&r, 500, "internal_error");
-    // The sheet fails closed: its reads answer 500 rather than show the unlogged row.
-    assert_error(&s.get("/sheets/11/rows", ADA_READ).await, 500, "internal_error");
-    assert_error(&s.get("/sheets/11", ADA_READ).await, 500, "internal_error");
+    // The refused write never reached memory: reads go on from the durable state, without it.
+    let (status, page, _) = s.get("/sheets/11/rows", ADA_READ).await;
+    assert_eq!(status, 200, "{page}");
+    let texts: Vec<&Value> =
+        page["data"].as_array().unwrap().iter().map(|r| &r["cells"]["110"]).collect();
+    assert_eq!(texts, [&json!("stock")], "{page}");
+    let (status, sheet, _) = s.get("/sheets/11", ADA_READ).await;
+    assert_eq!((status, &sheet["rowCount"]), (200, &json!(1)), "{sheet}");
 }

@@ -204,6 +204,14 @@ impl Error {
         }
     }
 
+    /// True when the log refused a record because the disk cannot take it now: free space below
+    /// the floor, or a write, flush or fsync that failed. Nothing of the refused record is
+    /// applied anywhere; the client may retry later (503 `storage_unavailable`).
+    #[must_use]
+    pub fn is_storage_unavailable(&self) -> bool {
+        matches!(self, Error::NoSpace { .. } | Error::LogFailed { .. })
+    }
+
     /// True when the same operation may succeed if tried again later without operator action:
     /// the data dir is locked by a process that may exit, a checkpoint asked for an LSN that is
     /// about to become durable, or the OS reported a transient I/O condition.

@@ -31,6 +31,7 @@ use crate::fsutil::{self, ScratchDir};
 use crate::lock::SharedLock;
 use crate::log::{self, LogStore};
 use crate::recovery::{self, Mode};
+use crate::space::{self, SpaceGuard};
 use crate::{Config, Lsn, RecoveryReport, Replayer, WalStats};
 
 /// Locks a mutex, ignoring poisoning: every critical section here leaves its data consistent
@@ -53,6 +54,8 @@ struct Appender {
     sizes_first_lsn: Lsn,
     /// Sum of `sizes`.
     bytes_since_checkpoint: u64,
+    /// The free-space floor.
+    space: SpaceGuard,
 }
 
 impl Appender {
@@ -60,6 +63,7 @@ impl Appender {
     fn push_size(&mut self, len: usize) {
         self.sizes.push_back(u32::try_from(len).unwrap_or(u32::MAX));
         self.bytes_since_checkpoint += len as u64;
+        self.space.count(len);
     }
 
     /// Forgets the sizes of records with LSN <= `lsn` (now covered by a checkpoint).
@@ -208,6 +212,10 @@ impl Wal {
         }
         let ckpt = checkpoint::read(&config.dir)?;
         let scan = recovery::scan(Some(&store), ckpt.as_ref(), replayer, Mode::Repair)?;
+        let space = SpaceGuard::new(
+            &config.dir,
+            space::resolve_floor(config.min_free_bytes, &config.dir)?,
+        )?;
         let mut report = scan.report;
         report.elapsed = started.elapsed();
 
@@ -226,6 +234,7 @@ impl Wal {
                 bytes_since_checkpoint: scan.sizes.iter().map(|&s| u64::from(s)).sum(),
                 sizes: scan.sizes,
                 sizes_first_lsn: report.checkpoint_lsn.unwrap_or(0) + 1,
+                space,
             }),
             last_lsn: AtomicU64::new(report.last_lsn),
             progress,
@@ -321,14 +330,34 @@ impl Wal {
     /// ([`Error::RecordTooLarge`]), the LSN is not consumed: the next append gets it again.
     ///
     /// # Errors
-    /// [`Error::LogFailed`] after a write failure, [`Error::ShutDown`] after shutdown,
-    /// [`Error::RecordTooLarge`], [`Error::CommitThreadDied`]. `build` is not called when the
-    /// log refuses the append up front.
+    /// [`Error::NoSpace`] while free space is below [`Config::min_free_bytes`] (the log stays
+    /// healthy; later appends succeed once space is back), [`Error::LogFailed`] after a write
+    /// failure, [`Error::ShutDown`] after shutdown, [`Error::RecordTooLarge`],
+    /// [`Error::CommitThreadDied`]. `build` is not called when the log refuses the append up
+    /// front.
     pub fn append_with(&self, build: impl FnOnce(Lsn) -> Vec<u8>) -> Result<Commit> {
+        self.append_built(build, false)
+    }
+
+    /// As [`Wal::append_with`], but the record may use the reserve below the free-space floor:
+    /// for records that let the log shrink (a checkpoint's marker) or keep the service
+    /// governable while writes are refused (directory changes such as a key revocation).
+    ///
+    /// # Errors
+    /// As [`Wal::append_with`], except [`Error::NoSpace`].
+    pub fn append_with_reserve(&self, build: impl FnOnce(Lsn) -> Vec<u8>) -> Result<Commit> {
+        self.append_built(build, true)
+    }
+
+    /// [`Wal::append_with`] and [`Wal::append_with_reserve`].
+    fn append_built(&self, build: impl FnOnce(Lsn) -> Vec<u8>, reserve: bool) -> Result<Commit> {
         let core = self.core();
         let mut appender = lock(&core.appender);
         if let Some(e) = core.refuse(&appender) {
             return Err(e);
+        }
+        if !reserve {
+            appender.space.admit()?;
         }
         let lsn = appender.next_lsn;
         // Nothing has changed yet: if `build` panics, the LSN stays unassigned.
@@ -370,6 +399,7 @@ impl Wal {
         if let Some(e) = core.refuse(&appender) {
             return Err(e);
         }
+        appender.space.admit()?;
         let first = appender.next_lsn;
         let commit = send(core, &mut appender, first, payloads)?;
         for len in lens {
@@ -457,9 +487,15 @@ impl Wal {
     /// Counters for metrics.
     pub fn stats(&self) -> WalStats {
         let core = self.core();
-        let (records_since_checkpoint, bytes_since_checkpoint) = {
+        let (records_since_checkpoint, bytes_since_checkpoint, space, refused) = {
             let appender = lock(&core.appender);
-            (appender.sizes.len() as u64, appender.bytes_since_checkpoint)
+            let space = &appender.space;
+            (
+                appender.sizes.len() as u64,
+                appender.bytes_since_checkpoint,
+                (space.free, space.floor, space.is_low()),
+                core.refuse(&appender),
+            )
         };
         let flush = lock(&core.flush_stats).clone();
         WalStats {
@@ -474,7 +510,38 @@ impl Wal {
             flush_latency_buckets: flush.latency_buckets.to_vec(),
             batch_size_max: flush.batch_size_max,
             log_bytes_on_disk: core.with_store(|store| Ok(store.size_on_disk())).unwrap_or(0),
+            free_bytes: space.0,
+            min_free_bytes: space.1,
+            writable: !space.2 && refused.is_none(),
         }
+    }
+
+    /// Measures free space now (logging when the floor is crossed either way), so that
+    /// [`Wal::stats`] and the edge log lines stay current while nothing is appended.
+    ///
+    /// # Errors
+    /// When the file system cannot be asked.
+    pub fn refresh_space(&self) -> Result<()> {
+        lock(&self.core().appender).space.refresh()
+    }
+
+    /// Why the log takes no new records now, as a sentence; `None` when it does.
+    pub fn unwritable_reason(&self) -> Option<String> {
+        let core = self.core();
+        let appender = lock(&core.appender);
+        if let Some(e) = core.refuse(&appender) {
+            return Some(match core.failure.get() {
+                Some(cause) => format!("{e}: {cause}"),
+                None => e.to_string(),
+            });
+        }
+        appender.space.is_low().then(|| {
+            format!(
+                "free space on the data dir's file system ({} bytes) is below the floor of {} \
+                 bytes; writes are refused until space is freed",
+                appender.space.free, appender.space.floor
+            )
+        })
     }
 
     /// Drain the queue, flush, stop the commit thread. Idempotent: later calls return `Ok`.
@@ -496,6 +563,14 @@ impl Wal {
     #[cfg(test)]
     pub(crate) fn fail_next_write(&self) {
         self.core().fail_next_write.store(true, Ordering::SeqCst);
+    }
+
+    /// Test hook: change the free-space floor of a running log.
+    #[cfg(test)]
+    pub(crate) fn set_min_free_bytes(&self, floor: u64) {
+        let mut appender = lock(&self.core().appender);
+        appender.space.floor = floor;
+        appender.space.refresh().unwrap();
     }
 
     /// Test hook: hold the commit thread before it gathers its next group.

@@ -87,6 +87,7 @@ mod handle;
 mod lock;
 mod log;
 mod recovery;
+mod space;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -116,6 +117,12 @@ pub struct Config {
     pub max_batch_records: usize,
     /// sled's page cache size in bytes.
     pub cache_capacity_bytes: u64,
+    /// The free-space floor: below this many free bytes on the data dir's file system,
+    /// [`Wal::append_with`] and its siblings refuse new records with [`Error::NoSpace`] (the
+    /// log itself stays healthy), so the room left is there for checkpoints, which let the log
+    /// shrink, and for the next start. `None`: the smaller of 256 MiB and 5 % of the file
+    /// system. `Some(0)`: no floor.
+    pub min_free_bytes: Option<u64>,
 }
 
 impl Config {
@@ -126,12 +133,14 @@ impl Config {
 
     /// A config for the data dir `dir` with the defaults:
     /// - `max_batch_records`: 8192 records per group commit;
-    /// - `cache_capacity_bytes`: 64 MiB of sled page cache.
+    /// - `cache_capacity_bytes`: 64 MiB of sled page cache;
+    /// - `min_free_bytes`: the default floor (see [`Config::min_free_bytes`]).
     pub fn default_for(dir: impl Into<PathBuf>) -> Self {
         Self {
             dir: dir.into(),
             max_batch_records: Self::DEFAULT_MAX_BATCH_RECORDS,
             cache_capacity_bytes: Self::DEFAULT_CACHE_CAPACITY_BYTES,
+            min_free_bytes: None,
         }
     }
 }
@@ -209,4 +218,11 @@ pub struct WalStats {
     pub batch_size_max: u64,
     /// Bytes sled uses on disk (data file and blobs).
     pub log_bytes_on_disk: u64,
+    /// Free bytes on the data dir's file system at the last check.
+    pub free_bytes: u64,
+    /// The free-space floor in force (0: none).
+    pub min_free_bytes: u64,
+    /// Whether the log takes new records now: not failed, not shut down, and free space at or
+    /// above the floor at the last check.
+    pub writable: bool,
 }

@@ -38,7 +38,12 @@ impl Replayer for Collect {
 
 /// Small caches keep sled's memory and start-up cost low in tests.
 fn config(dir: &Path) -> Config {
-    Config { dir: dir.to_path_buf(), max_batch_records: 8192, cache_capacity_bytes: 1 << 20 }
+    Config {
+        dir: dir.to_path_buf(),
+        max_batch_records: 8192,
+        cache_capacity_bytes: 1 << 20,
+        min_free_bytes: Some(0),
+    }
 }
 
 fn recover(dir: &Path) -> (Wal, RecoveryReport, Collect) {
@@ -666,4 +671,34 @@ fn a_snapshot_file_left_unfinished_by_sled_is_not_damage() {
     assert_eq!(report.last_lsn, 5);
     assert_eq!(collect.records, written);
     assert!(!unfinished.exists(), "recover removes the unfinished snapshot");
+}
+
+#[test]
+fn below_the_free_space_floor_appends_are_refused_and_resume_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    block_on(wal.append(payload(1, 10)).unwrap()).unwrap();
+    assert!(wal.stats().writable);
+
+    wal.set_min_free_bytes(u64::MAX);
+    let err = wal.append(payload(2, 10)).unwrap_err();
+    assert!(matches!(err, Error::NoSpace { .. }), "{err:?}");
+    assert!(err.to_string().contains("free space"), "{err}");
+    assert!(matches!(wal.append_with(|_| payload(2, 10)), Err(Error::NoSpace { .. })));
+    assert!(matches!(wal.append_batch(vec![payload(2, 10)]), Err(Error::NoSpace { .. })));
+    let stats = wal.stats();
+    assert!(!stats.writable);
+    assert_eq!(stats.last_lsn, 1, "a refused append takes no LSN");
+    assert!(wal.unwritable_reason().unwrap().contains("below the floor"));
+    // The reserve stays open: a checkpoint's marker or a key revocation still goes through.
+    assert_eq!(block_on(wal.append_with_reserve(|_| payload(3, 10)).unwrap()).unwrap(), 2);
+
+    wal.set_min_free_bytes(1);
+    assert_eq!(block_on(wal.append(payload(4, 10)).unwrap()).unwrap(), 3);
+    assert!(wal.stats().writable);
+    assert_eq!(wal.unwritable_reason(), None);
+    drop(wal);
+    let (_, report, collect) = recover(dir.path());
+    assert_eq!(report.last_lsn, 3);
+    assert_eq!(collect.records.len(), 3);
 }

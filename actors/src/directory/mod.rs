@@ -125,9 +125,11 @@ impl DirectoryActor {
         change: impl FnOnce(&mut DirectoryState),
         reply: T,
     ) -> ResponseFuture<Result<T>> {
+        // Directory changes may use the log's reserve below the free-space floor: revoking a
+        // key or a share must work while row writes are refused for lack of space.
         let appended = codec::encode(&record)
             .map_err(Error::from)
-            .and_then(|b| Ok(self.shared.wal.append(b)?));
+            .and_then(|b| Ok(self.shared.wal.append_with_reserve(move |_| b)?));
         let commit = match appended {
             Ok(c) => c,
             Err(e) => return Box::pin(async move { Err(e) }),

@@ -501,6 +501,7 @@ mod tests {
             data_dir: dir.path().to_owned(),
             sheet_threads: 1,
             clock: Default::default(),
+            min_free_bytes: None,
         })
         .unwrap();
         let fixture = serde_json::from_value(json!({

@@ -245,23 +245,24 @@ impl SheetActor {
             });
         }
         let write = SheetWrite { sheet_id: self.state.id, at, put, deleted, idem: entry };
-        self.state.apply(&write);
-        let deleted = write.deleted.clone();
-        let idem_entry = write.idem.clone();
-        let sheet_id = write.sheet_id;
-        let appended =
-            codec::encode(&Record::Sheet(write)).map_err(Error::from).and_then(|bytes| {
-                let (idem_store, outbox) = (self.shared.idem.clone(), self.shared.outbox.clone());
-                Ok(self.shared.wal.append_with(move |lsn| {
-                    if let Some(e) = idem_entry {
-                        idem_store.complete(e, lsn);
-                    }
-                    outbox.row_deleted(sheet_id, &deleted, at, lsn);
-                    bytes
-                })?)
-            });
-        match appended {
-            Ok(commit) => {
+        let (sheet_id, deleted, idem_entry) =
+            (write.sheet_id, write.deleted.clone(), write.idem.clone());
+        let record = Record::Sheet(write);
+        let appended = codec::encode(&record).map_err(Error::from).and_then(|bytes| {
+            let (idem_store, outbox) = (self.shared.idem.clone(), self.shared.outbox.clone());
+            Ok(self.shared.wal.append_with(move |lsn| {
+                if let Some(e) = idem_entry {
+                    idem_store.complete(e, lsn);
+                }
+                outbox.row_deleted(sheet_id, &deleted, at, lsn);
+                bytes
+            })?)
+        });
+        match (appended, record) {
+            (Ok(commit), Record::Sheet(write)) => {
+                // Applied only once the log has taken the record: a refused append (no space,
+                // a failed log) leaves memory as it was, so no reader ever sees that write.
+                self.state.apply(&write);
                 self.applied_lsn = commit.lsn();
                 Box::pin(async move {
                     match commit.await {
@@ -270,13 +271,9 @@ impl SheetActor {
                     }
                 })
             }
-            Err(e) => {
-                tracing::error!(sheet = sheet_id, error = %e, "log append failed; the write is not acknowledged");
-                // The write is in memory but will never be durable, and a log that refuses an
-                // append refuses all later ones (failed or closed for good). Fail-stop: every
-                // later read waits for an LSN the log will never reach and so answers with an
-                // error instead of revealing the write.
-                self.applied_lsn = Lsn::MAX;
+            (Ok(_), _) => unreachable!("built as a sheet record"),
+            (Err(e), _) => {
+                tracing::warn!(sheet = sheet_id, error = %e, "the log refused a write; it is not acknowledged");
                 Box::pin(async move { WriteReply { result: Err(e), stored: None } })
             }
         }
