@@ -41,7 +41,7 @@ fn sheet() -> Source {
         Row::new(i + 1, 1, cells, SOURCE_IMPORT, 0)
     });
     let state = SheetState::new(1, 0, columns, rows.collect());
-    Source { sheet_id: 1, columns: state.columns_by_position(), rows: state.rows.clone() }
+    Source { sheet_id: 1, columns: state.columns_by_position().clone(), rows: state.rows.clone() }
 }
 
 fn report_runs(c: &mut Criterion) {

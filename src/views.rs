@@ -5,7 +5,7 @@
 //! a derive.
 
 use actors::model::{Column, Grant, Millis, Report, Row, SheetMeta};
-use actors::sheet::SheetSummary;
+use actors::sheet::SheetState;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
@@ -50,14 +50,14 @@ pub struct SheetView {
 }
 
 impl SheetView {
-    /// From the directory's identity and the actor's counters.
-    pub fn new(meta: &SheetMeta, s: &SheetSummary) -> Self {
+    /// From the directory's identity and the sheet's counters (O(1)).
+    pub fn new(meta: &SheetMeta, s: &SheetState) -> Self {
         SheetView {
             id: meta.id,
             name: meta.name.clone(),
             project_id: meta.project_id,
-            column_count: s.column_count,
-            row_count: s.row_count,
+            column_count: s.columns.len() as u64,
+            row_count: s.rows.len() as u64,
             created_at: timestamp(s.created_at),
             updated_at: timestamp(s.updated_at),
         }

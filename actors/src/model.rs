@@ -376,6 +376,43 @@ pub struct Row {
     pub updated_at: Millis,
     /// Where the last write came from: `api` or `import`.
     pub source: String,
+    /// The row's JSON as the API shows it, made on first read (see [`Rendered`]).
+    #[serde(skip)]
+    pub rendered: Rendered,
+}
+
+/// A row's JSON as the API shows it, made once on first read and shared by every read after
+/// (pages are assembled from these bytes instead of re-serializing rows).
+///
+/// The HTTP layer owns the format and passes its renderer to [`Rendered::get_or_render`]; the
+/// cache only keeps the result. A clone starts empty, so a changed row (always a clone of the
+/// old one) never carries the old row's JSON; equality ignores it.
+#[derive(Default)]
+pub struct Rendered(std::sync::OnceLock<Box<str>>);
+
+impl Rendered {
+    /// The cached JSON, rendered by `render` the first time.
+    pub fn get_or_render(&self, render: impl FnOnce() -> String) -> &str {
+        self.0.get_or_init(|| render().into_boxed_str())
+    }
+}
+
+impl Clone for Rendered {
+    fn clone(&self) -> Self {
+        Rendered::default()
+    }
+}
+
+impl PartialEq for Rendered {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Rendered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() { "Rendered(cached)" } else { "Rendered(empty)" })
+    }
 }
 
 impl ApiKey {
@@ -411,6 +448,7 @@ impl Row {
             created_at: at,
             updated_at: at,
             source: source.to_owned(),
+            rendered: Rendered::default(),
         }
     }
 }

@@ -277,7 +277,7 @@ impl Service {
         let actor =
             DirectoryActor::new(directory, published.clone(), shared.clone(), sheets.clone());
         let directory = actor.start();
-        let reports = ReportRunner::new(sheets.clone(), shared.clone()).start();
+        let reports = ReportRunner::new(sheets.clone()).start();
         Ok((
             Service {
                 shared,
@@ -308,9 +308,8 @@ impl Service {
             ..Default::default()
         };
         for (state, _, _) in rebuild.sheets.values_mut() {
-            state.reindex();
             counts.rows += state.rows.len() as u64;
-            let (n, bytes) = state.attachment_totals();
+            let (n, bytes) = state.recount_attachments();
             counts.attachments += n;
             counts.attachment_bytes += bytes;
         }
@@ -340,6 +339,11 @@ impl Service {
     /// Every sheet actor.
     pub fn sheets(&self) -> Vec<(SheetId, Addr<SheetActor>)> {
         self.sheets.all()
+    }
+
+    /// A sheet as of its last durable write (what every read of it shows).
+    pub fn sheet_snapshot(&self, id: SheetId) -> Option<Arc<crate::sheet::SheetSnapshot>> {
+        self.sheets.snapshot(id)
     }
 
     /// Wait until `lsn` is durable (before revealing anything read at it).
@@ -392,8 +396,8 @@ impl Service {
         Ok(CheckpointReport { lsn, bytes: size })
     }
 
-    /// Counts of what the service holds.
-    pub async fn counts(&self) -> Result<Counts> {
+    /// Counts of what the service holds, from the published snapshots' counters (O(sheets)).
+    pub fn counts(&self) -> Counts {
         let d = self.directory();
         let mut counts = Counts {
             users: d.users.len(),
@@ -403,12 +407,12 @@ impl Service {
             reports: d.reports.len(),
             ..Default::default()
         };
-        for (_, addr) in self.sheets.all() {
-            let s = addr.send(crate::sheet::Describe).await?;
-            counts.rows += s.row_count;
-            counts.attachments += s.attachments.0;
-            counts.attachment_bytes += s.attachments.1;
+        for (_, snapshot) in self.sheets.snapshots() {
+            let (attachments, bytes) = snapshot.state.attachment_totals();
+            counts.rows += snapshot.state.rows.len() as u64;
+            counts.attachments += attachments;
+            counts.attachment_bytes += bytes;
         }
-        Ok(counts)
+        counts
     }
 }

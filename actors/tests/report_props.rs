@@ -66,10 +66,10 @@ fn sources() -> Vec<Source> {
                     }
                     let id = sheet_id * 100 + r;
                     let row = Row::new(id, sheet_id, cells, SOURCE_IMPORT, 0);
-                    (id, row)
+                    (id, std::sync::Arc::new(row))
                 })
                 .collect();
-            Source { sheet_id, columns, rows }
+            Source { sheet_id, columns: columns.into(), rows }
         })
         .collect()
 }

@@ -416,7 +416,7 @@ pub async fn get_stats(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     check_admin(&state, &req)?;
-    let c = state.service.counts().await?;
+    let c = state.service.counts();
     ok(&json!({
         "users": c.users,
         "projects": c.projects,
@@ -436,7 +436,7 @@ pub async fn get_metrics(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     check_admin(&state, &req)?;
-    let counts = state.service.counts().await?;
+    let counts = state.service.counts();
     let shared = &state.service.shared;
     let wal = shared.wal.stats();
     let mut e = Exposition::new();

@@ -8,8 +8,8 @@
 use actix::{Handler, Message};
 use actix_web::{web, HttpRequest, HttpResponse};
 use actors::sheet::{
-    BulkAdd, BulkUpdate, DeleteRow, IdemRequest, PageRows, Patch, PatchItem, UpdateItem,
-    WriteOutcome, WriteReply,
+    BulkAdd, BulkUpdate, DeleteRow, IdemRequest, Patch, PatchItem, UpdateItem, WriteOutcome,
+    WriteReply,
 };
 use actors::SheetActor;
 use serde::Deserialize;
@@ -22,7 +22,7 @@ use crate::error::ApiError;
 use crate::idempotency::{self, storable, Begin};
 use crate::input::{body_problem, json_body, paging, path_id, read_body};
 use crate::openapi as oa;
-use crate::routes::sheets::sheet_actor;
+use crate::routes::sheets::{sheet_actor, sheet_snapshot};
 use crate::routes::{ok, respond};
 use crate::server::AppState;
 use crate::views::{BulkResultItemView, BulkWriteView, ListView, RowResponseView, RowView};
@@ -145,17 +145,12 @@ pub async fn list_rows(
 ) -> Result<HttpResponse, ApiError> {
     let sheet_id = path_id(&req, "sheet_id")?;
     let page = paging(&req, &state.cursors, Some((Kind::Rows, sheet_id)))?;
-    let addr = sheet_actor(&state, &caller, sheet_id, Need::Read)?;
-    let rows = addr
-        .send(PageRows { after: page.after, limit: page.limit })
-        .await
-        .map_err(ApiError::internal)?;
-    state.service.visible(rows.visible_lsn).await?;
-    let next_cursor = rows
-        .more
-        .then(|| state.cursors.encode(Kind::Rows, sheet_id, rows.rows.last().map_or(0, |r| r.id)));
+    let snapshot = sheet_snapshot(&state, &caller, sheet_id)?;
+    let (rows, more) = snapshot.state.page(page.after, page.limit);
+    let next_cursor =
+        more.then(|| state.cursors.encode(Kind::Rows, sheet_id, rows.last().map_or(0, |r| r.id)));
     ok(&ListView {
-        data: rows.rows.iter().map(RowView::from).collect(),
+        data: rows.iter().map(|r| RowView::from(&**r)).collect(),
         next_cursor,
         request_id: caller.request_id,
     })

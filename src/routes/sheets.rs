@@ -1,9 +1,10 @@
 //! `GET /sheets`, `GET /sheets/{sheet_id}`, `GET /sheets/{sheet_id}/columns`.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use actors::sheet::{Describe, ListColumns, Overview, SheetSummary};
+use std::sync::Arc;
+
+use actors::sheet::SheetSnapshot;
 use actors::Target;
-use futures_util::future::try_join_all;
 
 use crate::auth::{Caller, Need};
 use crate::cursor::Kind;
@@ -39,28 +40,30 @@ pub async fn list_sheets(
     let page = paging(&req, &state.cursors, Some((Kind::Sheets, 0)))?;
     let (metas, more) =
         page.page_of(&caller.directory.sheets, |m| caller.can_read(Target::Sheet(m.id)));
-    let summaries: Vec<SheetSummary> = try_join_all(metas.iter().map(|m| {
-        let addr = state.service.sheet(m.id);
-        async move {
-            match addr {
-                Some(a) => a.send(Describe).await.map_err(ApiError::internal),
-                None => Err(ApiError::internal(format!("sheet {} has no actor", m.id))),
-            }
-        }
-    }))
-    .await?;
-    let lsn = summaries.iter().map(|s| s.visible_lsn).max().unwrap_or(0);
-    state.service.visible(lsn).await?;
+    let data = metas
+        .iter()
+        .map(|m| match state.service.sheet_snapshot(m.id) {
+            Some(snapshot) => Ok(SheetView::new(m, &snapshot.state)),
+            None => Err(ApiError::internal(format!("sheet {} has no actor", m.id))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let next_cursor =
         more.then(|| state.cursors.encode(Kind::Sheets, 0, metas.last().map_or(0, |m| m.id)));
-    ok(&ListView {
-        data: metas.iter().zip(&summaries).map(|(m, s)| SheetView::new(m, s)).collect(),
-        next_cursor,
-        request_id: caller.request_id,
-    })
+    ok(&ListView { data, next_cursor, request_id: caller.request_id })
 }
 
-/// The sheet's actor, once the caller may touch it as `need` says.
+/// The sheet as of its last durable write, once the caller may read it.
+pub fn sheet_snapshot(
+    state: &AppState,
+    caller: &Caller,
+    sheet_id: u64,
+) -> Result<Arc<SheetSnapshot>, ApiError> {
+    let what = format!("Sheet {sheet_id}");
+    caller.authorize(Target::Sheet(sheet_id), Need::Read, &what)?;
+    state.service.sheet_snapshot(sheet_id).ok_or_else(|| ApiError::not_found(&what))
+}
+
+/// The sheet's actor (its one writer), once the caller may touch it as `need` says.
 pub fn sheet_actor(
     state: &AppState,
     caller: &Caller,
@@ -100,7 +103,7 @@ pub async fn get_sheet(
 ) -> Result<HttpResponse, ApiError> {
     let sheet_id = path_id(&req, "sheet_id")?;
     let page = paging(&req, &state.cursors, None)?;
-    let addr = sheet_actor(&state, &caller, sheet_id, Need::Read)?;
+    let snapshot = sheet_snapshot(&state, &caller, sheet_id)?;
     // Authorization found the sheet in this same directory snapshot.
     let meta = caller
         .directory
@@ -108,16 +111,14 @@ pub async fn get_sheet(
         .get(&sheet_id)
         .cloned()
         .ok_or_else(|| ApiError::not_found(format!("Sheet {sheet_id}")))?;
-    let (summary, columns, page) =
-        addr.send(Overview { limit: page.limit }).await.map_err(ApiError::internal)?;
-    state.service.visible(summary.visible_lsn).await?;
-    let (rows, more) = (page.rows, page.more);
+    let sheet = &snapshot.state;
+    let (rows, more) = sheet.page(None, page.limit);
     let next_cursor =
         more.then(|| state.cursors.encode(Kind::Rows, sheet_id, rows.last().map_or(0, |r| r.id)));
     ok(&SheetWithChildrenView {
-        sheet: SheetView::new(&meta, &summary),
-        columns: columns.iter().map(ColumnView::from).collect(),
-        rows: RowsPage { data: rows.iter().map(RowView::from).collect(), next_cursor },
+        sheet: SheetView::new(&meta, sheet),
+        columns: sheet.columns_by_position().iter().map(ColumnView::from).collect(),
+        rows: RowsPage { data: rows.iter().map(|r| RowView::from(&**r)).collect(), next_cursor },
         request_id: caller.request_id,
     })
 }
@@ -146,11 +147,9 @@ pub async fn list_columns(
     caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     let sheet_id = path_id(&req, "sheet_id")?;
-    let addr = sheet_actor(&state, &caller, sheet_id, Need::Read)?;
-    let (columns, lsn) = addr.send(ListColumns).await.map_err(ApiError::internal)?;
-    state.service.visible(lsn).await?;
+    let snapshot = sheet_snapshot(&state, &caller, sheet_id)?;
     ok(&ListView {
-        data: columns.iter().map(ColumnView::from).collect(),
+        data: snapshot.state.columns_by_position().iter().map(ColumnView::from).collect(),
         next_cursor: None,
         request_id: caller.request_id,
     })

@@ -9,5 +9,6 @@ mod limits;
 mod openapi;
 mod reads;
 mod reports;
+mod snapshots;
 mod startup;
 mod writes;

@@ -123,7 +123,7 @@ pub(crate) fn run(core: Arc<Core>, rx: Receiver<Command>) {
     // `recv` fails only when the last sender is dropped (shutdown) *and* the queue is empty,
     // so shutdown drains everything already accepted.
     while let Ok(first) = rx.recv() {
-        #[cfg(test)]
+        #[cfg(any(test, feature = "testing"))]
         drop(core.gate.lock().unwrap_or_else(|p| p.into_inner()));
         let mut records = first.payloads.len();
         group.push(first);

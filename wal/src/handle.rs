@@ -104,7 +104,7 @@ pub(crate) struct Core {
     pub(crate) fail_next_write: std::sync::atomic::AtomicBool,
     /// Test hook: while held, the commit thread waits after taking a group's first command,
     /// so a test can queue more behind it and see them share one flush.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) gate: Mutex<()>,
 }
 
@@ -245,7 +245,7 @@ impl Wal {
             thread: Mutex::new(None),
             #[cfg(test)]
             fail_next_write: std::sync::atomic::AtomicBool::new(false),
-            #[cfg(test)]
+            #[cfg(any(test, feature = "testing"))]
             gate: Mutex::new(()),
             config,
         });
@@ -573,9 +573,10 @@ impl Wal {
         appender.space.refresh().unwrap();
     }
 
-    /// Test hook: hold the commit thread before it gathers its next group.
-    #[cfg(test)]
-    pub(crate) fn hold_commits(&self) -> MutexGuard<'_, ()> {
+    /// Test hook (feature `testing`): hold the commit thread before it gathers its next group,
+    /// so nothing becomes durable until the guard is dropped.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn hold_commits(&self) -> MutexGuard<'_, ()> {
         lock(&self.core().gate)
     }
 }

@@ -7,9 +7,9 @@
 //! 2. **Access**: each listed source the caller cannot read (key scope ∩ the key owner's live
 //!    access, decided by the caller-supplied predicate), or that no longer exists, is dropped
 //!    and only counted (`sourcesOmittedForAccess`). Nothing of it is read afterwards.
-//! 3. **Snapshot** every readable source by messaging its [`SheetActor`] ([`Snapshot`]): an O(1)
-//!    copy of its persistent row map. No sheet actor is held while rows are scanned; writers
-//!    keep going on their own copy.
+//! 3. **Snapshot** every readable source: its latest published [`SheetSnapshot`], an O(1) copy
+//!    of its persistent row map as of a durable LSN. No sheet actor is asked or held while rows
+//!    are scanned; writers keep going on their own copy.
 //! 4. **Compile** the definition against the readable sources' columns into a [`Plan`]
 //!    ([`compile`]): unknown columns, `sum` of text and the like fail here, before a row is read.
 //! 5. **Caps**: more sources listed than [`Caps::max_sources`], or more rows in the readable
@@ -17,7 +17,7 @@
 //!    from counts, before the scan.
 //! 6. **Run** the plan on a blocking thread ([`run`]): scan, filter, sort, group, aggregate,
 //!    producing the whole ordered result, or take it from the [result cache](#result-cache).
-//! 7. **Wait** until the newest LSN any snapshot reflects is durable, then cut the page.
+//! 7. **Cut** the page (the snapshots are durable, so nothing needs waiting for).
 //!
 //! The order of checks is the contract's: the HTTP layer answers 404 and 402 before sending
 //! [`RunReport`]; this actor answers 422 (steps 1 and 4) before 413 (step 5).
@@ -56,7 +56,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use futures_util::future::try_join_all;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use wal::Lsn;
@@ -64,8 +63,7 @@ use wal::Lsn;
 use crate::error::{Error, Result};
 use crate::model::{KeyId, ReportId, SheetId};
 use crate::registry::SheetRegistry;
-use crate::shared::Shared;
-use crate::sheet::{SheetActor, Snapshot};
+use crate::sheet::SheetSnapshot;
 pub use compile::{Mode, OutputColumn, Plan};
 pub use definition::Definition;
 pub use run::{RunResult, Source};
@@ -300,20 +298,18 @@ impl ResultCache {
     }
 }
 
-/// Runs saved reports. Holds no sheet data of its own: it reaches sheets only through their
-/// actors' messages, and keeps recent results in its cache.
+/// Runs saved reports. Holds no sheet data of its own: it reads the sheets' published
+/// snapshots, and keeps recent results in its cache.
 pub struct ReportRunner {
     sheets: SheetRegistry,
-    shared: Shared,
     cache: Arc<Mutex<ResultCache>>,
 }
 
 impl ReportRunner {
-    /// A runner over the sheet actors of `sheets`.
-    pub fn new(sheets: SheetRegistry, shared: Shared) -> Self {
+    /// A runner over the sheets of `sheets`.
+    pub fn new(sheets: SheetRegistry) -> Self {
         ReportRunner {
             sheets,
-            shared,
             cache: Arc::new(Mutex::new(ResultCache::new(CACHE_TTL, CACHE_ENTRIES))),
         }
     }
@@ -336,15 +332,16 @@ impl Handler<RunReport> for ReportRunner {
             Ok(d) => d,
             Err(e) => return Box::pin(async move { Err(e) }),
         };
-        let mut readable: Vec<(SheetId, Addr<SheetActor>)> = Vec::new();
+        // Durable snapshots, taken now: nothing read from them needs a wait.
+        let mut readable: Vec<(SheetId, Arc<SheetSnapshot>)> = Vec::new();
         for &id in &def.sources {
-            if let Some(addr) = self.sheets.get(id).filter(|_| (msg.can_read)(id)) {
-                readable.push((id, addr));
+            if let Some(snapshot) = self.sheets.snapshot(id).filter(|_| (msg.can_read)(id)) {
+                readable.push((id, snapshot));
             }
         }
         let sources_omitted = (def.sources.len() - readable.len()) as u64;
         let digest: [u8; 32] = Sha256::digest(msg.definition.to_string().as_bytes()).into();
-        let (cache, wal) = (self.cache.clone(), self.shared.wal.clone());
+        let cache = self.cache.clone();
         if let Some(run) = msg.run {
             let ids: Vec<SheetId> = readable.iter().map(|(id, _)| *id).collect();
             let same = |k: &CacheKey| {
@@ -354,25 +351,25 @@ impl Handler<RunReport> for ReportRunner {
                     && k.sources.iter().map(|(id, _)| *id).eq(ids.iter().copied())
             };
             if let Some(result) = lock(&cache).continue_run(run, same, Instant::now()) {
-                // Its snapshots were made durable before the run's first page was answered.
                 return Box::pin(async move {
                     Ok(cut_page(&result, msg.offset, msg.limit, sources_omitted, run))
                 });
             }
         }
         Box::pin(async move {
-            let views = try_join_all(readable.iter().map(|(_, a)| a.send(Snapshot))).await?;
-            let lsn = views.iter().map(|v| v.lsn).max().unwrap_or(0);
             let key = CacheKey {
                 report_id: msg.report_id,
                 key_id: msg.key_id,
-                sources: readable.iter().zip(&views).map(|((id, _), v)| (*id, v.lsn)).collect(),
+                sources: readable.iter().map(|(id, s)| (*id, s.lsn)).collect(),
                 definition: digest,
             };
             let sources: Vec<Source> = readable
                 .iter()
-                .zip(views)
-                .map(|((id, _), v)| Source { sheet_id: *id, columns: v.columns, rows: v.rows })
+                .map(|(id, s)| Source {
+                    sheet_id: *id,
+                    columns: Arc::clone(s.state.columns_by_position()),
+                    rows: s.state.rows.clone(),
+                })
                 .collect();
             let plan = compile::compile(&def, &sources)?;
             check_caps(&def, &sources, msg.caps)?;
@@ -388,7 +385,6 @@ impl Handler<RunReport> for ReportRunner {
                     (r, run)
                 }
             };
-            wal.wait_durable(lsn).await?;
             Ok(cut_page(&result, msg.offset, msg.limit, sources_omitted, run))
         })
     }
@@ -444,13 +440,14 @@ mod tests {
                 position: 0,
                 options: None,
                 primary: false,
-            }],
+            }]
+            .into(),
             rows: (0..rows)
                 .map(|i| {
                     let id = sheet_id * 1000 + i;
                     let cells = [(sheet_id * 10, Json(json!(i)))].into_iter().collect();
                     let row = Row::new(id, sheet_id, cells, SOURCE_IMPORT, 0);
-                    (id, row)
+                    (id, Arc::new(row))
                 })
                 .collect::<OrdMap<_, _>>(),
         }

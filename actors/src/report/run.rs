@@ -42,6 +42,7 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use imbl::OrdMap;
 use serde_json::Value;
@@ -56,9 +57,9 @@ pub struct Source {
     /// The sheet.
     pub sheet_id: SheetId,
     /// Its columns, by position.
-    pub columns: Vec<Column>,
+    pub columns: Arc<[Column]>,
     /// Its rows by id (a persistent map: cloning it is O(1)).
-    pub rows: OrdMap<RowId, Row>,
+    pub rows: OrdMap<RowId, Arc<Row>>,
 }
 
 /// The whole ordered result of a run; pages are cut from it.
@@ -82,7 +83,7 @@ pub struct RunResult {
 enum Output {
     Flat {
         /// The sources' rows, in source order.
-        rows: Vec<OrdMap<RowId, Row>>,
+        rows: Vec<OrdMap<RowId, Arc<Row>>>,
         /// `select[source][output column]`: the column id read for each output column.
         select: Vec<Vec<Option<ColumnId>>>,
         /// `(source index, row id)` of every matching row, in result order.
@@ -113,7 +114,7 @@ impl RunResult {
             Output::Flat { rows, select, order } => order[range]
                 .iter()
                 .map(|&(s, id)| {
-                    let row = rows[s as usize].get(&id);
+                    let row = rows[s as usize].get(&id).map(|r| &**r);
                     select[s as usize].iter().map(|col| unwrap(cell(row, *col)).clone()).collect()
                 })
                 .collect(),
@@ -371,7 +372,7 @@ fn scan<'a>(
 }
 
 /// The parts of [`Output::Flat`]: rows of each source, selected column ids, order.
-type FlatParts = (Vec<OrdMap<RowId, Row>>, Vec<Vec<Option<ColumnId>>>, Vec<(u32, RowId)>);
+type FlatParts = (Vec<OrdMap<RowId, Arc<Row>>>, Vec<Vec<Option<ColumnId>>>, Vec<(u32, RowId)>);
 
 fn flat(
     plan: &Plan,
@@ -572,7 +573,8 @@ mod tests {
                 col(102, 10, "Hours", ColumnType::Number, 2),
                 col(104, 10, "Due", ColumnType::Date, 4),
                 col(107, 10, "Tags", ColumnType::MultiSelect, 7),
-            ],
+            ]
+            .into(),
             rows: [
                 row(1000, 10, json!({"100": "root", "101": "Done", "102": 5})),
                 row(1001, 10, json!({"100": "child", "101": "Open", "102": 2})),
@@ -585,7 +587,7 @@ mod tests {
                 ),
             ]
             .into_iter()
-            .map(|r| (r.id, r))
+            .map(|r| (r.id, Arc::new(r)))
             .collect(),
         };
         let eleven = Source {
@@ -594,7 +596,8 @@ mod tests {
                 col(111, 11, "Status", ColumnType::Dropdown, 0),
                 col(110, 11, "Task", ColumnType::Text, 1),
                 col(112, 11, "Hours", ColumnType::Number, 2),
-            ],
+            ]
+            .into(),
             rows: [row(1100, 11, json!({"110": "stock", "111": "Done", "112": 3}))]
                 .into_iter()
                 .map(|r| (r.id, r))

@@ -2,22 +2,29 @@
 //!
 //! # Pipeline
 //!
-//! A write is decided and applied to memory in mailbox order, its record is queued on the log,
-//! and the actor moves on to its next message at once; the reply future resolves when the group
-//! commit covering the record is durable. So one sheet takes many writes per flush, and version
-//! checks still see every earlier write. Reads return the LSN of the last write they can see
-//! (`visible_lsn`); the caller waits for that LSN to be durable before replying, so no reply
-//! reveals a write that a crash could still take back.
+//! A write is decided in mailbox order, its record is queued on the log, and only then applied
+//! to memory (a record the log refuses leaves no trace); the actor moves on to its next message
+//! at once, and the reply future resolves when the group commit covering the record is durable.
+//! So one sheet takes many writes per flush, and version checks still see every earlier write.
+//!
+//! # Reads
+//!
+//! Readers never message the actor. When a write's record is durable, its reply future
+//! publishes the sheet as of that write ([`SheetSnapshot`], an O(1) copy) before the reply
+//! leaves; readers on any thread load the latest published snapshot. So reads never queue
+//! behind writes, never wait for a flush, and never reveal a write a crash could take back.
 
 mod state;
 
+use std::sync::Arc;
+
 use actix::prelude::*;
-use imbl::OrdMap;
+use arc_swap::ArcSwap;
 use serde_json::{Map, Value};
 use wal::{codec, Lsn};
 
 use crate::error::{Error, Result};
-use crate::model::{Column, Millis, Row, RowId, SheetId};
+use crate::model::{Row, RowId, SheetId};
 use crate::record::{IdemEntry, Record, SheetWrite};
 use crate::shared::Shared;
 pub use state::{PatchItem, SheetState, UpdateItem};
@@ -60,43 +67,34 @@ pub struct WriteReply {
     pub stored: Option<(u16, Vec<u8>)>,
 }
 
-/// Counters and times of the sheet.
-#[derive(Clone, Debug, MessageResponse)]
-pub struct SheetSummary {
-    /// Rows in the sheet.
-    pub row_count: u64,
-    /// Columns in the sheet.
-    pub column_count: u64,
-    /// Creation time.
-    pub created_at: Millis,
-    /// Last write time.
-    pub updated_at: Millis,
-    /// Attachments on the sheet's rows: (count, bytes).
-    pub attachments: (u64, u64),
-    /// Wait for this LSN to be durable before revealing the answer.
-    pub visible_lsn: Lsn,
-}
-
-/// A page of rows.
-#[derive(Clone, Debug, MessageResponse)]
-pub struct RowPage {
-    /// The rows, by id.
-    pub rows: Vec<Row>,
-    /// Whether more rows follow the last one.
-    pub more: bool,
-    /// Wait for this LSN to be durable before revealing the answer.
-    pub visible_lsn: Lsn,
-}
-
-/// A consistent copy of a sheet's columns and rows (O(1): the row map is persistent).
-#[derive(Clone, Debug, MessageResponse)]
-pub struct SheetView {
-    /// Columns ordered by position.
-    pub columns: Vec<Column>,
-    /// Rows by id.
-    pub rows: OrdMap<RowId, Row>,
-    /// The LSN of the last record applied (wait for it before revealing the copy).
+/// A sheet as of a durable LSN: what every reader sees.
+///
+/// The actor publishes one after each write whose record is durable (and one at start), so a
+/// reader loads the latest with no message and no lock, never waits for a flush, and never sees
+/// a write a crash could take back. Cloning the state is O(1), so publishing costs the writer a
+/// few pointer copies.
+#[derive(Clone, Debug)]
+pub struct SheetSnapshot {
+    /// The sheet's columns, rows and counters.
+    pub state: SheetState,
+    /// Every record touching this sheet up to this LSN is in `state`, and durable.
     pub lsn: Lsn,
+}
+
+/// Where a sheet's latest [`SheetSnapshot`] is published: shared by its actor (the one writer)
+/// and every reader.
+pub type PublishedSheet = Arc<ArcSwap<SheetSnapshot>>;
+
+/// Publishes `snapshot` unless a newer one is already out (the futures of one sheet's writes
+/// may resolve out of order; the published LSN only moves forward).
+fn publish(published: &PublishedSheet, snapshot: &Arc<SheetSnapshot>) {
+    published.rcu(|current| {
+        if current.lsn < snapshot.lsn {
+            Arc::clone(snapshot)
+        } else {
+            Arc::clone(current)
+        }
+    });
 }
 
 /// The whole state of a sheet for a checkpoint.
@@ -107,39 +105,6 @@ pub struct CheckpointCopy {
     /// Every record touching this sheet at or below this LSN is in the copy.
     pub as_of: Lsn,
 }
-
-/// Counters and times of the sheet.
-#[derive(Message)]
-#[rtype(result = "SheetSummary")]
-pub struct Describe;
-
-/// The columns, ordered by position.
-#[derive(Message)]
-#[rtype(result = "(Vec<Column>, Lsn)")]
-pub struct ListColumns;
-
-/// A page of rows after a row id.
-#[derive(Message)]
-#[rtype(result = "RowPage")]
-pub struct PageRows {
-    /// Start after this id.
-    pub after: Option<RowId>,
-    /// At most this many rows.
-    pub limit: usize,
-}
-
-/// Counters, columns and the first page of rows, read at one instant (getSheet).
-#[derive(Message)]
-#[rtype(result = "(SheetSummary, Vec<Column>, RowPage)")]
-pub struct Overview {
-    /// Rows in the first page.
-    pub limit: usize,
-}
-
-/// A consistent copy of the sheet's columns and rows, with the LSN it reflects.
-#[derive(Message)]
-#[rtype(result = "SheetView")]
-pub struct Snapshot;
 
 /// The whole state, for a checkpoint.
 #[derive(Message)]
@@ -196,12 +161,20 @@ pub struct SheetActor {
     shared: Shared,
     /// LSN of the last record applied to `state`.
     applied_lsn: Lsn,
+    /// Where readers find the sheet as of its last durable write.
+    published: PublishedSheet,
 }
 
 impl SheetActor {
-    /// An actor over recovered state; `applied_lsn` is the last record that touched it.
-    pub fn new(state: SheetState, shared: Shared, applied_lsn: Lsn) -> Self {
-        SheetActor { state, shared, applied_lsn }
+    /// An actor over `state`, which reflects every record up to `applied_lsn` that touched it,
+    /// and the place its snapshots are published (holding `state` already).
+    pub fn new(
+        state: SheetState,
+        shared: Shared,
+        applied_lsn: Lsn,
+        published: PublishedSheet,
+    ) -> Self {
+        SheetActor { state, shared, applied_lsn, published }
     }
 
     /// The sheet's id.
@@ -264,9 +237,17 @@ impl SheetActor {
                 // a failed log) leaves memory as it was, so no reader ever sees that write.
                 self.state.apply(&write);
                 self.applied_lsn = commit.lsn();
+                let snapshot =
+                    Arc::new(SheetSnapshot { state: self.state.clone(), lsn: commit.lsn() });
+                let published = Arc::clone(&self.published);
                 Box::pin(async move {
                     match commit.await {
-                        Ok(_) => WriteReply { result, stored },
+                        Ok(_) => {
+                            // Before the reply leaves: a client that saw its write acknowledged
+                            // reads it back.
+                            publish(&published, &snapshot);
+                            WriteReply { result, stored }
+                        }
                         Err(e) => WriteReply { result: Err(e.into()), stored: None },
                     }
                 })
@@ -286,66 +267,6 @@ impl Actor for SheetActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         // Many writers per sheet are normal; the default mailbox of 16 would make senders wait.
         ctx.set_mailbox_capacity(4096);
-    }
-}
-
-impl Handler<Describe> for SheetActor {
-    type Result = SheetSummary;
-
-    fn handle(&mut self, _: Describe, _: &mut Self::Context) -> SheetSummary {
-        self.summary()
-    }
-}
-
-impl SheetActor {
-    fn summary(&self) -> SheetSummary {
-        SheetSummary {
-            row_count: self.state.rows.len() as u64,
-            column_count: self.state.columns.len() as u64,
-            created_at: self.state.created_at,
-            updated_at: self.state.updated_at,
-            attachments: self.state.attachment_totals(),
-            visible_lsn: self.applied_lsn,
-        }
-    }
-}
-
-impl Handler<Overview> for SheetActor {
-    type Result = MessageResult<Overview>;
-
-    fn handle(&mut self, msg: Overview, _: &mut Self::Context) -> Self::Result {
-        let (rows, more) = self.state.page(None, msg.limit);
-        let page = RowPage { rows, more, visible_lsn: self.applied_lsn };
-        MessageResult((self.summary(), self.state.columns_by_position(), page))
-    }
-}
-
-impl Handler<ListColumns> for SheetActor {
-    type Result = MessageResult<ListColumns>;
-
-    fn handle(&mut self, _: ListColumns, _: &mut Self::Context) -> Self::Result {
-        MessageResult((self.state.columns_by_position(), self.applied_lsn))
-    }
-}
-
-impl Handler<PageRows> for SheetActor {
-    type Result = RowPage;
-
-    fn handle(&mut self, msg: PageRows, _: &mut Self::Context) -> RowPage {
-        let (rows, more) = self.state.page(msg.after, msg.limit);
-        RowPage { rows, more, visible_lsn: self.applied_lsn }
-    }
-}
-
-impl Handler<Snapshot> for SheetActor {
-    type Result = SheetView;
-
-    fn handle(&mut self, _: Snapshot, _: &mut Self::Context) -> SheetView {
-        SheetView {
-            columns: self.state.columns_by_position(),
-            rows: self.state.rows.clone(),
-            lsn: self.applied_lsn,
-        }
     }
 }
 
