@@ -5,7 +5,10 @@
 //! `multi_select`, a list) is coerced by the column's type; the two wrapper forms
 //! `{"value": V, "format": "..."}` and `{"formula": "=...", "value": V}` are checked for shape and
 //! stored as sent with `V` replaced by its coerced form. It also maps a request's `cells` object
-//! (keys are column ids as decimal strings) onto the sheet's columns.
+//! (keys are column ids as decimal strings) onto the sheet's columns. A report filter's operand
+//! is a cell value too: [`coerce_operand`] coerces it by the same rules, so a filter compares
+//! like with like, and [`cmp_stored_datetimes`] orders stored datetimes by the instants they
+//! denote.
 //!
 //! It is pure: no I/O, no clock, no shared state, only functions of their arguments. That keeps
 //! the sheet actor, the HTTP layer and the fixture loader agreeing on one set of rules, makes
@@ -103,6 +106,68 @@ pub fn coerce_cells(
     }
     writes.sort_by_key(|(id, _)| *id);
     Ok(writes)
+}
+
+/// Coerce a report filter's operand for `column`: exactly as a cell of that column is coerced
+/// ([`coerce_cell`]), so an operand can only equal what a cell can hold, in the form a cell holds
+/// it (`"5.0"` becomes the number `5.0`, a datetime with an offset its UTC form). The result is
+/// what a stored cell's value is compared with: a wrapper counts as its `value`.
+///
+/// # Errors
+///
+/// Whatever [`coerce_cell`] refuses, and `null` (or a wrapper without a value), which clears a
+/// cell but is no value to compare with.
+pub fn coerce_operand(column: &Column, raw: &Value) -> Result<Value, CoerceError> {
+    let refuse = |reason: &str| CoerceError { column_id: column.id, reason: reason.to_owned() };
+    match coerce_cell(column, raw)? {
+        CellWrite::Clear => Err(refuse("null is no value to compare with")),
+        CellWrite::Set(Value::Object(wrapper)) => match wrapper.get("value") {
+            Some(value) if !value.is_null() => Ok(value.clone()),
+            _ => Err(refuse("a wrapper without a value is no value to compare with")),
+        },
+        CellWrite::Set(value) => Ok(value),
+    }
+}
+
+/// Order two datetimes in the stored form (`YYYY-MM-DDTHH:MM:SS[.fraction]Z`, what
+/// [`coerce_cell`] stores for a `datetime` column) by the instants they denote. Text order is not
+/// enough: the fraction is kept as sent, so `…:00Z`, `…:00.0Z` and `…:00.000Z` are one instant,
+/// and `…:00.5Z` sorts before `…:00Z` as text. `None` when either is not in the stored form.
+pub fn cmp_stored_datetimes(a: &str, b: &str) -> Option<std::cmp::Ordering> {
+    let (a_clock, a_fraction) = stored_datetime_parts(a)?;
+    let (b_clock, b_fraction) = stored_datetime_parts(b)?;
+    // The clock parts have one fixed layout with 4-digit years, so text order is time order;
+    // fractions compare digit by digit, a missing digit counting as 0.
+    let digits = |f: &[u8], i: usize| f.get(i).copied().unwrap_or(b'0');
+    let len = a_fraction.len().max(b_fraction.len());
+    Some(a_clock.cmp(b_clock).then_with(|| {
+        (0..len)
+            .map(|i| digits(a_fraction, i).cmp(&digits(b_fraction, i)))
+            .find(|o| o.is_ne())
+            .unwrap_or(std::cmp::Ordering::Equal)
+    }))
+}
+
+/// The `YYYY-MM-DDTHH:MM:SS` part and the fraction digits of a stored datetime.
+fn stored_datetime_parts(s: &str) -> Option<(&[u8], &[u8])> {
+    let b = s.as_bytes();
+    let (clock, rest) = (b.get(..19)?, b.get(19..)?);
+    let shaped = clock.iter().enumerate().all(|(i, c)| match i {
+        4 | 7 => *c == b'-',
+        10 => *c == b'T',
+        13 | 16 => *c == b':',
+        _ => c.is_ascii_digit(),
+    });
+    let fraction = match rest {
+        [b'Z'] => &[][..],
+        [b'.', digits @ .., b'Z']
+            if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) =>
+        {
+            digits
+        }
+        _ => return None,
+    };
+    shaped.then_some((clock, fraction))
 }
 
 /// A cell key as a column id: `0` or a non-zero digit followed by digits, fitting in a `u64`.
@@ -1037,6 +1102,47 @@ mod tests {
     fn long_refused_strings_are_quoted_short() {
         let reason = refused(ColumnType::Number, json!("x".repeat(5000)));
         assert!(reason.contains("(5000 characters)") && reason.len() < 300, "{reason}");
+    }
+
+    #[test]
+    fn operands_are_coerced_as_cells_and_unwrapped() {
+        use ColumnType::{Datetime, MultiSelect, Number, Text};
+        let operand = |ty, raw: Value| coerce_operand(&col(ty), &raw);
+        assert_eq!(operand(Number, json!("5.0")), Ok(json!(5.0)));
+        assert_eq!(
+            operand(Datetime, json!("2026-03-01T12:00:00+02:00")),
+            Ok(json!("2026-03-01T10:00:00Z"))
+        );
+        assert_eq!(operand(MultiSelect, json!("low")), Ok(json!(["low"])));
+        assert_eq!(operand(Number, json!({"value": "7", "format": "0"})), Ok(json!(7)));
+        assert_eq!(operand(Text, json!(" 2.5 ")), Ok(json!(" 2.5 ")));
+        let refused = |ty, raw: Value| operand(ty, raw).unwrap_err().reason;
+        assert!(refused(Number, json!(" 2.5 ")).starts_with("expected a number"));
+        assert!(refused(Number, Value::Null).contains("null"));
+        assert!(refused(Number, json!({"formula": "=A1"})).contains("without a value"));
+        assert!(refused(Number, json!({"value": null, "format": "0"})).contains("without a value"));
+    }
+
+    #[test]
+    fn stored_datetimes_order_by_instant() {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        let cmp = cmp_stored_datetimes;
+        assert_eq!(cmp("2026-03-01T10:00:00Z", "2026-03-01T10:00:00.000Z"), Some(Equal));
+        assert_eq!(cmp("2026-03-01T10:00:00.5Z", "2026-03-01T10:00:00Z"), Some(Greater));
+        assert_eq!(cmp("2026-03-01T10:00:00.05Z", "2026-03-01T10:00:00.5Z"), Some(Less));
+        assert_eq!(cmp("2026-03-01T09:59:59.999999999Z", "2026-03-01T10:00:00Z"), Some(Less));
+        assert_eq!(cmp("0999-12-31T23:59:59Z", "1000-01-01T00:00:00Z"), Some(Less));
+        for not_stored in [
+            "2026-03-01T10:00:00+00:00",
+            "2026-03-01T10:00:00",
+            "2026-03-01T10:00:00.Z",
+            "2026-03-01t10:00:00Z",
+            "2026-03-01",
+            "",
+        ] {
+            assert_eq!(cmp(not_stored, "2026-03-01T10:00:00Z"), None, "{not_stored}");
+            assert_eq!(cmp("2026-03-01T10:00:00Z", not_stored), None, "{not_stored}");
+        }
     }
 
     fn sheet() -> BTreeMap<ColumnId, Column> {
