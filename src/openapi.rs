@@ -131,8 +131,9 @@ pub struct PageQuery {
     /// integer: 422.
     #[param(minimum = 1, default = 100)]
     pub limit: Option<i64>,
-    /// The `nextCursor` of the previous page, passed back unchanged. Opaque; one that was
-    /// altered or comes from another endpoint or resource: 422.
+    /// The `nextCursor` of the previous page, passed back unchanged. Opaque; one that is
+    /// empty, was altered or comes from another endpoint or resource: 422.
+    #[param(min_length = 1)]
     pub cursor: Option<String>,
 }
 

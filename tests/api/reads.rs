@@ -259,7 +259,12 @@ async fn every_validation_error_has_the_contract_body() {
         ("/sheets/abc", json!(["path", "sheet_id"])),
         ("/sheets/-1/rows", json!(["path", "sheet_id"])),
         ("/sheets/1.5/columns", json!(["path", "sheet_id"])),
+        ("/sheets/+10", json!(["path", "sheet_id"])),
+        ("/sheets/+10/rows", json!(["path", "sheet_id"])),
         ("/reports/x", json!(["path", "report_id"])),
+        ("/reports/+7", json!(["path", "report_id"])),
+        ("/sheets?cursor=", json!(["query", "cursor"])),
+        ("/sheets/10/rows?cursor=", json!(["query", "cursor"])),
     ] {
         let r = s.get(path, ADA_READ).await;
         assert_error(&r, 422, "validation_failed");
@@ -480,4 +485,20 @@ async fn a_torn_last_record_is_dropped_and_everything_before_it_is_served() {
     assert!(ids.contains(&1003), "the seed is intact: {ids:?}");
     let log = std::fs::read_to_string(&bin.log).unwrap();
     assert!(log.contains("torn_tail_dropped=true"), "start-up says what it dropped: {log}");
+}
+
+#[actix_rt::test]
+async fn a_path_id_with_a_sign_is_refused_like_a_fraction() {
+    let s = TestServer::start().await;
+    for path in ["/sheets/+10", "/sheets/1.5"] {
+        let r = s.get(path, ADA_READ).await;
+        assert_error(&r, 422, "validation_failed");
+        assert_eq!(r.1["detail"][0]["loc"], json!(["path", "sheet_id"]), "{path}");
+        assert_eq!(r.1["detail"][0]["type"], "int_parsing", "{path}");
+    }
+    let r = s
+        .call("PATCH", "/sheets/10/rows/+1003", Some(ADA_WRITE), Some(&json!({"version": 1})))
+        .await;
+    assert_eq!(r.1["detail"][0]["loc"], json!(["path", "row_id"]));
+    assert_eq!(s.get("/sheets/10", ADA_READ).await.0, 200, "digits alone still resolve");
 }
