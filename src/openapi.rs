@@ -283,6 +283,18 @@ fn conflict_detail() -> Schema {
         .into()
 }
 
+/// `column_id` of a refused cell: the column id, or the cell key as sent when it is not one.
+fn cell_key_schema() -> Schema {
+    AnyOfBuilder::new()
+        .item(ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)))
+        .item(ObjectBuilder::new().schema_type(Type::String))
+        .description(Some(
+            "The column's id; or, when the cell key is not a column id written as a decimal \
+             integer (`\"abc\"`, `\"+101\"`), that key as sent, as a string.",
+        ))
+        .into()
+}
+
 /// Column ids as strings (`conflictingColumns`, `mergeableColumns`).
 fn column_ids() -> Schema {
     ArrayBuilder::new().items(ObjectBuilder::new().schema_type(Type::String)).into()
@@ -347,7 +359,8 @@ pub struct ValidationProblem {
 #[derive(ToSchema)]
 pub struct CellProblem {
     /// The column.
-    pub column_id: u64,
+    #[schema(schema_with = cell_key_schema)]
+    pub column_id: Value,
     /// Why the value was refused.
     pub reason: String,
 }

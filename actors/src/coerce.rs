@@ -46,16 +46,44 @@ pub enum CellWrite {
     Set(Value),
 }
 
-/// Why a value was refused: the column id and a readable reason naming what was expected and
-/// what was sent, e.g. `expected a checkbox value (true, false, or the strings "true"/"false"),
-/// got the string "yes"`.
+/// Why a value was refused: the cell it was meant for and a readable reason naming what was
+/// expected and what was sent, e.g. `expected a checkbox value (true, false, or the strings
+/// "true"/"false"), got the string "yes"`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("column {column_id}: {reason}")]
 pub struct CoerceError {
-    /// The column the value was meant for (0 when the cell key was not an integer at all).
-    pub column_id: ColumnId,
+    /// The column the value was meant for, or the cell key as sent when it names no column id.
+    pub column_id: CellKey,
     /// A sentence saying what was expected and what was sent.
     pub reason: String,
+}
+
+/// The cell a refusal names, as the error's `detail.column_id` shows it: a column id (an
+/// integer, as decisions §3 has it), or, for a cell key that is no column id written as a
+/// decimal integer, that key as sent (a string). Any stand-in integer (such as `0`) would name
+/// a column the client never sent.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum CellKey {
+    /// A column id: the column's own, or an integer key that is no column of the sheet.
+    Column(ColumnId),
+    /// A key that is not a canonical decimal integer (`"abc"`, `"+101"`, `"0101"`), as sent.
+    Sent(String),
+}
+
+impl std::fmt::Display for CellKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CellKey::Column(id) => write!(f, "{id}"),
+            CellKey::Sent(key) => f.write_str(&quote(key)),
+        }
+    }
+}
+
+impl PartialEq<ColumnId> for CellKey {
+    fn eq(&self, id: &ColumnId) -> bool {
+        *self == CellKey::Column(*id)
+    }
 }
 
 /// Coerce one raw value for a column.
@@ -68,14 +96,17 @@ pub fn coerce_cell(column: &Column, raw: &Value) -> Result<CellWrite, CoerceErro
         Value::Object(wrapper) => coerce_wrapper(column, wrapper).map(Value::Object),
         plain => coerce_plain(column, plain),
     };
-    stored.map(CellWrite::Set).map_err(|reason| CoerceError { column_id: column.id, reason })
+    stored
+        .map(CellWrite::Set)
+        .map_err(|reason| CoerceError { column_id: CellKey::Column(column.id), reason })
 }
 
 /// Coerce a whole cells object from a request or fixture.
 ///
 /// Keys must be ids of `columns`, written as canonical decimal strings (`"101"`; no sign, no
 /// leading zeros, no spaces). A key that is such an integer but not a column of the sheet fails
-/// with that id as `column_id`; any other key fails with `column_id` 0. Values are coerced with
+/// with that id as `column_id`; any other key fails with the key as sent as `column_id`. Values
+/// are coerced with
 /// [`coerce_cell`]. The first failure in the map's key order is returned; on success the writes
 /// come back in column id order.
 pub fn coerce_cells(
@@ -86,7 +117,7 @@ pub fn coerce_cells(
     for (key, value) in raw {
         let Some(id) = parse_column_key(key) else {
             return Err(CoerceError {
-                column_id: 0,
+                column_id: CellKey::Sent(key.clone()),
                 reason: format!(
                     "no column with id {} in this sheet (cell keys must be column ids written \
                      as decimal integers, e.g. \"101\")",
@@ -96,12 +127,12 @@ pub fn coerce_cells(
         };
         let Some(column) = columns.get(&id) else {
             return Err(CoerceError {
-                column_id: id,
+                column_id: CellKey::Column(id),
                 reason: format!("no column with id {id} in this sheet"),
             });
         };
         let write = coerce_cell(column, value)
-            .map_err(|e| CoerceError { column_id: id, reason: e.reason })?;
+            .map_err(|e| CoerceError { column_id: CellKey::Column(id), reason: e.reason })?;
         writes.push((id, write));
     }
     writes.sort_by_key(|(id, _)| *id);
@@ -118,7 +149,10 @@ pub fn coerce_cells(
 /// Whatever [`coerce_cell`] refuses, and `null` (or a wrapper without a value), which clears a
 /// cell but is no value to compare with.
 pub fn coerce_operand(column: &Column, raw: &Value) -> Result<Value, CoerceError> {
-    let refuse = |reason: &str| CoerceError { column_id: column.id, reason: reason.to_owned() };
+    let refuse = |reason: &str| CoerceError {
+        column_id: CellKey::Column(column.id),
+        reason: reason.to_owned(),
+    };
     match coerce_cell(column, raw)? {
         CellWrite::Clear => Err(refuse("null is no value to compare with")),
         CellWrite::Set(Value::Object(wrapper)) => match wrapper.get("value") {
@@ -1183,27 +1217,30 @@ mod tests {
         assert_eq!(
             err,
             CoerceError {
-                column_id: 999,
+                column_id: CellKey::Column(999),
                 reason: "no column with id 999 in this sheet".to_owned()
             }
         );
     }
 
     #[test]
-    fn non_integer_keys_are_refused_with_id_zero() {
+    fn non_integer_keys_are_refused_naming_the_key_as_sent() {
         for key in
             ["abc", "", "-1", "+101", "0101", " 101", "101 ", "1.0", "1e2", "99999999999999999999"]
         {
             let mut raw = Map::new();
             raw.insert(key.to_owned(), json!(1));
             let err = coerce_cells(&sheet(), &raw).unwrap_err();
-            assert_eq!(err.column_id, 0, "{key:?}");
+            assert_eq!(err.column_id, CellKey::Sent(key.to_owned()), "{key:?}");
             assert!(err.reason.starts_with("no column with id"), "{}", err.reason);
             assert!(err.reason.contains("decimal integers"), "{}", err.reason);
         }
         let err = coerce_cells(&sheet(), &cells(json!({"0": 1}))).unwrap_err();
         assert_eq!(err.column_id, 0);
         assert_eq!(err.reason, "no column with id 0 in this sheet");
+        // The detail shows an id as an integer and a key as sent as a string.
+        assert_eq!(serde_json::to_value(CellKey::Column(7)).unwrap(), json!(7));
+        assert_eq!(serde_json::to_value(CellKey::Sent("+7".into())).unwrap(), json!("+7"));
     }
 
     #[test]

@@ -453,3 +453,37 @@ async fn integer_fields_take_any_integral_json_number() {
         .await;
     assert_eq!(problem(&r), (json!(["body", "rows", 0, "id"]), json!("type_error")));
 }
+
+#[actix_rt::test]
+async fn a_cell_key_that_is_no_column_id_is_named_as_sent() {
+    let s = TestServer::start().await;
+    let (status, res, _) = s
+        .post(
+            "/sheets/10/rows:bulkAdd",
+            ADA_WRITE,
+            &json!({"rows": [{"cells": {"abc": 1}}, {"cells": {"+101": "Open"}}, {"cells": {"999": 1}}]}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let column_ids: Vec<Value> = res["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["error"]["detail"]["column_id"].clone())
+        .collect();
+    assert_eq!(column_ids, [json!("abc"), json!("+101"), json!(999)]);
+    for r in res["results"].as_array().unwrap() {
+        assert_eq!(r["error"]["errorCode"], "validation_failed");
+        assert!(r["error"]["detail"]["reason"].as_str().unwrap().starts_with("no column with id"));
+    }
+    let r = s
+        .call(
+            "PATCH",
+            "/sheets/10/rows/1003",
+            Some(ADA_WRITE),
+            Some(&json!({"version": 1, "cells": {"0101": "x"}})),
+        )
+        .await;
+    assert_error(&r, 422, "validation_failed");
+    assert_eq!(r.1["detail"]["column_id"], "0101");
+}
