@@ -502,3 +502,41 @@ async fn a_path_id_with_a_sign_is_refused_like_a_fraction() {
     assert_eq!(r.1["detail"][0]["loc"], json!(["path", "row_id"]));
     assert_eq!(s.get("/sheets/10", ADA_READ).await.0, 200, "digits alone still resolve");
 }
+
+#[actix_rt::test]
+async fn head_answers_every_get_route_as_get_without_a_body() {
+    let s = TestServer::start().await;
+    for (path, key) in [
+        ("/me", Some(ADA_READ)),
+        ("/sheets", Some(ADA_READ)),
+        ("/sheets/10?limit=2", Some(ADA_READ)),
+        ("/sheets/10/columns", Some(ADA_READ)),
+        ("/sheets/10/rows", Some(ADA_READ)),
+        ("/reports", Some(ADA_READ)),
+        ("/reports/7", Some(ADA_READ)),
+        ("/openapi.json", None),
+        ("/docs", None),
+    ] {
+        let url = format!("{}{path}", s.base);
+        let (get_status, _, get_headers) = s.raw("GET", &url, key, &[], None).await;
+        let (status, body, headers) = s.raw("HEAD", &url, key, &[], None).await;
+        assert_eq!((status, get_status), (200, 200), "HEAD {path}");
+        assert_eq!(body, Value::Null, "HEAD {path} has no body");
+        for h in ["x-request-id", "x-ratelimit-limit", "x-ratelimit-remaining", "content-type"] {
+            assert!(headers.get(h).is_some(), "HEAD {path}: {h}");
+        }
+        assert_eq!(headers.get("content-type"), get_headers.get("content-type"), "HEAD {path}");
+    }
+    // Errors keep their status and headers, without the body.
+    let url = format!("{}/sheets/99", s.base);
+    let (status, body, headers) = s.raw("HEAD", &url, Some(ADA_READ), &[], None).await;
+    assert_eq!((status, body), (404, Value::Null));
+    assert!(headers.get("x-request-id").is_some());
+    let (status, _, headers) = s.raw("HEAD", &format!("{}/me", s.base), None, &[], None).await;
+    assert_eq!(status, 401);
+    assert_eq!(headers.get("www-authenticate").unwrap(), "Bearer");
+    // Only GET routes: HEAD of a write is an unknown method, the usual 404.
+    let url = format!("{}/sheets/10/rows:bulkAdd", s.base);
+    assert_eq!(s.raw("HEAD", &url, Some(ADA_WRITE), &[], None).await.0, 404);
+    assert_eq!(s.raw("GET", &url, Some(ADA_WRITE), &[], None).await.0, 404);
+}
