@@ -327,6 +327,8 @@ impl Binary {
             .arg(data_dir)
             .args(["--admin-token", ADMIN_TOKEN, "--rate-limit-per-minute", "1000000"])
             .args(extra)
+            // The default log filter is part of what is tested, and " serving " must be logged.
+            .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

@@ -540,3 +540,69 @@ async fn head_answers_every_get_route_as_get_without_a_body() {
     assert_eq!(s.raw("HEAD", &url, Some(ADA_WRITE), &[], None).await.0, 404);
     assert_eq!(s.raw("GET", &url, Some(ADA_WRITE), &[], None).await.0, 404);
 }
+
+/// Requests actix-http's own parser refuses before any service runs: `(what, request)`.
+fn unparseable(addr: std::net::SocketAddr) -> Vec<(&'static str, Vec<u8>)> {
+    let get = |target: String, extra: &str| {
+        format!("GET {target} HTTP/1.1\r\nHost: {addr}\r\n{extra}Connection: close\r\n\r\n")
+            .into_bytes()
+    };
+    let many_params: Vec<String> = (0..10_000).map(|i| format!("p{i}=1")).collect();
+    let many_headers: String = (0..1000).map(|i| format!("X-H{i}: 1\r\n")).collect();
+    vec![
+        ("a 64 KB URI", get(format!("/api/v1/me?q={}", "a".repeat(64 * 1024)), "")),
+        ("10,000 query parameters", get(format!("/api/v1/me?{}", many_params.join("&")), "")),
+        ("1,000 headers", get("/api/v1/me".into(), &many_headers)),
+        ("a control character in a header", get("/api/v1/me".into(), "X-Bad: a\u{1}b\r\n")),
+        (
+            "Content-Length and Transfer-Encoding",
+            format!(
+                "POST /api/v1/sheets/10/rows:bulkAdd HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 5\r\n\
+                 Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n"
+            )
+            .into_bytes(),
+        ),
+    ]
+}
+
+#[actix_rt::test]
+async fn requests_the_http_parser_refuses_get_a_bare_400_or_431() {
+    // actix-http answers these itself, before the service (and so the envelope) runs; the
+    // README says so. This pins what a client sees, so a framework change that lets the
+    // service shape them shows up here.
+    let s = TestServer::start().await;
+    let addr = s.running().addr;
+    for (what, request) in unparseable(addr) {
+        let (status, head, body) = http_bytes(addr, request).await;
+        let expected = if what == "1,000 headers" { 431 } else { 400 };
+        assert_eq!(status, expected, "{what}: {head}");
+        assert!(body.is_empty(), "{what}");
+    }
+    assert_eq!(s.get("/me", ADA_READ).await.0, 200, "the server keeps serving");
+}
+
+#[actix_rt::test]
+async fn requests_the_http_parser_refuses_are_not_logged_as_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bin, _) = Binary::seeded(dir.path()).await;
+    let addr: std::net::SocketAddr =
+        bin.base.trim_start_matches("http://").trim_end_matches("/api/v1").parse().unwrap();
+    for (what, request) in unparseable(addr) {
+        let (status, _, _) = http_bytes(addr, request).await;
+        assert!(status == 400 || status == 431, "{what}: {status}");
+    }
+    // A request through the service after them: once its line is logged, theirs would be too.
+    let (status, _, _) =
+        send("GET", &format!("{}/nope", bin.base), Some(ADA_READ), &[], None).await;
+    assert_eq!(status, 404);
+    let mut log = String::new();
+    for _ in 0..100 {
+        log = std::fs::read_to_string(&bin.log).unwrap();
+        if log.contains("route=<unmatched>") {
+            break;
+        }
+        actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(log.contains("route=<unmatched>"), "{log}");
+    assert!(!log.contains("ERROR"), "{log}");
+}
