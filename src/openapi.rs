@@ -16,7 +16,8 @@
 //!    utoipa's `Header` has no `required` field, and marking the always-present headers
 //!    required is what lets a conformance checker (schemathesis in `.ci/schemathesis.sh`)
 //!    verify that they really are always present. It also respells the fields of response
-//!    links, which utoipa 5 writes in snake_case (`fix_links`).
+//!    links, which utoipa 5 writes in snake_case (`fix_links`), and drops the `int64` format
+//!    of `limit`, which is clamped at any size (`unbound_limit`).
 //!
 //! Paths are relative to the one server URL, `/api/v1`, as the spec's paths are relative to
 //! `{base_url}`. The document and the interactive reference are served by
@@ -565,6 +566,19 @@ fn add_headers(response: &mut Value, status: &str, write: bool) {
     response.insert("headers".into(), Value::Object(headers));
 }
 
+/// Drop the `format` of `limit`: the field is an `i64` for utoipa, but any larger integer is
+/// clamped, even one beyond 64 bits, and `format: int64` would tell a client (or a fuzzer) that
+/// such a value is invalid.
+fn unbound_limit(parameters: &mut Value) {
+    for p in parameters.as_array_mut().into_iter().flatten() {
+        if p["in"] == "query" && p["name"] == "limit" {
+            if let Some(schema) = p["schema"].as_object_mut() {
+                schema.remove("format");
+            }
+        }
+    }
+}
+
 /// The row writes: they take `Idempotency-Key` and may answer with a replay.
 pub const WRITES: [&str; 4] = ["bulkAddRows", "bulkUpdateRows", "patchRow", "deleteRow"];
 
@@ -580,6 +594,9 @@ pub fn document() -> &'static Value {
             for item in paths.values_mut().filter_map(Value::as_object_mut) {
                 for op in item.values_mut() {
                     let write = op["operationId"].as_str().is_some_and(|id| WRITES.contains(&id));
+                    if let Some(parameters) = op.get_mut("parameters") {
+                        unbound_limit(parameters);
+                    }
                     if let Some(responses) = op["responses"].as_object_mut() {
                         for (status, response) in responses.iter_mut() {
                             add_headers(response, status, write);
