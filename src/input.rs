@@ -2,11 +2,26 @@
 //!
 //! Framework extractors report errors in their own shapes, so requests are read here instead:
 //! every problem becomes one `validation_failed` envelope whose `detail` names the place
-//! (`["path", "sheet_id"]`, `["query", "limit"]`, `["body", "rows", 3, "version"]`).
+//! (`["path", "sheet_id"]`, `["query", "limit"]`, `["header", "Content-Type"]`,
+//! `["body", "rows", 3, "version"]`).
+//!
+//! # Rules chosen where the contract is silent
+//!
+//! - A path id is decimal digits only: `+812` is refused like `1.5` (an id has one spelling).
+//! - A body must be sent as `application/json` (parameters allowed, a charset only `utf-8`):
+//!   a form, multipart or text body is refused before it is read. 415 is not among the
+//!   contract's codes, so this is a 422 at `["header", "Content-Type"]`.
+//! - A body is exactly one JSON document: trailing characters other than whitespace (a second
+//!   document, `{...} xyz`) make it not JSON.
+//! - An integer field of a body accepts an integral JSON number in any spelling (`1187`,
+//!   `1187.0`, `1.187e3`), as JSON Schema's `integer` does ([`integer`]).
+//! - An empty `cursor` is not a cursor this service issued: 422, as an altered one (the
+//!   document says `minLength: 1`). Treating it as absent would restart a client whose empty
+//!   cursor is a bug at page one, over and over.
 
-use actix_web::{web, HttpRequest};
+use actix_web::{web, HttpMessage, HttpRequest};
 use futures_util::StreamExt;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, Deserializer, Unexpected, Visitor};
 use serde_json::{json, Value};
 
 use crate::cursor::{CursorCodec, CursorError, Kind};
@@ -20,7 +35,9 @@ pub const MAX_LIMIT: usize = 500;
 /// An integer id from the path, e.g. `sheet_id`.
 pub fn path_id(req: &HttpRequest, name: &str) -> Result<u64, ApiError> {
     let raw = req.match_info().get(name).unwrap_or_default();
-    raw.parse::<u64>().map_err(|_| {
+    // `u64::from_str` also takes a leading `+`.
+    let digits = !raw.is_empty() && raw.bytes().all(|b| b.is_ascii_digit());
+    digits.then(|| raw.parse::<u64>().ok()).flatten().ok_or_else(|| {
         ApiError::validation(
             vec![json!("path"), json!(name)],
             format!("`{name}` must be a non-negative integer, got `{raw}`"),
@@ -131,12 +148,39 @@ impl Paging {
     }
 }
 
-/// Read the whole body, refusing one over `limit` bytes with 413 before buffering it whole.
+/// Refuse a body not sent as `application/json` (module docs).
+fn check_json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
+    let refuse = |got: String, kind: &str| {
+        ApiError::validation(
+            vec![json!("header"), json!("Content-Type")],
+            format!("the body must be sent as `Content-Type: application/json`, got {got}"),
+            kind,
+        )
+    };
+    let sent = req.headers().get(actix_web::http::header::CONTENT_TYPE);
+    let Some(sent) = sent else { return Err(refuse("no Content-Type".into(), "missing")) };
+    let shown = format!("`{}`", String::from_utf8_lossy(sent.as_bytes()));
+    match req.mime_type() {
+        Ok(Some(mime)) if mime.essence_str() == "application/json" => {
+            match mime.get_param(actix_web::mime::CHARSET) {
+                Some(charset) if !charset.as_str().eq_ignore_ascii_case("utf-8") => {
+                    Err(refuse(shown, "value_error"))
+                }
+                _ => Ok(()),
+            }
+        }
+        _ => Err(refuse(shown, "value_error")),
+    }
+}
+
+/// Read the whole JSON body: refuse one not sent as `application/json` (422) and one over
+/// `limit` bytes (413, before buffering it whole).
 pub async fn read_body(
     req: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,
 ) -> Result<web::Bytes, ApiError> {
+    check_json_content_type(req)?;
     let too_large = || {
         ApiError::new(
             Code::PayloadTooLarge,
@@ -179,7 +223,7 @@ pub fn json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         ));
     }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|err| {
+    let parsed = serde_path_to_error::deserialize(&mut *de).map_err(|err| {
         let mut loc = vec![json!("body")];
         for seg in err.path().iter() {
             match seg {
@@ -208,7 +252,53 @@ pub fn json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         // serde's messages carry " at line 1 column 9"; the loc already says where.
         let msg = msg.split(" at line ").next().unwrap_or(&msg).to_owned();
         ApiError::validation(loc, msg, kind)
-    })
+    })?;
+    // One document: anything but whitespace after it means the body is not JSON.
+    de.end().map_err(|_| {
+        ApiError::validation(
+            vec![json!("body")],
+            "the body must be one JSON document, with nothing after it",
+            "json_invalid",
+        )
+    })?;
+    Ok(parsed)
+}
+
+/// Deserialize a non-negative integer from any integral JSON number: `1187`, `1187.0` and
+/// `1.187e3` are one integer to JSON Schema (and so to the OpenAPI document), so they are to
+/// the server. For `#[serde(deserialize_with = "integer")]` on `u64` body fields.
+pub fn integer<'de, D: Deserializer<'de>>(de: D) -> Result<u64, D::Error> {
+    struct Integer;
+
+    impl Visitor<'_> for Integer {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a non-negative integer")
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<u64, E> {
+            Ok(n)
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<u64, E> {
+            u64::try_from(n).map_err(|_| E::invalid_value(Unexpected::Signed(n), &self))
+        }
+
+        fn visit_f64<E: serde::de::Error>(self, x: f64) -> Result<u64, E> {
+            // 2^64: the first integral float beyond `u64`.
+            const END: f64 = 18_446_744_073_709_551_616.0;
+            if x.fract() != 0.0 {
+                Err(E::invalid_type(Unexpected::Float(x), &self))
+            } else if (0.0..END).contains(&x) {
+                Ok(x as u64)
+            } else {
+                Err(E::invalid_value(Unexpected::Float(x), &self))
+            }
+        }
+    }
+
+    de.deserialize_u64(Integer)
 }
 
 /// A validation problem at `loc` under the body.

@@ -6,9 +6,16 @@ use clap::Parser;
 use sheetd::config::{Cli, Command};
 use sheetd::server::{self, Options};
 
+/// The log filter when `RUST_LOG` is unset. actix-http's connection dispatcher logs at ERROR
+/// every request its own parser refuses (a 64 KB URI, too many headers, a control character in
+/// a header, a conflicting `Content-Length` and `Transfer-Encoding`) before sheetd sees it. Those
+/// are the client's faults, answered with a bare 400/431, and a filter cannot lower an event's
+/// level, so that target is off by default; sheetd's own errors keep their level.
+const DEFAULT_LOG_FILTER: &str = "info,actix_http::h1::dispatcher=off";
+
 fn init_logging(json: bool) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| DEFAULT_LOG_FILTER.into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -16,7 +16,8 @@
 //!    utoipa's `Header` has no `required` field, and marking the always-present headers
 //!    required is what lets a conformance checker (schemathesis in `.ci/schemathesis.sh`)
 //!    verify that they really are always present. It also respells the fields of response
-//!    links, which utoipa 5 writes in snake_case (`fix_links`).
+//!    links, which utoipa 5 writes in snake_case (`fix_links`), and drops the `int64` format
+//!    of `limit`, which is clamped at any size (`unbound_limit`).
 //!
 //! Paths are relative to the one server URL, `/api/v1`, as the spec's paths are relative to
 //! `{base_url}`. The document and the interactive reference are served by
@@ -132,8 +133,9 @@ pub struct PageQuery {
     /// integer: 422.
     #[param(minimum = 1, default = 100)]
     pub limit: Option<i64>,
-    /// The `nextCursor` of the previous page, passed back unchanged. Opaque; one that was
-    /// altered or comes from another endpoint or resource: 422.
+    /// The `nextCursor` of the previous page, passed back unchanged. Opaque; one that is
+    /// empty, was altered or comes from another endpoint or resource: 422.
+    #[param(min_length = 1)]
     pub cursor: Option<String>,
 }
 
@@ -283,6 +285,18 @@ fn conflict_detail() -> Schema {
         .into()
 }
 
+/// `column_id` of a refused cell: the column id, or the cell key as sent when it is not one.
+fn cell_key_schema() -> Schema {
+    AnyOfBuilder::new()
+        .item(ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)))
+        .item(ObjectBuilder::new().schema_type(Type::String))
+        .description(Some(
+            "The column's id; or, when the cell key is not a column id written as a decimal \
+             integer (`\"abc\"`, `\"+101\"`), that key as sent, as a string.",
+        ))
+        .into()
+}
+
 /// Column ids as strings (`conflictingColumns`, `mergeableColumns`).
 fn column_ids() -> Schema {
     ArrayBuilder::new().items(ObjectBuilder::new().schema_type(Type::String)).into()
@@ -348,7 +362,8 @@ pub struct ValidationProblem {
 #[derive(ToSchema)]
 pub struct CellProblem {
     /// The column.
-    pub column_id: u64,
+    #[schema(schema_with = cell_key_schema)]
+    pub column_id: Value,
     /// Why the value was refused.
     pub reason: String,
 }
@@ -557,6 +572,19 @@ fn add_headers(response: &mut Value, status: &str, write: bool) {
     response.insert("headers".into(), Value::Object(headers));
 }
 
+/// Drop the `format` of `limit`: the field is an `i64` for utoipa, but any larger integer is
+/// clamped, even one beyond 64 bits, and `format: int64` would tell a client (or a fuzzer) that
+/// such a value is invalid.
+fn unbound_limit(parameters: &mut Value) {
+    for p in parameters.as_array_mut().into_iter().flatten() {
+        if p["in"] == "query" && p["name"] == "limit" {
+            if let Some(schema) = p["schema"].as_object_mut() {
+                schema.remove("format");
+            }
+        }
+    }
+}
+
 /// The row writes: they take `Idempotency-Key` and may answer with a replay.
 pub const WRITES: [&str; 4] = ["bulkAddRows", "bulkUpdateRows", "patchRow", "deleteRow"];
 
@@ -572,6 +600,9 @@ pub fn document() -> &'static Value {
             for item in paths.values_mut().filter_map(Value::as_object_mut) {
                 for op in item.values_mut() {
                     let write = op["operationId"].as_str().is_some_and(|id| WRITES.contains(&id));
+                    if let Some(parameters) = op.get_mut("parameters") {
+                        unbound_limit(parameters);
+                    }
                     if let Some(responses) = op["responses"].as_object_mut() {
                         for (status, response) in responses.iter_mut() {
                             add_headers(response, status, write);

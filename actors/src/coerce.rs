@@ -5,7 +5,10 @@
 //! `multi_select`, a list) is coerced by the column's type; the two wrapper forms
 //! `{"value": V, "format": "..."}` and `{"formula": "=...", "value": V}` are checked for shape and
 //! stored as sent with `V` replaced by its coerced form. It also maps a request's `cells` object
-//! (keys are column ids as decimal strings) onto the sheet's columns.
+//! (keys are column ids as decimal strings) onto the sheet's columns. A report filter's operand
+//! is a cell value too: [`coerce_operand`] coerces it by the same rules, so a filter compares
+//! like with like, and [`cmp_stored_datetimes`] orders stored datetimes by the instants they
+//! denote.
 //!
 //! It is pure: no I/O, no clock, no shared state, only functions of their arguments. That keeps
 //! the sheet actor, the HTTP layer and the fixture loader agreeing on one set of rules, makes
@@ -43,16 +46,44 @@ pub enum CellWrite {
     Set(Value),
 }
 
-/// Why a value was refused: the column id and a readable reason naming what was expected and
-/// what was sent, e.g. `expected a checkbox value (true, false, or the strings "true"/"false"),
-/// got the string "yes"`.
+/// Why a value was refused: the cell it was meant for and a readable reason naming what was
+/// expected and what was sent, e.g. `expected a checkbox value (true, false, or the strings
+/// "true"/"false"), got the string "yes"`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("column {column_id}: {reason}")]
 pub struct CoerceError {
-    /// The column the value was meant for (0 when the cell key was not an integer at all).
-    pub column_id: ColumnId,
+    /// The column the value was meant for, or the cell key as sent when it names no column id.
+    pub column_id: CellKey,
     /// A sentence saying what was expected and what was sent.
     pub reason: String,
+}
+
+/// The cell a refusal names, as the error's `detail.column_id` shows it: a column id (an
+/// integer, as decisions §3 has it), or, for a cell key that is no column id written as a
+/// decimal integer, that key as sent (a string). Any stand-in integer (such as `0`) would name
+/// a column the client never sent.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum CellKey {
+    /// A column id: the column's own, or an integer key that is no column of the sheet.
+    Column(ColumnId),
+    /// A key that is not a canonical decimal integer (`"abc"`, `"+101"`, `"0101"`), as sent.
+    Sent(String),
+}
+
+impl std::fmt::Display for CellKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CellKey::Column(id) => write!(f, "{id}"),
+            CellKey::Sent(key) => f.write_str(&quote(key)),
+        }
+    }
+}
+
+impl PartialEq<ColumnId> for CellKey {
+    fn eq(&self, id: &ColumnId) -> bool {
+        *self == CellKey::Column(*id)
+    }
 }
 
 /// Coerce one raw value for a column.
@@ -65,14 +96,17 @@ pub fn coerce_cell(column: &Column, raw: &Value) -> Result<CellWrite, CoerceErro
         Value::Object(wrapper) => coerce_wrapper(column, wrapper).map(Value::Object),
         plain => coerce_plain(column, plain),
     };
-    stored.map(CellWrite::Set).map_err(|reason| CoerceError { column_id: column.id, reason })
+    stored
+        .map(CellWrite::Set)
+        .map_err(|reason| CoerceError { column_id: CellKey::Column(column.id), reason })
 }
 
 /// Coerce a whole cells object from a request or fixture.
 ///
 /// Keys must be ids of `columns`, written as canonical decimal strings (`"101"`; no sign, no
 /// leading zeros, no spaces). A key that is such an integer but not a column of the sheet fails
-/// with that id as `column_id`; any other key fails with `column_id` 0. Values are coerced with
+/// with that id as `column_id`; any other key fails with the key as sent as `column_id`. Values
+/// are coerced with
 /// [`coerce_cell`]. The first failure in the map's key order is returned; on success the writes
 /// come back in column id order.
 pub fn coerce_cells(
@@ -83,7 +117,7 @@ pub fn coerce_cells(
     for (key, value) in raw {
         let Some(id) = parse_column_key(key) else {
             return Err(CoerceError {
-                column_id: 0,
+                column_id: CellKey::Sent(key.clone()),
                 reason: format!(
                     "no column with id {} in this sheet (cell keys must be column ids written \
                      as decimal integers, e.g. \"101\")",
@@ -93,16 +127,81 @@ pub fn coerce_cells(
         };
         let Some(column) = columns.get(&id) else {
             return Err(CoerceError {
-                column_id: id,
+                column_id: CellKey::Column(id),
                 reason: format!("no column with id {id} in this sheet"),
             });
         };
         let write = coerce_cell(column, value)
-            .map_err(|e| CoerceError { column_id: id, reason: e.reason })?;
+            .map_err(|e| CoerceError { column_id: CellKey::Column(id), reason: e.reason })?;
         writes.push((id, write));
     }
     writes.sort_by_key(|(id, _)| *id);
     Ok(writes)
+}
+
+/// Coerce a report filter's operand for `column`: exactly as a cell of that column is coerced
+/// ([`coerce_cell`]), so an operand can only equal what a cell can hold, in the form a cell holds
+/// it (`"5.0"` becomes the number `5.0`, a datetime with an offset its UTC form). The result is
+/// what a stored cell's value is compared with: a wrapper counts as its `value`.
+///
+/// # Errors
+///
+/// Whatever [`coerce_cell`] refuses, and `null` (or a wrapper without a value), which clears a
+/// cell but is no value to compare with.
+pub fn coerce_operand(column: &Column, raw: &Value) -> Result<Value, CoerceError> {
+    let refuse = |reason: &str| CoerceError {
+        column_id: CellKey::Column(column.id),
+        reason: reason.to_owned(),
+    };
+    match coerce_cell(column, raw)? {
+        CellWrite::Clear => Err(refuse("null is no value to compare with")),
+        CellWrite::Set(Value::Object(wrapper)) => match wrapper.get("value") {
+            Some(value) if !value.is_null() => Ok(value.clone()),
+            _ => Err(refuse("a wrapper without a value is no value to compare with")),
+        },
+        CellWrite::Set(value) => Ok(value),
+    }
+}
+
+/// Order two datetimes in the stored form (`YYYY-MM-DDTHH:MM:SS[.fraction]Z`, what
+/// [`coerce_cell`] stores for a `datetime` column) by the instants they denote. Text order is not
+/// enough: the fraction is kept as sent, so `…:00Z`, `…:00.0Z` and `…:00.000Z` are one instant,
+/// and `…:00.5Z` sorts before `…:00Z` as text. `None` when either is not in the stored form.
+pub fn cmp_stored_datetimes(a: &str, b: &str) -> Option<std::cmp::Ordering> {
+    let (a_clock, a_fraction) = stored_datetime_parts(a)?;
+    let (b_clock, b_fraction) = stored_datetime_parts(b)?;
+    // The clock parts have one fixed layout with 4-digit years, so text order is time order;
+    // fractions compare digit by digit, a missing digit counting as 0.
+    let digits = |f: &[u8], i: usize| f.get(i).copied().unwrap_or(b'0');
+    let len = a_fraction.len().max(b_fraction.len());
+    Some(a_clock.cmp(b_clock).then_with(|| {
+        (0..len)
+            .map(|i| digits(a_fraction, i).cmp(&digits(b_fraction, i)))
+            .find(|o| o.is_ne())
+            .unwrap_or(std::cmp::Ordering::Equal)
+    }))
+}
+
+/// The `YYYY-MM-DDTHH:MM:SS` part and the fraction digits of a stored datetime.
+fn stored_datetime_parts(s: &str) -> Option<(&[u8], &[u8])> {
+    let b = s.as_bytes();
+    let (clock, rest) = (b.get(..19)?, b.get(19..)?);
+    let shaped = clock.iter().enumerate().all(|(i, c)| match i {
+        4 | 7 => *c == b'-',
+        10 => *c == b'T',
+        13 | 16 => *c == b':',
+        _ => c.is_ascii_digit(),
+    });
+    let fraction = match rest {
+        [b'Z'] => &[][..],
+        [b'.', digits @ .., b'Z']
+            if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) =>
+        {
+            digits
+        }
+        _ => return None,
+    };
+    shaped.then_some((clock, fraction))
 }
 
 /// A cell key as a column id: `0` or a non-zero digit followed by digits, fitting in a `u64`.
@@ -1039,6 +1138,47 @@ mod tests {
         assert!(reason.contains("(5000 characters)") && reason.len() < 300, "{reason}");
     }
 
+    #[test]
+    fn operands_are_coerced_as_cells_and_unwrapped() {
+        use ColumnType::{Datetime, MultiSelect, Number, Text};
+        let operand = |ty, raw: Value| coerce_operand(&col(ty), &raw);
+        assert_eq!(operand(Number, json!("5.0")), Ok(json!(5.0)));
+        assert_eq!(
+            operand(Datetime, json!("2026-03-01T12:00:00+02:00")),
+            Ok(json!("2026-03-01T10:00:00Z"))
+        );
+        assert_eq!(operand(MultiSelect, json!("low")), Ok(json!(["low"])));
+        assert_eq!(operand(Number, json!({"value": "7", "format": "0"})), Ok(json!(7)));
+        assert_eq!(operand(Text, json!(" 2.5 ")), Ok(json!(" 2.5 ")));
+        let refused = |ty, raw: Value| operand(ty, raw).unwrap_err().reason;
+        assert!(refused(Number, json!(" 2.5 ")).starts_with("expected a number"));
+        assert!(refused(Number, Value::Null).contains("null"));
+        assert!(refused(Number, json!({"formula": "=A1"})).contains("without a value"));
+        assert!(refused(Number, json!({"value": null, "format": "0"})).contains("without a value"));
+    }
+
+    #[test]
+    fn stored_datetimes_order_by_instant() {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        let cmp = cmp_stored_datetimes;
+        assert_eq!(cmp("2026-03-01T10:00:00Z", "2026-03-01T10:00:00.000Z"), Some(Equal));
+        assert_eq!(cmp("2026-03-01T10:00:00.5Z", "2026-03-01T10:00:00Z"), Some(Greater));
+        assert_eq!(cmp("2026-03-01T10:00:00.05Z", "2026-03-01T10:00:00.5Z"), Some(Less));
+        assert_eq!(cmp("2026-03-01T09:59:59.999999999Z", "2026-03-01T10:00:00Z"), Some(Less));
+        assert_eq!(cmp("0999-12-31T23:59:59Z", "1000-01-01T00:00:00Z"), Some(Less));
+        for not_stored in [
+            "2026-03-01T10:00:00+00:00",
+            "2026-03-01T10:00:00",
+            "2026-03-01T10:00:00.Z",
+            "2026-03-01t10:00:00Z",
+            "2026-03-01",
+            "",
+        ] {
+            assert_eq!(cmp(not_stored, "2026-03-01T10:00:00Z"), None, "{not_stored}");
+            assert_eq!(cmp("2026-03-01T10:00:00Z", not_stored), None, "{not_stored}");
+        }
+    }
+
     fn sheet() -> BTreeMap<ColumnId, Column> {
         [
             column(101, ColumnType::Text, None),
@@ -1077,27 +1217,30 @@ mod tests {
         assert_eq!(
             err,
             CoerceError {
-                column_id: 999,
+                column_id: CellKey::Column(999),
                 reason: "no column with id 999 in this sheet".to_owned()
             }
         );
     }
 
     #[test]
-    fn non_integer_keys_are_refused_with_id_zero() {
+    fn non_integer_keys_are_refused_naming_the_key_as_sent() {
         for key in
             ["abc", "", "-1", "+101", "0101", " 101", "101 ", "1.0", "1e2", "99999999999999999999"]
         {
             let mut raw = Map::new();
             raw.insert(key.to_owned(), json!(1));
             let err = coerce_cells(&sheet(), &raw).unwrap_err();
-            assert_eq!(err.column_id, 0, "{key:?}");
+            assert_eq!(err.column_id, CellKey::Sent(key.to_owned()), "{key:?}");
             assert!(err.reason.starts_with("no column with id"), "{}", err.reason);
             assert!(err.reason.contains("decimal integers"), "{}", err.reason);
         }
         let err = coerce_cells(&sheet(), &cells(json!({"0": 1}))).unwrap_err();
         assert_eq!(err.column_id, 0);
         assert_eq!(err.reason, "no column with id 0 in this sheet");
+        // The detail shows an id as an integer and a key as sent as a string.
+        assert_eq!(serde_json::to_value(CellKey::Column(7)).unwrap(), json!(7));
+        assert_eq!(serde_json::to_value(CellKey::Sent("+7".into())).unwrap(), json!("+7"));
     }
 
     #[test]

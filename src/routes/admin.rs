@@ -539,18 +539,18 @@ pub async fn get_metrics(
 /// Register the admin routes.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     let resource = crate::routes::resource;
-    cfg.service(resource("/admin/v1/health").route(web::get().to(health)))
+    cfg.service(resource("/admin/v1/health").route(crate::routes::read().to(health)))
         .service(resource("/admin/v1/import").route(web::post().to(import)))
         .service(
             resource("/admin/v1/keys")
                 .route(web::post().to(create_key))
-                .route(web::get().to(list_keys)),
+                .route(crate::routes::read().to(list_keys)),
         )
         .service(resource("/admin/v1/keys/{id}/revoke").route(web::post().to(revoke_key)))
         .service(resource("/admin/v1/shares").route(web::put().to(put_share)))
         .service(resource("/admin/v1/users/{id}/plan").route(web::put().to(put_plan)))
-        .service(resource("/admin/v1/events").route(web::get().to(list_events)))
-        .service(resource("/admin/v1/stats").route(web::get().to(get_stats)))
-        .service(resource("/admin/v1/metrics").route(web::get().to(get_metrics)))
+        .service(resource("/admin/v1/events").route(crate::routes::read().to(list_events)))
+        .service(resource("/admin/v1/stats").route(crate::routes::read().to(get_stats)))
+        .service(resource("/admin/v1/metrics").route(crate::routes::read().to(get_metrics)))
         .default_service(web::to(crate::routes::no_route));
 }

@@ -60,10 +60,10 @@ const PAGE: &[u8] =
 /// Register the document and the reference (paths relative to `/api/v1`).
 pub fn configure(cfg: &mut web::ServiceConfig) {
     let resource = crate::routes::resource;
-    cfg.service(resource("/openapi.json").route(web::get().to(get_openapi)))
-        .service(resource("/docs").route(web::get().to(get_docs)))
-        .service(resource("/docs/").route(web::get().to(get_docs)))
-        .service(resource("/docs/{file}").route(web::get().to(get_docs_asset)));
+    cfg.service(resource("/openapi.json").route(crate::routes::read().to(get_openapi)))
+        .service(resource("/docs").route(crate::routes::read().to(get_docs)))
+        .service(resource("/docs/").route(crate::routes::read().to(get_docs)))
+        .service(resource("/docs/{file}").route(crate::routes::read().to(get_docs_asset)));
 }
 
 /// The OpenAPI document, rendered once.

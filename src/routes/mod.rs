@@ -1,4 +1,5 @@
-//! The public API's routes under `/api/v1`, one file per resource.
+//! The public API's routes under `/api/v1`, one file per resource. Every `GET` route also
+//! answers `HEAD` ([`read`]); any other unknown method is the 404 envelope (decisions §9).
 
 pub mod admin;
 pub mod docs;
@@ -30,6 +31,13 @@ pub fn respond(status: u16, body: Vec<u8>) -> HttpResponse {
     }
 }
 
+/// A read route: `GET`, and `HEAD` answered by the same handler. HTTP asks every server to
+/// answer `HEAD` wherever it answers `GET`; the HTTP layer sends a `HEAD` response's status and
+/// headers (request id, rate limit, `Content-Length`) and drops its body.
+pub fn read() -> actix_web::Route {
+    web::route().guard(actix_web::guard::Any(actix_web::guard::Get()).or(actix_web::guard::Head()))
+}
+
 /// Unknown route or method under `/api/v1`.
 pub async fn no_route() -> Result<HttpResponse, ApiError> {
     Err(ApiError::new(crate::error::Code::NotFound, "No such route."))
@@ -55,11 +63,11 @@ pub fn resource(
 /// Register every route of the public API.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     let resource = crate::routes::resource;
-    cfg.service(resource("/me").route(web::get().to(me::get_me)))
-        .service(resource("/sheets").route(web::get().to(sheets::list_sheets)))
-        .service(resource("/sheets/{sheet_id}").route(web::get().to(sheets::get_sheet)))
-        .service(resource("/sheets/{sheet_id}/columns").route(web::get().to(sheets::list_columns)))
-        .service(resource("/sheets/{sheet_id}/rows").route(web::get().to(rows::list_rows)))
+    cfg.service(resource("/me").route(read().to(me::get_me)))
+        .service(resource("/sheets").route(read().to(sheets::list_sheets)))
+        .service(resource("/sheets/{sheet_id}").route(read().to(sheets::get_sheet)))
+        .service(resource("/sheets/{sheet_id}/columns").route(read().to(sheets::list_columns)))
+        .service(resource("/sheets/{sheet_id}/rows").route(read().to(rows::list_rows)))
         .service(
             resource("/sheets/{sheet_id}/rows:bulkAdd").route(web::post().to(rows::bulk_add_rows)),
         )
@@ -72,8 +80,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route(web::patch().to(rows::patch_row))
                 .route(web::delete().to(rows::delete_row)),
         )
-        .service(resource("/reports").route(web::get().to(reports::list_reports)))
-        .service(resource("/reports/{report_id}").route(web::get().to(reports::get_report)))
+        .service(resource("/reports").route(read().to(reports::list_reports)))
+        .service(resource("/reports/{report_id}").route(read().to(reports::get_report)))
         .service(resource("/reports/{report_id}/run").route(web::post().to(reports::run_report)))
         .configure(docs::configure)
         .default_service(web::to(no_route));

@@ -20,7 +20,7 @@ use crate::auth::{Caller, Need};
 use crate::cursor::Kind;
 use crate::error::ApiError;
 use crate::idempotency::{self, storable, Begin};
-use crate::input::{body_problem, json_body, paging, path_id, read_body};
+use crate::input::{body_problem, integer, json_body, paging, path_id, read_body};
 use crate::openapi as oa;
 use crate::routes::sheets::{sheet_actor, sheet_snapshot};
 use crate::routes::{ok, respond};
@@ -65,8 +65,10 @@ pub struct BulkUpdateRequest {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RowUpdateItem {
     /// The row.
+    #[serde(deserialize_with = "integer")]
     id: u64,
     /// The version last read; a stale one fails the item with `version_conflict`.
+    #[serde(deserialize_with = "integer")]
     #[schema(minimum = 1)]
     version: u64,
     /// The whole new cell map: it replaces the row's cells rather than merging.
@@ -85,6 +87,7 @@ pub struct RowUpdateItem {
 #[schema(example = json!({"version": 1, "cells": {"101": "Done"}}))]
 pub struct RowPatch {
     /// The version last read; a stale one is 409 `version_conflict`.
+    #[serde(deserialize_with = "integer")]
     #[schema(minimum = 1)]
     version: u64,
     /// Only the changed cells, merged into the row; a null value removes that cell.

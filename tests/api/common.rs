@@ -243,6 +243,7 @@ pub async fn send(
         req = req.insert_header((*n, *v));
     }
     let mut res = match body {
+        Some(b) if req.headers().contains_key("content-type") => req.send_body(b).await,
         Some(b) => req.insert_header(("Content-Type", "application/json")).send_body(b).await,
         None => req.send().await,
     }
@@ -255,6 +256,26 @@ pub async fn send(
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
     };
     (res.status().as_u16(), json, res.headers().clone())
+}
+
+/// Write `request` as is to `addr` and read until the server closes: `(status, head, body)`.
+/// For requests no HTTP client would send (malformed, or without a header clients add).
+pub async fn http_bytes(addr: std::net::SocketAddr, request: Vec<u8>) -> (u16, String, Vec<u8>) {
+    actix_rt::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // The server may refuse before reading everything; what it answers is what counts.
+        let _ = stream.write_all(&request);
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        let split = answer.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+        let head = String::from_utf8_lossy(&answer[..split]).into_owned();
+        let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status");
+        (status, head, answer[split + 4..].to_vec())
+    })
+    .await
+    .unwrap()
 }
 
 /// A body without its `requestId` (to compare two responses).
@@ -307,6 +328,8 @@ impl Binary {
             .arg(data_dir)
             .args(["--admin-token", ADMIN_TOKEN, "--rate-limit-per-minute", "1000000"])
             .args(extra)
+            // The default log filter is part of what is tested, and " serving " must be logged.
+            .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

@@ -432,3 +432,45 @@ async fn docs_are_public_but_rate_limited_and_unknown_routes_stay_404_envelopes(
     let wrong_method = s.call("POST", "/openapi.json", Some(ADA_READ), None).await;
     assert_error(&wrong_method, 404, "not_found");
 }
+
+#[actix_rt::test]
+async fn the_document_says_what_the_server_does_at_the_edges() {
+    let s = TestServer::start().await;
+    let doc = document(&s).await;
+    for (id, _, _, op) in operations(&doc) {
+        assert!(op.get("parameters").is_none_or(Value::is_array), "{id}");
+        for p in op["parameters"].as_array().cloned().unwrap_or_default() {
+            match (p["in"].as_str(), p["name"].as_str()) {
+                // A larger limit is clamped, not refused: no maximum, and the clamp described.
+                (Some("query"), Some("limit")) => {
+                    assert_eq!(p["schema"]["type"], "integer", "{id}");
+                    assert_eq!(p["schema"]["minimum"], 1, "{id}");
+                    assert!(p["schema"].get("maximum").is_none(), "{id}: {p}");
+                    // int64 would bound it too: a limit beyond 64 bits is clamped as well.
+                    assert!(p["schema"].get("format").is_none(), "{id}: {p}");
+                    assert_eq!(p["schema"]["default"], 100, "{id}");
+                    assert!(p["description"].as_str().unwrap().contains("clamped to 500"), "{id}");
+                }
+                // An empty cursor is refused, and the schema says so.
+                (Some("query"), Some("cursor")) => {
+                    assert_eq!(p["schema"]["minLength"], 1, "{id}: {p}");
+                }
+                _ => {}
+            }
+        }
+    }
+    // ... and the server agrees on both.
+    for limit in ["501", "9223372036854775808", "99999999999999999999999"] {
+        let (status, page, _) = s.get(&format!("/sheets/11/rows?limit={limit}"), ADA_READ).await;
+        assert_eq!((status, page["data"].as_array().unwrap().len()), (200, 1), "{limit}");
+    }
+    assert_error(&s.get("/sheets/11/rows?cursor=", ADA_READ).await, 422, "validation_failed");
+    // `column_id` of a refused cell: an id, or the key as sent.
+    let column_id = &doc["components"]["schemas"]["CellProblem"]["properties"]["column_id"];
+    let types: Vec<&Value> =
+        column_id["anyOf"].as_array().unwrap().iter().map(|t| &t["type"]).collect();
+    assert_eq!(types, [&json!("integer"), &json!("string")], "{column_id}");
+    // Body integers are JSON Schema integers, which the server takes in any integral spelling.
+    let patch = &doc["components"]["schemas"]["RowPatch"]["properties"]["version"];
+    assert_eq!((&patch["type"], &patch["minimum"]), (&json!("integer"), &json!(1)), "{patch}");
+}

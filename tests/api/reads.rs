@@ -259,7 +259,12 @@ async fn every_validation_error_has_the_contract_body() {
         ("/sheets/abc", json!(["path", "sheet_id"])),
         ("/sheets/-1/rows", json!(["path", "sheet_id"])),
         ("/sheets/1.5/columns", json!(["path", "sheet_id"])),
+        ("/sheets/+10", json!(["path", "sheet_id"])),
+        ("/sheets/+10/rows", json!(["path", "sheet_id"])),
         ("/reports/x", json!(["path", "report_id"])),
+        ("/reports/+7", json!(["path", "report_id"])),
+        ("/sheets?cursor=", json!(["query", "cursor"])),
+        ("/sheets/10/rows?cursor=", json!(["query", "cursor"])),
     ] {
         let r = s.get(path, ADA_READ).await;
         assert_error(&r, 422, "validation_failed");
@@ -480,4 +485,124 @@ async fn a_torn_last_record_is_dropped_and_everything_before_it_is_served() {
     assert!(ids.contains(&1003), "the seed is intact: {ids:?}");
     let log = std::fs::read_to_string(&bin.log).unwrap();
     assert!(log.contains("torn_tail_dropped=true"), "start-up says what it dropped: {log}");
+}
+
+#[actix_rt::test]
+async fn a_path_id_with_a_sign_is_refused_like_a_fraction() {
+    let s = TestServer::start().await;
+    for path in ["/sheets/+10", "/sheets/1.5"] {
+        let r = s.get(path, ADA_READ).await;
+        assert_error(&r, 422, "validation_failed");
+        assert_eq!(r.1["detail"][0]["loc"], json!(["path", "sheet_id"]), "{path}");
+        assert_eq!(r.1["detail"][0]["type"], "int_parsing", "{path}");
+    }
+    let r = s
+        .call("PATCH", "/sheets/10/rows/+1003", Some(ADA_WRITE), Some(&json!({"version": 1})))
+        .await;
+    assert_eq!(r.1["detail"][0]["loc"], json!(["path", "row_id"]));
+    assert_eq!(s.get("/sheets/10", ADA_READ).await.0, 200, "digits alone still resolve");
+}
+
+#[actix_rt::test]
+async fn head_answers_every_get_route_as_get_without_a_body() {
+    let s = TestServer::start().await;
+    for (path, key) in [
+        ("/me", Some(ADA_READ)),
+        ("/sheets", Some(ADA_READ)),
+        ("/sheets/10?limit=2", Some(ADA_READ)),
+        ("/sheets/10/columns", Some(ADA_READ)),
+        ("/sheets/10/rows", Some(ADA_READ)),
+        ("/reports", Some(ADA_READ)),
+        ("/reports/7", Some(ADA_READ)),
+        ("/openapi.json", None),
+        ("/docs", None),
+    ] {
+        let url = format!("{}{path}", s.base);
+        let (get_status, _, get_headers) = s.raw("GET", &url, key, &[], None).await;
+        let (status, body, headers) = s.raw("HEAD", &url, key, &[], None).await;
+        assert_eq!((status, get_status), (200, 200), "HEAD {path}");
+        assert_eq!(body, Value::Null, "HEAD {path} has no body");
+        for h in ["x-request-id", "x-ratelimit-limit", "x-ratelimit-remaining", "content-type"] {
+            assert!(headers.get(h).is_some(), "HEAD {path}: {h}");
+        }
+        assert_eq!(headers.get("content-type"), get_headers.get("content-type"), "HEAD {path}");
+    }
+    // Errors keep their status and headers, without the body.
+    let url = format!("{}/sheets/99", s.base);
+    let (status, body, headers) = s.raw("HEAD", &url, Some(ADA_READ), &[], None).await;
+    assert_eq!((status, body), (404, Value::Null));
+    assert!(headers.get("x-request-id").is_some());
+    let (status, _, headers) = s.raw("HEAD", &format!("{}/me", s.base), None, &[], None).await;
+    assert_eq!(status, 401);
+    assert_eq!(headers.get("www-authenticate").unwrap(), "Bearer");
+    // Only GET routes: HEAD of a write is an unknown method, the usual 404.
+    let url = format!("{}/sheets/10/rows:bulkAdd", s.base);
+    assert_eq!(s.raw("HEAD", &url, Some(ADA_WRITE), &[], None).await.0, 404);
+    assert_eq!(s.raw("GET", &url, Some(ADA_WRITE), &[], None).await.0, 404);
+}
+
+/// Requests actix-http's own parser refuses before any service runs: `(what, request)`.
+fn unparseable(addr: std::net::SocketAddr) -> Vec<(&'static str, Vec<u8>)> {
+    let get = |target: String, extra: &str| {
+        format!("GET {target} HTTP/1.1\r\nHost: {addr}\r\n{extra}Connection: close\r\n\r\n")
+            .into_bytes()
+    };
+    let many_params: Vec<String> = (0..10_000).map(|i| format!("p{i}=1")).collect();
+    let many_headers: String = (0..1000).map(|i| format!("X-H{i}: 1\r\n")).collect();
+    vec![
+        ("a 64 KB URI", get(format!("/api/v1/me?q={}", "a".repeat(64 * 1024)), "")),
+        ("10,000 query parameters", get(format!("/api/v1/me?{}", many_params.join("&")), "")),
+        ("1,000 headers", get("/api/v1/me".into(), &many_headers)),
+        ("a control character in a header", get("/api/v1/me".into(), "X-Bad: a\u{1}b\r\n")),
+        (
+            "Content-Length and Transfer-Encoding",
+            format!(
+                "POST /api/v1/sheets/10/rows:bulkAdd HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 5\r\n\
+                 Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n"
+            )
+            .into_bytes(),
+        ),
+    ]
+}
+
+#[actix_rt::test]
+async fn requests_the_http_parser_refuses_get_a_bare_400_or_431() {
+    // actix-http answers these itself, before the service (and so the envelope) runs; the
+    // README says so. This pins what a client sees, so a framework change that lets the
+    // service shape them shows up here.
+    let s = TestServer::start().await;
+    let addr = s.running().addr;
+    for (what, request) in unparseable(addr) {
+        let (status, head, body) = http_bytes(addr, request).await;
+        let expected = if what == "1,000 headers" { 431 } else { 400 };
+        assert_eq!(status, expected, "{what}: {head}");
+        assert!(body.is_empty(), "{what}");
+    }
+    assert_eq!(s.get("/me", ADA_READ).await.0, 200, "the server keeps serving");
+}
+
+#[actix_rt::test]
+async fn requests_the_http_parser_refuses_are_not_logged_as_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bin, _) = Binary::seeded(dir.path()).await;
+    let addr: std::net::SocketAddr =
+        bin.base.trim_start_matches("http://").trim_end_matches("/api/v1").parse().unwrap();
+    for (what, request) in unparseable(addr) {
+        let (status, _, _) = http_bytes(addr, request).await;
+        assert!(status == 400 || status == 431, "{what}: {status}");
+    }
+    // A request through the service after them: once its line is logged, theirs would be too.
+    let (status, _, _) =
+        send("GET", &format!("{}/nope", bin.base), Some(ADA_READ), &[], None).await;
+    assert_eq!(status, 404);
+    let mut log = String::new();
+    for _ in 0..100 {
+        log = std::fs::read_to_string(&bin.log).unwrap();
+        if log.contains("route=<unmatched>") {
+            break;
+        }
+        actix_rt::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(log.contains("route=<unmatched>"), "{log}");
+    assert!(!log.contains("ERROR"), "{log}");
 }

@@ -150,7 +150,8 @@ async fn filters_of_every_operator() {
         ),
         (json!({"column": "Tags", "op": "contains", "value": "c"}), vec!["other"]),
         (json!({"column": "Owner", "op": "contains", "value": "Y.Z"}), vec!["other"]),
-        (json!({"column": "Status", "op": "in", "value": ["Open", "Gone"]}), vec!["child"]),
+        (json!({"column": "Status", "op": "in", "value": ["Open"]}), vec!["child"]),
+        (json!({"column": "Hours", "op": "eq", "value": "5.0"}), vec!["root"]),
         (json!({"column": "Hours", "op": "in", "value": [1, 8]}), vec!["grandchild", "other"]),
         (json!({"column": "Status", "op": "is_blank"}), vec!["grandchild"]),
         (json!({"column": "Due", "op": "not_blank"}), vec!["other"]),
@@ -186,6 +187,72 @@ async fn filters_of_every_operator() {
         assert_eq!(got, expected.iter().map(|t| json!(t)).collect::<Vec<_>>(), "filter {filter}");
         assert_eq!(d["totalMatched"], expected.len(), "filter {filter}");
         assert_eq!(d["scannedRows"], 5);
+    }
+}
+
+#[actix_rt::test]
+async fn datetime_operands_compare_as_instants_whatever_their_offset() {
+    // Saved reports come with the fixture; rows are written through the API.
+    let tests = [
+        ("eq", "2026-03-01T12:00:00+02:00"),
+        ("ne", "2026-03-01T12:00:00+02:00"),
+        ("gt", "2026-03-01T11:30:00+02:00"),
+        ("lt", "2026-03-01T11:00:00.5+01:00"),
+        ("gte", "2026-03-01T05:00:00.5-05:00"),
+        ("in", "2026-03-01T10:00:00+00:00"),
+    ];
+    let mut fx = fixture();
+    for (i, (op, value)) in tests.iter().enumerate() {
+        let value = if *op == "in" { json!([value]) } else { json!(value) };
+        fx["reports"].as_array_mut().unwrap().push(report(
+            60 + i as u64,
+            json!({"type": "row", "sources": [10], "columns": ["Task", "Seen"],
+                   "filter": {"column": "Seen", "op": op, "value": value}}),
+        ));
+    }
+    let s = TestServer::start_with(fx, |_| {}).await;
+    let (status, added, _) = s
+        .post(
+            "/sheets/10/rows:bulkAdd",
+            ADA_WRITE,
+            &json!({"rows": [
+                {"cells": {"100": "utc", "105": "2026-03-01T10:00:00Z"}},
+                {"cells": {"100": "new york", "105": "2026-03-01T05:00:00-05:00"}},
+                {"cells": {"100": "millis", "105": "2026-03-01T10:00:00.000Z"}},
+                {"cells": {"100": "half", "105": "2026-03-01T10:00:00.5Z"}}
+            ]}),
+        )
+        .await;
+    assert_eq!((status, &added["succeededCount"]), (200, &json!(4)), "{added}");
+    let stored: Vec<Value> = added["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["row"]["cells"]["105"].clone())
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            json!("2026-03-01T10:00:00Z"),
+            json!("2026-03-01T10:00:00Z"),
+            json!("2026-03-01T10:00:00.000Z"),
+            json!("2026-03-01T10:00:00.5Z")
+        ]
+    );
+    // Row 1003 holds 2026-02-01T01:00:00Z; rows 1000 to 1002 have no Seen.
+    let expected: [&[&str]; 6] = [
+        &["utc", "new york", "millis"],
+        &["root", "child", "grandchild", "other", "half"],
+        &["utc", "new york", "millis", "half"],
+        &["other", "utc", "new york", "millis"],
+        &["half"],
+        &["utc", "new york", "millis"],
+    ];
+    for (i, ((op, value), expected)) in tests.iter().zip(expected).enumerate() {
+        let d = data(&s, 60 + i as u64, ADA_READ).await;
+        let tasks: Vec<Value> = expected.iter().map(|t| json!(t)).collect();
+        assert_eq!(column(&d, "1"), tasks, "Seen {op} {value}");
+        assert_eq!(d["totalMatched"], expected.len(), "Seen {op} {value}");
     }
 }
 
@@ -494,7 +561,29 @@ async fn bad_definitions_are_422_with_detail_for_the_author() {
         (
             row(json!({"filter": {"column": "Hours", "op": "gt", "value": "abc"}})),
             json!({"path": "/filter/value", "op": "gt", "column": "Hours", "value": "abc",
-                   "reason": "it is a number column; compare it with numbers"}),
+                   "reason": "expected a number (a finite JSON number, or a string holding a \
+                              decimal such as \"12\", \"-3.5\" or \"1e3\"), got the string \"abc\""}),
+        ),
+        // Operands are coerced as cells are: no trimming, only the column's options.
+        (
+            row(json!({"filter": {"column": "Hours", "op": "eq", "value": " 5"}})),
+            json!({"path": "/filter/value", "op": "eq", "column": "Hours", "value": " 5",
+                   "reason": "expected a number (a finite JSON number, or a string holding a \
+                              decimal such as \"12\", \"-3.5\" or \"1e3\"), got the string \" 5\""}),
+        ),
+        (
+            row(json!({"filter": {"column": "Status", "op": "in", "value": ["Open", "Gone"]}})),
+            json!({"path": "/filter/value", "op": "in", "column": "Status", "value": ["Open", "Gone"],
+                   "reason": "item 1: expected one of the column's options [\"Open\", \"Done\"] \
+                              (as a string), got the string \"Gone\""}),
+        ),
+        (
+            row(json!({"filter": {"column": "Seen", "op": "eq", "value": "2026-03-01T12:00:00"}})),
+            json!({"path": "/filter/value", "op": "eq", "column": "Seen", "value": "2026-03-01T12:00:00",
+                   "reason": "expected an RFC 3339 date-time with an offset, e.g. \
+                              \"2026-01-02T03:04:05Z\" or \"2026-01-02T03:04:05.120+01:00\", got the \
+                              string \"2026-03-01T12:00:00\" (not of the form YYYY-MM-DDTHH:MM:SS[.fraction] \
+                              followed by Z or ±hh:mm)"}),
         ),
         (
             row(json!({"filter": {"column": "Status", "op": "in", "value": "Done"}})),

@@ -327,3 +327,168 @@ async fn a_write_the_log_refused_is_never_revealed() {
     let (status, sheet, _) = s.get("/sheets/11", ADA_READ).await;
     assert_eq!((status, &sheet["rowCount"]), (200, &json!(1)), "{sheet}");
 }
+
+/// `(loc, type)` of the one problem of a 422 validation body.
+fn problem(r: &Reply) -> (Value, Value) {
+    (r.1["detail"][0]["loc"].clone(), r.1["detail"][0]["type"].clone())
+}
+
+#[actix_rt::test]
+async fn a_body_is_one_json_document_sent_as_application_json() {
+    let s = TestServer::start().await;
+    let url = format!("{}/sheets/10/rows:bulkAdd", s.base);
+    let count = || async { s.get("/sheets/10", ADA_READ).await.1["rowCount"].clone() };
+    let before = count().await;
+    // Trailing garbage or a second document: not JSON, nothing written.
+    for body in [r#"{"rows":[{}]} xyz"#, r#"{"rows":[{}]}{"rows":[{}]}"#, r#"{"rows":[{}]}]"#] {
+        let r = s.raw("POST", &url, Some(ADA_WRITE), &[], Some(body.into())).await;
+        assert_error(&r, 422, "validation_failed");
+        assert_eq!(problem(&r), (json!(["body"]), json!("json_invalid")), "{body}");
+    }
+    // Anything but application/json (a charset other than utf-8 too), nothing written.
+    for content_type in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/jsonx",
+        "application/json; charset=iso-8859-1",
+    ] {
+        let headers = [("Content-Type", content_type)];
+        let r = s
+            .raw("POST", &url, Some(ADA_WRITE), &headers, Some(br#"{"rows":[{}]}"#.to_vec()))
+            .await;
+        assert_error(&r, 422, "validation_failed");
+        assert_eq!(
+            problem(&r),
+            (json!(["header", "Content-Type"]), json!("value_error")),
+            "{content_type}"
+        );
+    }
+    let patch = format!("{}/sheets/10/rows/1003", s.base);
+    let r = s
+        .raw(
+            "PATCH",
+            &patch,
+            Some(ADA_WRITE),
+            &[("Content-Type", "text/plain")],
+            Some(br#"{"version":1}"#.to_vec()),
+        )
+        .await;
+    assert_eq!(problem(&r), (json!(["header", "Content-Type"]), json!("value_error")));
+    // No Content-Type at all (no HTTP client library leaves it out on its own).
+    let addr = s.running().addr;
+    let body = br#"{"rows":[{}]}"#;
+    let request = format!(
+        "POST /api/v1/sheets/10/rows:bulkAdd HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {ADA_WRITE}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let (status, head, answer) = http_bytes(addr, [request.as_bytes(), body].concat()).await;
+    assert_eq!(status, 422, "{head}");
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(answer["errorCode"], "validation_failed");
+    assert_eq!(answer["detail"][0]["loc"], json!(["header", "Content-Type"]));
+    assert_eq!(answer["detail"][0]["type"], "missing");
+    // The admin side reads its bodies the same way.
+    let r = s
+        .raw(
+            "POST",
+            &format!("{}/import", s.admin),
+            Some(ADMIN_TOKEN),
+            &[("Content-Type", "text/plain")],
+            Some(b"{}".to_vec()),
+        )
+        .await;
+    assert_eq!(problem(&r), (json!(["header", "Content-Type"]), json!("value_error")));
+    assert_eq!(count().await, before, "nothing was written");
+    // Parameters and case are JSON still; trailing whitespace is no second document.
+    for content_type in
+        ["application/json; charset=utf-8", "Application/JSON", "application/json;charset=UTF-8"]
+    {
+        let headers = [("Content-Type", content_type)];
+        let r = s
+            .raw("POST", &url, Some(ADA_WRITE), &headers, Some(b"{\"rows\":[{}]}\n \t".to_vec()))
+            .await;
+        assert_eq!((r.0, &r.1["succeededCount"]), (200, &json!(1)), "{content_type}: {}", r.1);
+    }
+}
+
+#[actix_rt::test]
+async fn integer_fields_take_any_integral_json_number() {
+    let s = TestServer::start().await;
+    // 1.0 and 1e0 are the integer 1, as JSON Schema's `integer` says.
+    let (status, row, _) = s
+        .call(
+            "PATCH",
+            "/sheets/10/rows/1003",
+            Some(ADA_WRITE),
+            Some(&json!({"version": 1.0, "cells": {"100": "a"}})),
+        )
+        .await;
+    assert_eq!((status, &row["version"]), (200, &json!(2)), "{row}");
+    let raw = br#"{"rows": [{"id": 1003.0, "version": 2e0, "cells": {"100": "b"}}]}"#.to_vec();
+    let r = s
+        .raw(
+            "POST",
+            &format!("{}/sheets/10/rows:bulkUpdate", s.base),
+            Some(ADA_WRITE),
+            &[],
+            Some(raw),
+        )
+        .await;
+    assert_eq!(r.0, 200, "{}", r.1);
+    assert_eq!(r.1["results"][0]["status"], "succeeded", "{}", r.1);
+    assert_eq!(r.1["results"][0]["row"]["version"], 3);
+    // A fraction or a sign is still refused, where it is.
+    for (body, loc, kind) in [
+        (json!({"version": 3.5}), json!(["body", "version"]), "type_error"),
+        (json!({"version": -3.0}), json!(["body", "version"]), "value_error"),
+        (json!({"version": "3"}), json!(["body", "version"]), "type_error"),
+    ] {
+        let r = s.call("PATCH", "/sheets/10/rows/1003", Some(ADA_WRITE), Some(&body)).await;
+        assert_error(&r, 422, "validation_failed");
+        assert_eq!(problem(&r), (loc, json!(kind)), "{body}");
+    }
+    let r = s
+        .post(
+            "/sheets/10/rows:bulkUpdate",
+            ADA_WRITE,
+            &json!({"rows": [{"id": 1003.5, "version": 3}]}),
+        )
+        .await;
+    assert_eq!(problem(&r), (json!(["body", "rows", 0, "id"]), json!("type_error")));
+}
+
+#[actix_rt::test]
+async fn a_cell_key_that_is_no_column_id_is_named_as_sent() {
+    let s = TestServer::start().await;
+    let (status, res, _) = s
+        .post(
+            "/sheets/10/rows:bulkAdd",
+            ADA_WRITE,
+            &json!({"rows": [{"cells": {"abc": 1}}, {"cells": {"+101": "Open"}}, {"cells": {"999": 1}}]}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let column_ids: Vec<Value> = res["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["error"]["detail"]["column_id"].clone())
+        .collect();
+    assert_eq!(column_ids, [json!("abc"), json!("+101"), json!(999)]);
+    for r in res["results"].as_array().unwrap() {
+        assert_eq!(r["error"]["errorCode"], "validation_failed");
+        assert!(r["error"]["detail"]["reason"].as_str().unwrap().starts_with("no column with id"));
+    }
+    let r = s
+        .call(
+            "PATCH",
+            "/sheets/10/rows/1003",
+            Some(ADA_WRITE),
+            Some(&json!({"version": 1, "cells": {"0101": "x"}})),
+        )
+        .await;
+    assert_error(&r, 422, "validation_failed");
+    assert_eq!(r.1["detail"]["column_id"], "0101");
+}

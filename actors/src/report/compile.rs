@@ -19,12 +19,20 @@
 //!   else `text`. `count`, `sum` and `avg` are `number`; `min` and `max` take their column's
 //!   type (the least of a date column is a date).
 //! - `sum` and `avg` need a `number` column in every readable source that has it.
-//! - Filter operands are normalized to the column's type when the readable sources agree on
-//!   it: a numeric string becomes a number for a `number` column, `"true"`/`"false"` a boolean
-//!   for a `checkbox`, a number or boolean a string for the text-like types. An operand that
-//!   cannot match the type (`"abc"` against a number column, `contains` on a number column,
-//!   ordering a checkbox or a list) is refused. When the sources disagree on the type the
-//!   operand is used as written.
+//! - Filter operands are coerced exactly as a cell of their column is (decisions §3, through
+//!   [`coerce_operand`]) when the readable sources agree on the column's type: `"5.0"` becomes
+//!   the number `5.0` for a `number` column, `"true"` the boolean for a `checkbox`, a datetime
+//!   with an offset its UTC form, a lone option a list of one for a `multi_select`. A column
+//!   that several sources have is coerced against each until one accepts (their option lists
+//!   may differ). Each item of an `in` list is such an operand. An operand a cell of the column
+//!   could not hold (`"abc"` or `" 2.5 "` against a number, an option the column lacks, an
+//!   impossible date) is refused, naming the column, the operator and the reason.
+//! - `contains` takes a fragment, not a value: on text-like columns it is used as written (a
+//!   contact `contains "example.com"`), on a `multi_select` it must be one of the options. It is
+//!   refused on `number` and `checkbox` columns; ordering (`gt`, `gte`, `lt`, `lte`) is refused
+//!   on `checkbox` and `multi_select` columns.
+//! - A `datetime` test compares instants, not text ([`Predicate::Test::instants`]).
+//! - When the sources disagree on the type the operand is used as written.
 //! - Row reports may sort by any column of the sources; summary reports sort by their output
 //!   columns (a `groupBy` column or an aggregate such as `sum(Hours)`).
 
@@ -33,6 +41,7 @@ use serde_json::{json, Value};
 use super::compile_error;
 use super::definition::{AggFn, Condition, Definition, Direction, Filter, Named, Op, ReportType};
 use super::run::Source;
+use crate::coerce::coerce_operand;
 use crate::error::Result;
 use crate::model::{Column, ColumnId, ColumnType};
 
@@ -77,10 +86,14 @@ pub enum Predicate {
         field: usize,
         /// The operator.
         op: Op,
-        /// The operand, normalized to the column's type.
+        /// The operand, coerced as a cell of the column (module docs).
         operand: Value,
         /// `contains`: the operand lower-cased (empty otherwise).
         needle: String,
+        /// Compare strings as stored datetimes, by the instants they denote (a `datetime`
+        /// column): their fractions of a second are kept as sent, so their text can differ for
+        /// one instant and misorder two.
+        instants: bool,
     },
 }
 
@@ -134,7 +147,7 @@ struct Fields<'s> {
     names: Vec<String>,
 }
 
-impl Fields<'_> {
+impl<'s> Fields<'s> {
     /// The field of a named column; refused when no readable source has it.
     fn field(&mut self, named: &Named) -> Result<usize> {
         if !self.sources.is_empty() && !self.sources.iter().any(|s| find(s, &named.name).is_some())
@@ -159,6 +172,11 @@ impl Fields<'_> {
         let mut types = self.sources.iter().filter_map(|s| find(s, name)).map(|c| c.ty);
         let first = types.next()?;
         types.all(|t| t == first).then_some(first)
+    }
+
+    /// The columns named `name` in the readable sources having it.
+    fn columns<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'s Column> + 'a {
+        self.sources.iter().filter_map(move |s| find(s, name))
     }
 
     /// The output type of a column (`text` when the sources disagree).
@@ -281,18 +299,27 @@ fn predicate(filter: &Filter, fields: &mut Fields<'_>) -> Result<Predicate> {
         }
         Filter::Leaf(cond) => {
             let field = fields.field(&cond.column)?;
-            let operand = normalize(cond, fields.agreed_type(&cond.column.name))?;
+            let ty = fields.agreed_type(&cond.column.name);
+            let operand = match ty {
+                Some(ty) => {
+                    operand(cond, ty, &fields.columns(&cond.column.name).collect::<Vec<_>>())?
+                }
+                None => cond.value.clone(),
+            };
             let needle = match (cond.op, &operand) {
                 (Op::Contains, Value::String(s)) => s.to_lowercase(),
                 _ => String::new(),
             };
-            Predicate::Test { field, op: cond.op, operand, needle }
+            let instants = ty == Some(ColumnType::Datetime);
+            Predicate::Test { field, op: cond.op, operand, needle, instants }
         }
     })
 }
 
-/// Normalize a leaf's operand to the column's type (module docs); refuse one that cannot match.
-fn normalize(cond: &Condition, ty: Option<ColumnType>) -> Result<Value> {
+/// A leaf's operand for a column of type `ty` (`columns`: that column in each readable source
+/// having it), coerced as a cell of the column; refused when the operator does not apply to the
+/// type or the operand cannot be such a cell (module docs).
+fn operand(cond: &Condition, ty: ColumnType, columns: &[&Column]) -> Result<Value> {
     let refuse = |reason: String| {
         compile_error(
             format!(
@@ -303,65 +330,45 @@ fn normalize(cond: &Condition, ty: Option<ColumnType>) -> Result<Value> {
                    "column": cond.column.name, "value": cond.value, "reason": reason}),
         )
     };
-    let Some(ty) = ty else { return Ok(cond.value.clone()) };
-    if matches!(cond.op, Op::IsBlank | Op::NotBlank) {
-        return Ok(Value::Null);
-    }
-    // Apply `one` to the operand, or to each item of an `in` list.
-    let each = |one: &dyn Fn(&Value) -> Option<Value>| -> Option<Value> {
-        match (&cond.op, &cond.value) {
-            (Op::In, Value::Array(items)) => {
-                items.iter().map(one).collect::<Option<Vec<_>>>().map(Value::Array)
+    // Coerced against each source's column until one accepts; else the first refusal.
+    let coerce = |raw: &Value| -> std::result::Result<Value, String> {
+        let mut first = None;
+        for column in columns {
+            match coerce_operand(column, raw) {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    first.get_or_insert(e.reason);
+                }
             }
-            (_, v) => one(v),
         }
+        Err(first.unwrap_or_else(|| "no readable source has this column".to_owned()))
     };
-    match ty {
-        ColumnType::Number => {
-            if cond.op == Op::Contains {
-                return Err(refuse("`contains` applies to text and list columns".into()));
+    let not_for = |what: &str| refuse(format!("`{}` does not apply to {what}", cond.op.as_str()));
+    match cond.op {
+        Op::IsBlank | Op::NotBlank => Ok(Value::Null),
+        Op::Contains => match ty {
+            ColumnType::Number => Err(not_for("a number column")),
+            ColumnType::Checkbox => Err(not_for("a checkbox")),
+            // One option, which a list cell contains.
+            ColumnType::MultiSelect => {
+                coerce(&cond.value).map(|_| cond.value.clone()).map_err(refuse)
             }
-            let as_number = |v: &Value| match v {
-                Value::Number(_) => Some(v.clone()),
-                Value::String(s) => s
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|x| x.is_finite())
-                    .and_then(serde_json::Number::from_f64)
-                    .map(Value::Number),
-                _ => None,
-            };
-            each(&as_number)
-                .ok_or_else(|| refuse("it is a number column; compare it with numbers".into()))
-        }
-        ColumnType::Checkbox => {
-            if cond.op.is_ordering() || cond.op == Op::Contains {
-                return Err(refuse(format!("`{}` does not apply to a checkbox", cond.op.as_str())));
-            }
-            let as_bool = |v: &Value| match v {
-                Value::Bool(_) => Some(v.clone()),
-                Value::String(s) if s == "true" => Some(Value::Bool(true)),
-                Value::String(s) if s == "false" => Some(Value::Bool(false)),
-                _ => None,
-            };
-            each(&as_bool)
-                .ok_or_else(|| refuse("it is a checkbox; compare it with true or false".into()))
-        }
-        ColumnType::MultiSelect => {
-            if cond.op.is_ordering() {
-                return Err(refuse(format!("`{}` does not apply to a list", cond.op.as_str())));
-            }
-            Ok(cond.value.clone())
-        }
-        _ => {
-            let as_text = |v: &Value| match v {
-                Value::Number(n) => Some(Value::String(n.to_string())),
-                Value::Bool(b) => Some(Value::String(b.to_string())),
-                v => Some(v.clone()),
-            };
-            Ok(each(&as_text).unwrap_or_else(|| cond.value.clone()))
-        }
+            _ => Ok(cond.value.clone()),
+        },
+        op if op.is_ordering() && ty == ColumnType::Checkbox => Err(not_for("a checkbox")),
+        op if op.is_ordering() && ty == ColumnType::MultiSelect => Err(not_for("a list")),
+        Op::In => match &cond.value {
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    coerce(item).map_err(|reason| refuse(format!("item {i}: {reason}")))
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(Value::Array),
+            other => coerce(other).map_err(refuse),
+        },
+        _ => coerce(&cond.value).map_err(refuse),
     }
 }
 
@@ -387,7 +394,15 @@ mod tests {
                     name: (*name).into(),
                     ty: *ty,
                     position: i as i64,
-                    options: None,
+                    // Sheet 11 has one more status than sheet 10.
+                    options: match (ty, sheet_id) {
+                        (ColumnType::Dropdown, 10) => Some(vec!["Open".into(), "Done".into()]),
+                        (ColumnType::Dropdown, _) => {
+                            Some(vec!["Open".into(), "Done".into(), "Blocked".into()])
+                        }
+                        (ColumnType::MultiSelect, _) => Some(vec!["a".into(), "b".into()]),
+                        _ => None,
+                    },
                     primary: false,
                 })
                 .collect(),
@@ -405,6 +420,7 @@ mod tests {
                     (102, "Hours", ColumnType::Number),
                     (103, "Billable", ColumnType::Checkbox),
                     (107, "Tags", ColumnType::MultiSelect),
+                    (108, "Seen", ColumnType::Datetime),
                     (109, "Code", ColumnType::Number),
                 ],
             ),
@@ -559,48 +575,93 @@ mod tests {
         assert!(plan(json!({"type": "summary", "sources": [10, 11], "aggregates": [{"fn": "max", "column": "Code"}]})).is_ok());
     }
 
+    fn test_of(filter: Value) -> Predicate {
+        plan(row_with(filter)).unwrap().filter.unwrap()
+    }
+
     fn operand(filter: Value) -> Value {
-        match plan(row_with(filter)).unwrap().filter {
-            Some(Predicate::Test { operand, .. }) => operand,
+        match test_of(filter) {
+            Predicate::Test { operand, .. } => operand,
             other => panic!("{other:?}"),
         }
     }
 
     #[test]
-    fn operands_are_normalized_to_the_column_type() {
-        assert_eq!(operand(json!({"column": "Hours", "op": "gt", "value": " 2.5 "})), json!(2.5));
+    fn operands_are_coerced_as_cells_of_their_column() {
+        assert_eq!(operand(json!({"column": "Hours", "op": "gt", "value": "2.5"})), json!(2.5));
         assert_eq!(
-            operand(json!({"column": "Hours", "op": "in", "value": ["1", 2]})),
-            json!([1.0, 2])
+            operand(json!({"column": "Hours", "op": "in", "value": ["1", 2.0, "3e0"]})),
+            json!([1, 2.0, 3.0])
         );
         assert_eq!(
             operand(json!({"column": "Billable", "op": "eq", "value": "true"})),
             json!(true)
         );
         assert_eq!(operand(json!({"column": "Task", "op": "eq", "value": 5})), json!("5"));
+        assert_eq!(operand(json!({"column": "Tags", "op": "eq", "value": "a"})), json!(["a"]));
+        assert_eq!(operand(json!({"column": "Tags", "op": "contains", "value": "b"})), json!("b"));
         assert_eq!(
-            operand(json!({"column": "Code", "op": "eq", "value": 5})),
-            json!(5),
-            "types disagree"
+            operand(json!({"column": "Status", "op": "in", "value": ["Done", "Blocked"]})),
+            json!(["Done", "Blocked"]),
+            "an option of any readable source having the column"
         );
-        match plan(row_with(json!({"column": "Task", "op": "contains", "value": "ÀB"})))
-            .unwrap()
-            .filter
+        assert_eq!(
+            operand(json!({"column": "Code", "op": "eq", "value": " 5"})),
+            json!(" 5"),
+            "types disagree: as written"
+        );
+        match test_of(json!({"column": "Seen", "op": "lt", "value": "2026-03-01T12:00:00.5+02:00"}))
         {
-            Some(Predicate::Test { needle, .. }) => assert_eq!(needle, "àb"),
+            Predicate::Test { operand, instants, .. } => {
+                assert_eq!(operand, json!("2026-03-01T10:00:00.5Z"));
+                assert!(instants, "datetimes compare as instants");
+            }
             other => panic!("{other:?}"),
         }
-        for (filter, op) in [
-            (json!({"column": "Hours", "op": "eq", "value": "abc"}), "eq"),
-            (json!({"column": "Hours", "op": "in", "value": [1, "x"]}), "in"),
-            (json!({"column": "Hours", "op": "contains", "value": "1"}), "contains"),
-            (json!({"column": "Billable", "op": "gt", "value": 1}), "gt"),
-            (json!({"column": "Billable", "op": "eq", "value": "yes"}), "eq"),
-            (json!({"column": "Tags", "op": "lt", "value": "a"}), "lt"),
+        match test_of(json!({"column": "Task", "op": "contains", "value": "ÀB"})) {
+            Predicate::Test { needle, instants, .. } => {
+                assert_eq!(needle, "àb");
+                assert!(!instants);
+            }
+            other => panic!("{other:?}"),
+        }
+        for (filter, op, reason) in [
+            (json!({"column": "Hours", "op": "eq", "value": "abc"}), "eq", "expected a number"),
+            (json!({"column": "Hours", "op": "gt", "value": " 2.5 "}), "gt", "expected a number"),
+            (
+                json!({"column": "Hours", "op": "in", "value": [1, "x"]}),
+                "in",
+                "item 1: expected a number",
+            ),
+            (
+                json!({"column": "Hours", "op": "contains", "value": "1"}),
+                "contains",
+                "a number column",
+            ),
+            (json!({"column": "Billable", "op": "gt", "value": 1}), "gt", "a checkbox"),
+            (
+                json!({"column": "Billable", "op": "eq", "value": "yes"}),
+                "eq",
+                "expected a checkbox",
+            ),
+            (json!({"column": "Tags", "op": "lt", "value": "a"}), "lt", "a list"),
+            (json!({"column": "Tags", "op": "eq", "value": ["a", "a"]}), "eq", "distinct"),
+            (json!({"column": "Tags", "op": "contains", "value": "A"}), "contains", "options"),
+            (json!({"column": "Status", "op": "eq", "value": "done"}), "eq", "options"),
+            (json!({"column": "Status", "op": "in", "value": ["Open", "Gone"]}), "in", "item 1"),
+            (json!({"column": "Seen", "op": "eq", "value": "2026-03-01T12:00:00"}), "eq", "offset"),
+            (
+                json!({"column": "Seen", "op": "gt", "value": "2026-02-30T00:00:00Z"}),
+                "gt",
+                "calendar",
+            ),
         ] {
             let d = error(row_with(filter.clone()));
             assert_eq!(d["op"], op, "{filter}");
             assert_eq!(d["path"], "/filter/value");
+            assert_eq!(d["value"], filter["value"]);
+            let got = d["reason"].as_str().unwrap();
+            assert!(got.contains(reason), "{filter}: {got}");
         }
     }
 }

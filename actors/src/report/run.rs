@@ -12,8 +12,11 @@
 //!
 //! - **Blank** is a missing cell, `null`, `""` or `[]`. `is_blank` matches it; `eq`, `in` and
 //!   the ordering operators never do; `ne` always does (it is the negation of `eq`).
-//! - Numbers compare numerically; strings (text, dates, datetimes, options, contacts) compare
-//!   by their characters (case-sensitive), which orders ISO dates and UTC datetimes by time.
+//! - Filter operands arrive coerced as cells of their column ([`super::compile`]), so a
+//!   filter compares stored forms. Numbers compare numerically; strings (text, dates, options,
+//!   contacts) by their characters (case-sensitive), which orders ISO dates by time. In a
+//!   filter on a `datetime` column strings compare as the instants they denote
+//!   ([`cmp_stored_datetimes`]): the stored UTC form keeps the fraction of a second as sent.
 //! - A comparison between different kinds (a number against a string) is not a match.
 //! - `contains` is a case-insensitive substring test on a string cell, and an exact membership
 //!   test on a list cell (`multi_select`). `in` matches a cell equal to any listed value.
@@ -49,6 +52,7 @@ use serde_json::Value;
 
 use super::compile::{Mode, OutputColumn, Plan, Predicate, Shape};
 use super::definition::{AggFn, Direction, Op};
+use crate::coerce::cmp_stored_datetimes;
 use crate::model::{Column, ColumnId, Row, RowId, SheetId};
 
 /// One readable source: a copy of a sheet's columns and rows.
@@ -255,26 +259,43 @@ fn string_set(l: &[Value]) -> Vec<&str> {
     v
 }
 
+/// Order a cell and an operand for a filter: numbers numerically, strings by text or, with
+/// `instants`, as stored datetimes by the instants they denote. `None` for other pairs.
+fn compare(cell: CellRef<'_>, operand: CellRef<'_>, instants: bool) -> Option<Ordering> {
+    match (cell, operand) {
+        (CellRef::Num(a), CellRef::Num(b)) => a.partial_cmp(&b),
+        (CellRef::Str(a), CellRef::Str(b)) if instants => {
+            Some(cmp_stored_datetimes(a, b).unwrap_or_else(|| a.cmp(b)))
+        }
+        (CellRef::Str(a), CellRef::Str(b)) => Some(a.cmp(b)),
+        _ => None,
+    }
+}
+
 /// `eq` between a cell and an operand (module docs).
-fn equals(cell: CellRef<'_>, operand: CellRef<'_>) -> bool {
+fn equals(cell: CellRef<'_>, operand: CellRef<'_>, instants: bool) -> bool {
     match (cell, operand) {
         (CellRef::Blank, _) | (_, CellRef::Blank) => false,
         (CellRef::List(items), CellRef::Str(s)) => items.len() == 1 && items[0].as_str() == Some(s),
         (CellRef::List(a), CellRef::List(b)) => string_set(a) == string_set(b),
+        (a @ CellRef::Str(_), b @ CellRef::Str(_)) => {
+            compare(a, b, instants).is_some_and(Ordering::is_eq)
+        }
         (a, b) => a.total_cmp(b).is_eq(),
     }
 }
 
-/// Whether `cell` passes `op` with `operand` (`needle`: the lower-cased operand of `contains`).
-pub fn test(cell: CellRef<'_>, op: Op, operand: &Value, needle: &str) -> bool {
+/// Whether `cell` passes `op` with `operand` (`needle`: the lower-cased operand of `contains`;
+/// `instants`: strings are datetimes, compared by instant).
+pub fn test(cell: CellRef<'_>, op: Op, operand: &Value, needle: &str, instants: bool) -> bool {
     match op {
         Op::IsBlank => cell.is_blank(),
         Op::NotBlank => !cell.is_blank(),
-        Op::Eq => equals(cell, CellRef::of(operand)),
-        Op::Ne => !equals(cell, CellRef::of(operand)),
-        Op::In => {
-            operand.as_array().is_some_and(|l| l.iter().any(|v| equals(cell, CellRef::of(v))))
-        }
+        Op::Eq => equals(cell, CellRef::of(operand), instants),
+        Op::Ne => !equals(cell, CellRef::of(operand), instants),
+        Op::In => operand
+            .as_array()
+            .is_some_and(|l| l.iter().any(|v| equals(cell, CellRef::of(v), instants))),
         Op::Contains => match cell {
             CellRef::Str(s) => {
                 if s.is_ascii() && needle.is_ascii() {
@@ -292,19 +313,13 @@ pub fn test(cell: CellRef<'_>, op: Op, operand: &Value, needle: &str) -> bool {
             }
             _ => false,
         },
-        Op::Gt | Op::Gte | Op::Lt | Op::Lte => {
-            let ord = match (cell, CellRef::of(operand)) {
-                (CellRef::Num(a), CellRef::Num(b)) => a.partial_cmp(&b),
-                (CellRef::Str(a), CellRef::Str(b)) => Some(a.cmp(b)),
-                _ => None,
-            };
-            ord.is_some_and(|o| match op {
+        Op::Gt | Op::Gte | Op::Lt | Op::Lte => compare(cell, CellRef::of(operand), instants)
+            .is_some_and(|o| match op {
                 Op::Gt => o.is_gt(),
                 Op::Gte => o.is_ge(),
                 Op::Lt => o.is_lt(),
                 _ => o.is_le(),
-            })
-        }
+            }),
     }
 }
 
@@ -323,8 +338,8 @@ impl Predicate {
         match self {
             Predicate::All(parts) => parts.iter().all(|p| p.matches(read)),
             Predicate::Any(parts) => parts.iter().any(|p| p.matches(read)),
-            Predicate::Test { field, op, operand, needle } => {
-                test(CellRef::of(read(*field)), *op, operand, needle)
+            Predicate::Test { field, op, operand, needle, instants } => {
+                test(CellRef::of(read(*field)), *op, operand, needle, *instants)
             }
         }
     }
@@ -550,7 +565,13 @@ mod tests {
     use crate::report::definition::parse;
 
     fn col(id: ColumnId, sheet_id: SheetId, name: &str, ty: ColumnType, position: i64) -> Column {
-        Column { id, sheet_id, name: name.into(), ty, position, options: None, primary: false }
+        let options: Option<&[&str]> = match ty {
+            ColumnType::Dropdown => Some(&["Open", "Done"]),
+            ColumnType::MultiSelect => Some(&["a", "b", "c"]),
+            _ => None,
+        };
+        let options = options.map(|o| o.iter().map(|s| (*s).to_owned()).collect());
+        Column { id, sheet_id, name: name.into(), ty, position, options, primary: false }
     }
 
     fn row(id: RowId, sheet_id: SheetId, cells: Value) -> Row {
@@ -682,11 +703,6 @@ mod tests {
             filtered("Status", "eq", json!("Done")),
             [json!("root"), json!("other"), json!("stock")]
         );
-        assert_eq!(
-            filtered("Status", "eq", json!("done")),
-            Vec::<Value>::new(),
-            "eq is case-sensitive"
-        );
         assert_eq!(filtered("Status", "ne", json!("Done")), [json!("child"), json!("grandchild")]);
         assert_eq!(filtered("Hours", "gt", json!(3)), [json!("root"), json!("other")]);
         assert_eq!(
@@ -716,14 +732,9 @@ mod tests {
         );
         assert_eq!(filtered("Task", "contains", json!("")), tasks(json!({})), "empty needle");
         assert_eq!(filtered("Tags", "contains", json!("c")), [json!("other")]);
-        assert_eq!(
-            filtered("Tags", "contains", json!("C")),
-            Vec::<Value>::new(),
-            "options are exact"
-        );
         assert_eq!(filtered("Tags", "eq", json!(["c", "a"])), [json!("other")]);
         assert_eq!(filtered("Tags", "eq", json!("a")), Vec::<Value>::new());
-        assert_eq!(filtered("Status", "in", json!(["Open", "Nope"])), [json!("child")]);
+        assert_eq!(filtered("Status", "in", json!(["Open"])), [json!("child")]);
         assert_eq!(filtered("Hours", "in", json!([1, 3])), [json!("grandchild"), json!("stock")]);
         assert_eq!(filtered("Hours", "in", json!([])), Vec::<Value>::new());
         assert_eq!(filtered("Status", "is_blank", Value::Null), [json!("grandchild")]);
@@ -749,19 +760,45 @@ mod tests {
         ];
         for v in &blank {
             assert!(CellRef::of(v).is_blank(), "{v}");
-            assert!(!test(CellRef::of(v), Op::Eq, &json!(""), ""), "eq never matches a blank: {v}");
-            assert!(test(CellRef::of(v), Op::Ne, &json!("x"), ""), "{v}");
+            assert!(
+                !test(CellRef::of(v), Op::Eq, &json!(""), "", false),
+                "eq never matches a blank: {v}"
+            );
+            assert!(test(CellRef::of(v), Op::Ne, &json!("x"), "", false), "{v}");
         }
-        assert!(test(CellRef::of(&json!({"formula": "=1+1", "value": 2})), Op::Eq, &json!(2), ""));
-        assert!(test(CellRef::of(&json!(2.0)), Op::Eq, &json!(2), ""), "2.0 == 2");
-        assert!(test(CellRef::of(&json!(-0.0)), Op::Eq, &json!(0), ""));
-        assert!(!test(CellRef::of(&json!("5")), Op::Eq, &json!(5), ""), "kinds differ");
-        assert!(!test(CellRef::of(&json!("5")), Op::Gt, &json!(4), ""), "kinds never order");
-        assert!(!test(CellRef::of(&json!("Straße")), Op::Contains, &json!("STRASSE"), "strasse"));
-        assert!(test(CellRef::of(&json!("ÉTÉ")), Op::Contains, &json!("été"), "été"));
-        assert!(test(CellRef::of(&json!("b")), Op::Gt, &json!("a"), ""));
-        assert!(test(CellRef::of(&json!(true)), Op::Eq, &json!(true), ""));
-        assert!(test(CellRef::of(&json!(false)), Op::In, &json!([1, false]), ""));
+        assert!(test(
+            CellRef::of(&json!({"formula": "=1+1", "value": 2})),
+            Op::Eq,
+            &json!(2),
+            "",
+            false
+        ));
+        assert!(test(CellRef::of(&json!(2.0)), Op::Eq, &json!(2), "", false), "2.0 == 2");
+        assert!(test(CellRef::of(&json!(-0.0)), Op::Eq, &json!(0), "", false));
+        assert!(!test(CellRef::of(&json!("5")), Op::Eq, &json!(5), "", false), "kinds differ");
+        assert!(!test(CellRef::of(&json!("5")), Op::Gt, &json!(4), "", false), "kinds never order");
+        assert!(!test(
+            CellRef::of(&json!("Straße")),
+            Op::Contains,
+            &json!("STRASSE"),
+            "strasse",
+            false
+        ));
+        assert!(test(CellRef::of(&json!("ÉTÉ")), Op::Contains, &json!("été"), "été", false));
+        assert!(test(CellRef::of(&json!("b")), Op::Gt, &json!("a"), "", false));
+        assert!(test(CellRef::of(&json!(true)), Op::Eq, &json!(true), "", false));
+        assert!(test(CellRef::of(&json!(false)), Op::In, &json!([1, false]), "", false));
+        // Stored datetimes keep the fraction as sent: one instant, several texts.
+        let (whole, zeros, half) = (
+            json!("2026-03-01T10:00:00Z"),
+            json!("2026-03-01T10:00:00.000Z"),
+            json!("2026-03-01T10:00:00.5Z"),
+        );
+        assert!(test(CellRef::of(&whole), Op::Eq, &zeros, "", true));
+        assert!(!test(CellRef::of(&whole), Op::Eq, &zeros, "", false), "text differs");
+        assert!(test(CellRef::of(&half), Op::Gt, &whole, "", true));
+        assert!(!test(CellRef::of(&half), Op::Gt, &whole, "", false), "text misorders");
+        assert!(test(CellRef::of(&whole), Op::In, &json!([half, zeros]), "", true));
         // The total order: numbers < strings < booleans < lists, blanks last.
         let mut v =
             [json!(null), json!([1]), json!(true), json!("a"), json!(10), json!(9.5), json!("")];
