@@ -29,8 +29,8 @@ use tokio::sync::oneshot;
 
 use crate::error::Error;
 use crate::handle::Core;
-use crate::log::key;
-use crate::{frame, Lsn, FLUSH_LATENCY_BUCKETS_SECONDS};
+use crate::log::put_record;
+use crate::{Lsn, FLUSH_LATENCY_BUCKETS_SECONDS};
 
 /// What a waiter receives: the LSN it waited for, or the failure shared by its whole group.
 pub(crate) type Reply = std::result::Result<Lsn, Arc<Error>>;
@@ -191,7 +191,7 @@ fn write_group(core: &Core, group: &[Command]) -> crate::Result<()> {
     let mut batch = sled::Batch::default();
     for command in group {
         for (lsn, payload) in (command.first_lsn..).zip(&command.payloads) {
-            batch.insert(&key(lsn)[..], frame::encode(payload)?);
+            put_record(&mut batch, lsn, payload)?;
         }
     }
     core.with_store(|store| store.write(batch))

@@ -335,6 +335,14 @@ pub enum FrameDefect {
         /// Bytes the header accounts for.
         expected: usize,
     },
+    /// A record stored in chunks lacks some of them, or its chunks disagree on their count.
+    #[error("chunk {index} of {count} is missing or out of place")]
+    MissingChunk {
+        /// The first chunk index that is not where it should be.
+        index: u32,
+        /// How many chunks the record's keys announce.
+        count: u32,
+    },
     /// The checksum over version, length and payload does not match.
     #[error("CRC mismatch")]
     CrcMismatch {

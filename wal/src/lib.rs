@@ -22,7 +22,10 @@
 //!
 //! On disk, the data dir holds exactly two entries:
 //! - `log/`: the sled database. Key = LSN as 8 big-endian bytes (so key order is LSN order),
-//!   value = `[version u8][len u32 LE][crc32 u32 LE][payload]`.
+//!   value = `[version u8][len u32 LE][crc32 u32 LE][payload]`. A record over 4,000 bytes is
+//!   stored as chunks of at most that size, each framed, under 16-byte keys `[LSN][index u32
+//!   BE][count u32 BE]`: sled sends larger values (and tree nodes) to a file of their own under
+//!   `blobs/`, one file and fsync each, that can outlive the records in them.
 //! - `checkpoint`: the latest snapshot: `[SHEETDCK][version u8][lsn u64][len u64][crc32][bytes]`
 //!   (`checkpoint.tmp` exists only while one is being written).
 //!
@@ -32,8 +35,8 @@
 //!    assign the next LSN(s), run the caller's `build` closure (for `append_with`) and send the
 //!    command to the commit thread, all under that mutex. LSN order is queue order.
 //! 2. The commit thread blocks for one command, drains whatever else is queued (up to
-//!    [`Config::max_batch_records`]), frames every payload and writes them with one
-//!    `sled::Batch`.
+//!    [`Config::max_batch_records`]), frames every payload (or each chunk of a large one) and
+//!    writes them with one `sled::Batch`.
 //! 3. It flushes sled, fsyncs new blob files and `fdatasync`s sled's data file: sled's own flush
 //!    does not reach the platter (see `LogStore::sync` in `log.rs`).
 //! 4. It advances the durable LSN ([`Wal::durable_lsn`], [`Wal::wait_durable`]) and then resolves

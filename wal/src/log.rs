@@ -1,11 +1,14 @@
 //! The sled-backed record store: `<data dir>/log/`.
 //!
-//! Owns: the sled database (keys are big-endian LSNs, values are [`crate::frame`]s), opening it
+//! Owns: the sled database (keys are big-endian LSNs, values are [`crate::frame`]s) and the
+//! layout of records in it (whole, or in chunks), opening it
 //! with the right settings, detecting a data dir that is already in use, and making writes
 //! durable.
 //!
 //! Guarantees:
-//! - Keys are 8-byte big-endian LSNs, so sled's byte order is LSN order.
+//! - Keys are 8-byte big-endian LSNs (a record stored whole) or 16-byte LSN + chunk index +
+//!   chunk count (a record over [`CHUNK_BYTES`], stored in chunks so sled never takes it to a
+//!   blob file), so sled's byte order is LSN order.
 //! - [`LogStore::write`] returns only after the batch is durable: sled `apply_batch` (atomic),
 //!   `flush`, then fsync of the blob files sled created and an fdatasync of sled's data file
 //!   (see [`LogStore::sync`] for why sled's own flush is not enough).
@@ -20,7 +23,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::error::{Corruption, Error, Result};
-use crate::{fsutil, lock, Lsn};
+use crate::{frame, fsutil, lock, Lsn};
 
 /// Name of the log directory inside the data dir.
 pub const DIR_NAME: &str = "log";
@@ -134,23 +137,81 @@ impl std::fmt::Debug for LogStore {
     }
 }
 
-/// The sled key for `lsn`.
+/// Records longer than this are stored as several values of at most this many payload bytes.
+///
+/// sled 0.34 writes any value (and any tree node) larger than a quarter of its 512 KiB segment
+/// to a file of its own under `blobs/`, one file and one fsync each, and those files can outlive
+/// the records in them. A leaf node holds up to 16 values, so values of this size keep every
+/// node, and therefore every write, inside sled's own log file.
+pub(crate) const CHUNK_BYTES: usize = 4000;
+
+/// The sled key for the record at `lsn` stored whole: the LSN, 8 bytes big-endian.
 pub(crate) fn key(lsn: Lsn) -> [u8; 8] {
     lsn.to_be_bytes()
 }
 
-/// The LSN stored in a sled key.
+/// The sled key for chunk `index` of `count` of the record at `lsn`: the LSN, then index and
+/// count, each big-endian. A record's chunks sort together, after every key of a lower LSN and
+/// before every key of a higher one.
+pub(crate) fn chunk_key(lsn: Lsn, index: u32, count: u32) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&lsn.to_be_bytes());
+    k[8..12].copy_from_slice(&index.to_be_bytes());
+    k[12..].copy_from_slice(&count.to_be_bytes());
+    k
+}
+
+/// What a sled key names: a whole record, or one chunk `(index, count)` of one.
+pub(crate) type KeyParts = (Lsn, Option<(u32, u32)>);
+
+/// The LSN (and chunk, if any) a sled key names.
 ///
 /// # Errors
-/// [`Corruption::BadKey`] if the key is not 8 bytes or is LSN 0 (never assigned).
-pub(crate) fn lsn_of(key: &[u8]) -> Result<Lsn> {
-    let bytes: [u8; 8] = key.try_into().map_err(|_| Corruption::BadKey {
-        detail: format!("{} bytes where an 8-byte LSN was expected", key.len()),
-    })?;
-    match Lsn::from_be_bytes(bytes) {
-        0 => Err(Corruption::BadKey { detail: "LSN 0 is never assigned".to_owned() }.into()),
-        lsn => Ok(lsn),
+/// [`Corruption::BadKey`] if the key is neither 8 nor 16 bytes, or names LSN 0 (never
+/// assigned).
+pub(crate) fn parse_key(key: &[u8]) -> Result<KeyParts> {
+    let word = |at: usize| u32::from_be_bytes(key[at..at + 4].try_into().expect("4 bytes"));
+    let (lsn, chunk) = match key.len() {
+        8 => (Lsn::from_be_bytes(key.try_into().expect("8 bytes")), None),
+        16 => {
+            (Lsn::from_be_bytes(key[..8].try_into().expect("8 bytes")), Some((word(8), word(12))))
+        }
+        n => {
+            return Err(Corruption::BadKey {
+                detail: format!(
+                    "{n} bytes where an 8-byte LSN or a 16-byte chunk key was expected"
+                ),
+            }
+            .into())
+        }
+    };
+    if lsn == 0 {
+        return Err(Corruption::BadKey { detail: "LSN 0 is never assigned".to_owned() }.into());
     }
+    Ok((lsn, chunk))
+}
+
+/// The LSN a sled key names.
+///
+/// # Errors
+/// As [`parse_key`].
+pub(crate) fn lsn_of(key: &[u8]) -> Result<Lsn> {
+    parse_key(key).map(|(lsn, _)| lsn)
+}
+
+/// Adds the record `payload` at `lsn` to `batch`: one framed value, or one framed value per
+/// [`CHUNK_BYTES`] of payload.
+pub(crate) fn put_record(batch: &mut sled::Batch, lsn: Lsn, payload: &[u8]) -> Result<()> {
+    if payload.len() <= CHUNK_BYTES {
+        batch.insert(&key(lsn)[..], frame::encode(payload)?);
+        return Ok(());
+    }
+    let count = u32::try_from(payload.len().div_ceil(CHUNK_BYTES))
+        .map_err(|_| Error::RecordTooLarge { len: payload.len() })?;
+    for (index, chunk) in (0..count).zip(payload.chunks(CHUNK_BYTES)) {
+        batch.insert(&chunk_key(lsn, index, count)[..], frame::encode(chunk)?);
+    }
+    Ok(())
 }
 
 impl LogStore {
@@ -274,11 +335,16 @@ impl LogStore {
     }
 
     /// Removes every record with LSN <= `lsn` in one batch and makes that durable.
-    /// Returns how many were removed.
+    /// Returns how many sled values (records and chunks) were removed.
     pub(crate) fn remove_through(&self, lsn: Lsn) -> Result<u64> {
         let mut batch = sled::Batch::default();
         let mut removed = 0u64;
-        for item in self.db.range(..=key(lsn)) {
+        // Every key of `lsn`, whole or chunked, sorts before the 8-byte key of `lsn + 1`.
+        let keys = match lsn.checked_add(1) {
+            Some(next) => self.db.range(..key(next)),
+            None => self.db.range::<&[u8], _>(..),
+        };
+        for item in keys {
             let (k, _) = item?;
             batch.remove(k);
             removed += 1;

@@ -8,9 +8,10 @@
 //!    (a crash hit between writing the checkpoint and truncating the log): skip them.
 //! 3. Every other record must carry the next LSN: checkpoint LSN + 1 (or 1) for the first, then
 //!    contiguous. A gap means acknowledged records are missing: [`Corruption::Gap`].
-//! 4. Check each frame. A good frame goes to the replayer. A bad frame on the *highest* LSN is a
-//!    torn tail (the only damage a crash can explain): it is dropped. A bad frame anywhere else
-//!    is [`Corruption::Record`], never silently skipped.
+//! 4. Assemble each record (one frame, or its chunks `0..count` in order, each a frame) and
+//!    check it. A good record goes to the replayer. A bad frame or a missing chunk on the
+//!    *highest* LSN is a torn tail (the only damage a crash can explain): every key of it is
+//!    dropped. Damage anywhere else is [`Corruption::Record`], never silently skipped.
 //! 5. In [`Mode::Repair`], delete stale records and the torn tail in one durable batch.
 //!    In [`Mode::ReadOnly`], only report them.
 
@@ -18,7 +19,7 @@ use std::collections::VecDeque;
 
 use crate::checkpoint::Checkpoint;
 use crate::error::{Corruption, Error, FrameDefect, Result};
-use crate::log::{lsn_of, LogStore};
+use crate::log::{lsn_of, parse_key, LogStore};
 use crate::{frame, RecoveryReport, Replayer};
 
 /// Whether the scan may change the log.
@@ -77,13 +78,26 @@ pub(crate) fn scan(
     // Collected even in read-only mode (cheap); applied only in repair mode, as one atomic
     // batch, so a crash during recovery leaves either the old or the repaired log.
     let mut repairs = sled::Batch::default();
-    for item in store.db.iter() {
+    let mut items = store.db.iter().peekable();
+    while let Some(item) = items.next() {
         let (k, stored) = item?;
-        let lsn = lsn_of(&k)?;
+        let (lsn, chunk) = parse_key(&k)?;
+        // The rest of this record's keys, if it is stored in chunks (they sort together).
+        let mut parts = vec![(k, chunk, stored)];
+        while let Some(Ok((next, _))) = items.peek() {
+            if lsn_of(next).ok() != Some(lsn) {
+                break;
+            }
+            let (k, stored) = items.next().expect("peeked")?;
+            let chunk = parse_key(&k)?.1;
+            parts.push((k, chunk, stored));
+        }
         // Step 2.
         if checkpoint_lsn.is_some_and(|c| lsn <= c) {
             report.stale_records_truncated += 1;
-            repairs.remove(k);
+            for (k, _, _) in parts {
+                repairs.remove(k);
+            }
             continue;
         }
         // Step 3. Keys ascend, so `lsn` can only be at or beyond the expected one.
@@ -97,10 +111,10 @@ pub(crate) fn scan(
             .into());
         }
         // Step 4.
-        match frame::decode(&stored) {
+        match assemble(&parts) {
             Ok(payload) => {
                 replayer
-                    .record(lsn, payload)
+                    .record(lsn, &payload)
                     .map_err(|source| Error::ReplayRecord { lsn, source })?;
                 report.records_replayed += 1;
                 report.bytes_replayed += payload.len() as u64;
@@ -130,7 +144,9 @@ pub(crate) fn scan(
                 );
                 report.torn_tail_dropped = true;
                 report.torn_tail_lsn = Some(lsn);
-                repairs.remove(k);
+                for (k, _, _) in parts {
+                    repairs.remove(k);
+                }
             }
             Err(defect) => return Err(Corruption::Record { lsn, defect }.into()),
         }
@@ -151,4 +167,33 @@ pub(crate) fn scan(
         store.write(repairs)?;
     }
     Ok(Scan { report, sizes })
+}
+
+/// One stored value of a record: its key, the chunk `(index, count)` the key names (none for a
+/// record stored whole), and the framed bytes.
+type Part = (sled::IVec, Option<(u32, u32)>, sled::IVec);
+
+/// The payload of one record from its stored values: one whole frame, or chunks `0..count`
+/// in order, each a frame of its own, all announcing the same count.
+fn assemble(parts: &[Part]) -> std::result::Result<Vec<u8>, FrameDefect> {
+    if let [(_, None, stored)] = parts {
+        return frame::decode(stored).map(<[u8]>::to_vec);
+    }
+    let count = match parts.first() {
+        Some((_, Some((_, count)), _)) => *count,
+        _ => 1,
+    };
+    let mut payload = Vec::new();
+    for (i, (_, chunk, stored)) in parts.iter().enumerate() {
+        let index = u32::try_from(i).unwrap_or(u32::MAX);
+        if *chunk != Some((index, count)) {
+            return Err(FrameDefect::MissingChunk { index, count });
+        }
+        payload.extend_from_slice(frame::decode(stored)?);
+    }
+    if parts.len() != count as usize {
+        let index = u32::try_from(parts.len()).unwrap_or(u32::MAX);
+        return Err(FrameDefect::MissingChunk { index, count });
+    }
+    Ok(payload)
 }

@@ -702,3 +702,70 @@ fn below_the_free_space_floor_appends_are_refused_and_resume_without_a_restart()
     assert_eq!(report.last_lsn, 3);
     assert_eq!(collect.records.len(), 3);
 }
+
+/// Files under `dir/log/blobs`, where sled puts values (and tree nodes) too large for its log.
+fn blob_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join(crate::log::DIR_NAME).join("blobs")).map_or(0, |d| d.count())
+}
+
+#[test]
+fn large_records_are_stored_in_chunks_that_never_reach_a_blob_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let payloads: Vec<Vec<u8>> =
+        (0..40).map(|i| payload(i, [360_000, 1 << 20, 4_001, 3_999][i as usize % 4])).collect();
+    let written = {
+        let (wal, _, _) = recover(dir.path());
+        append_all(&wal, &payloads)
+    };
+    assert_eq!(blob_files(dir.path()), 0, "no record went down sled's blob path");
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!(collect.records, written);
+    assert!(!report.torn_tail_dropped);
+    // A checkpoint truncates every chunk of the records it covers.
+    wal.checkpoint(20, b"state").unwrap();
+    drop(wal);
+    let (_wal, report, collect) = recover(dir.path());
+    assert_eq!((report.checkpoint_lsn, report.stale_records_truncated), (Some(20), 0));
+    assert_eq!(collect.records, written[20..]);
+    assert_eq!(blob_files(dir.path()), 0);
+}
+
+#[test]
+fn a_damaged_chunk_is_a_torn_tail_on_the_last_record_and_damage_anywhere_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = {
+        let (wal, _, _) = recover(dir.path());
+        append_all(&wal, &[payload(1, 20_000), payload(2, 20_000), payload(3, 20_000)])
+    };
+    let edit = |f: &dyn Fn(&sled::Db)| {
+        let store = crate::log::LogStore::open(dir.path(), 1 << 20).unwrap();
+        f(&store.db);
+        store.sync().unwrap();
+    };
+    // Chunk 2 of 5 of the last record, cut short: a write a crash interrupted.
+    edit(&|db| {
+        let k = crate::log::chunk_key(3, 2, 5);
+        let v = db.get(k).unwrap().unwrap();
+        db.insert(k, &v[..100]).unwrap();
+    });
+    let (report, _) = verify(dir.path()).unwrap();
+    assert_eq!((report.torn_tail_lsn, report.last_lsn), (Some(3), 2));
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!(report.torn_tail_lsn, Some(3));
+    assert_eq!(collect.records, written[..2]);
+    drop(wal);
+    assert!(
+        crate::log::LogStore::open(dir.path(), 1 << 20)
+            .unwrap()
+            .db
+            .iter()
+            .all(|kv| { crate::log::lsn_of(&kv.unwrap().0).unwrap() <= 2 }),
+        "every chunk of the torn record is gone"
+    );
+    // A chunk missing from a record before the end is damage, never skipped.
+    edit(&|db| {
+        db.remove(crate::log::chunk_key(1, 4, 5)).unwrap();
+    });
+    let Err(err) = try_recover(dir.path()) else { panic!("a missing chunk was accepted") };
+    assert!(matches!(err, Error::Corrupt(Corruption::Record { lsn: 1, .. })), "{err:?}");
+}
