@@ -7,6 +7,7 @@
 use actors::model::{Column, Grant, Millis, Report, Row, SheetMeta};
 use actors::sheet::SheetState;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
@@ -67,9 +68,10 @@ impl SheetView {
 /// The first page of rows inside a sheet.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct RowsPage {
-    /// Rows.
-    pub data: Vec<RowView>,
+pub struct RowsPage<'a> {
+    /// Rows, as [`row_json`] renders them.
+    #[schema(value_type = Vec<RowView>)]
+    pub data: Vec<&'a RawValue>,
     /// Continues on listRows.
     pub next_cursor: Option<String>,
 }
@@ -78,14 +80,14 @@ pub struct RowsPage {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = SheetV1WithChildren)]
-pub struct SheetWithChildrenView {
+pub struct SheetWithChildrenView<'a> {
     /// The sheet's fields.
     #[serde(flatten)]
     pub sheet: SheetView,
     /// Columns by position.
     pub columns: Vec<ColumnView>,
     /// First page of rows.
-    pub rows: RowsPage,
+    pub rows: RowsPage<'a>,
     /// Request id.
     pub request_id: String,
 }
@@ -156,6 +158,60 @@ pub struct RowView {
     pub updated_at: Option<String>,
     /// Where the last write came from.
     pub updated_by: UpdatedBy,
+}
+
+/// A row's JSON (RowV1), rendered once per version of the row and then shared by every
+/// response that shows it: pages, getSheet, write replies. The same JSON as [`RowView`],
+/// written straight from the row without copying its cells.
+pub fn row_json(row: &Row) -> &RawValue {
+    row.rendered.get_or_render(|| serde_json::to_string(&RowJson(row)).unwrap_or_default())
+}
+
+/// Serializes a row as RowV1 by reference (see [`row_json`]).
+struct RowJson<'a>(&'a Row);
+
+impl Serialize for RowJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let r = self.0;
+        let mut row = s.serialize_struct("RowV1", 7)?;
+        row.serialize_field("id", &r.id)?;
+        row.serialize_field("sheetId", &r.sheet_id)?;
+        row.serialize_field("version", &r.version)?;
+        // serde_json writes integer map keys as strings: `{"100": ...}`.
+        row.serialize_field("cells", &Cells(&r.cells))?;
+        row.serialize_field("createdAt", &timestamp(r.created_at))?;
+        row.serialize_field("updatedAt", &timestamp(r.updated_at))?;
+        row.serialize_field("updatedBy", &UpdatedByRef { source: &r.source })?;
+        row.end()
+    }
+}
+
+/// A row's cells by column id, by reference, keyed in the order of their decimal text
+/// (`"100"` before `"2"`), as a map of strings orders them: the bytes match [`RowView`]'s.
+struct Cells<'a>(&'a std::collections::BTreeMap<u64, actors::model::Json>);
+
+impl Serialize for Cells<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut cells: Vec<_> = self.0.iter().collect();
+        cells.sort_by(|(a, _), (b, _)| decimal_order(**a, **b));
+        s.collect_map(cells.into_iter().map(|(id, cell)| (id, &cell.0)))
+    }
+}
+
+/// The order of `a` and `b` written in decimal and compared as text.
+fn decimal_order(a: u64, b: u64) -> std::cmp::Ordering {
+    let digits = |n: u64| n.checked_ilog10().map_or(1, |d| d + 1);
+    let (da, db) = (digits(a), digits(b));
+    // Compare the leading digits both have; on a tie the shorter text comes first.
+    let (ta, tb) = if da > db { (a / 10u64.pow(da - db), b) } else { (a, b / 10u64.pow(db - da)) };
+    ta.cmp(&tb).then(da.cmp(&db))
+}
+
+/// `updatedBy`, by reference.
+#[derive(Serialize)]
+struct UpdatedByRef<'a> {
+    source: &'a str,
 }
 
 impl From<&Row> for RowView {
@@ -253,14 +309,15 @@ pub struct MeView {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = BulkResultItem)]
-pub struct BulkResultItemView {
+pub struct BulkResultItemView<'a> {
     /// Position in the request.
     pub index: usize,
     /// `succeeded` or `failed`.
     #[schema(schema_with = crate::openapi::bulk_status_schema)]
     pub status: &'static str,
-    /// The row, when succeeded.
-    pub row: Option<RowView>,
+    /// The row, when succeeded, as [`row_json`] renders it.
+    #[schema(value_type = Option<RowView>)]
+    pub row: Option<&'a RawValue>,
     /// The error envelope without requestId, when failed.
     #[schema(value_type = Option<crate::openapi::BulkItemError>)]
     pub error: Option<Value>,
@@ -270,9 +327,9 @@ pub struct BulkResultItemView {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = BulkWriteResponse)]
-pub struct BulkWriteView {
+pub struct BulkWriteView<'a> {
     /// One per input row, in order.
-    pub results: Vec<BulkResultItemView>,
+    pub results: Vec<BulkResultItemView<'a>>,
     /// Succeeded items.
     pub succeeded_count: usize,
     /// Failed items.
@@ -392,4 +449,47 @@ pub struct ReportRunView {
     pub next_cursor: Option<String>,
     /// Request id.
     pub request_id: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use actors::model::{Json, Row, SOURCE_API};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_rows_shared_rendering_is_byte_for_byte_its_view_and_never_outlives_a_change() {
+        let cells: BTreeMap<u64, Json> = [
+            (100, json!("text \"quoted\" é")),
+            (102, json!({"value": 1.5, "format": "0.0"})),
+            (103, json!(true)),
+            (107, json!(["a", "c"])),
+            (2, json!(null)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, Json(v)))
+        .collect();
+        let row = Row::new(7, 10, cells, SOURCE_API, 1_767_225_600_123);
+        let rendered = row_json(&row).get().to_owned();
+        assert_eq!(rendered, serde_json::to_string(&RowView::from(&row)).unwrap());
+        assert!(std::ptr::eq(row_json(&row), row_json(&row)), "rendered once, then shared");
+
+        // A new version is a changed clone: it renders itself, not the old JSON.
+        let mut next = row.clone();
+        next.version = 2;
+        assert_eq!(row_json(&next).get(), serde_json::to_string(&RowView::from(&next)).unwrap());
+        assert_ne!(row_json(&next).get(), rendered);
+    }
+
+    #[test]
+    fn decimal_order_is_the_order_of_the_numbers_as_text() {
+        let mut ids = vec![2u64, 100, 10, 1, 0, 21, 3, 1000, 99, u64::MAX, 101, 11];
+        let mut as_text: Vec<String> = ids.iter().map(u64::to_string).collect();
+        as_text.sort();
+        ids.sort_by(|a, b| decimal_order(*a, *b));
+        assert_eq!(ids.iter().map(u64::to_string).collect::<Vec<_>>(), as_text);
+    }
 }

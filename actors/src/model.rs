@@ -388,12 +388,17 @@ pub struct Row {
 /// cache only keeps the result. A clone starts empty, so a changed row (always a clone of the
 /// old one) never carries the old row's JSON; equality ignores it.
 #[derive(Default)]
-pub struct Rendered(std::sync::OnceLock<Box<str>>);
+pub struct Rendered(std::sync::OnceLock<Box<serde_json::value::RawValue>>);
 
 impl Rendered {
-    /// The cached JSON, rendered by `render` the first time.
-    pub fn get_or_render(&self, render: impl FnOnce() -> String) -> &str {
-        self.0.get_or_init(|| render().into_boxed_str())
+    /// The cached JSON, rendered by `render` the first time. `render` must produce one JSON
+    /// value; anything else is cached as `null`.
+    pub fn get_or_render(&self, render: impl FnOnce() -> String) -> &serde_json::value::RawValue {
+        self.0.get_or_init(|| {
+            serde_json::value::RawValue::from_string(render()).unwrap_or_else(|_| {
+                serde_json::value::RawValue::from_string("null".to_owned()).expect("JSON")
+            })
+        })
     }
 }
 

@@ -19,6 +19,7 @@
 //! it twice gives the same state: recovery never has to reason about partial application.
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 use crate::model::{
     ApiKey, Column, Folder, KeyId, Millis, Plan, Project, Report, Row, RowId, Share, SheetId,
@@ -129,8 +130,9 @@ pub struct SheetWrite {
     pub sheet_id: SheetId,
     /// When the write happened.
     pub at: Millis,
-    /// Rows as they are after the write (inserted or replaced whole).
-    pub put: Vec<Row>,
+    /// Rows as they are after the write (inserted or replaced whole), shared with the sheet's
+    /// map and the write's reply rather than copied.
+    pub put: Vec<Arc<Row>>,
     /// Rows removed (a deleted row and its subtree); one `ROW_DELETED` event each.
     pub deleted: Vec<RowId>,
     /// The idempotent response guarding this write, if the request carried a key.

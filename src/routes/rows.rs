@@ -25,7 +25,9 @@ use crate::openapi as oa;
 use crate::routes::sheets::{sheet_actor, sheet_snapshot};
 use crate::routes::{ok, respond};
 use crate::server::AppState;
-use crate::views::{BulkResultItemView, BulkWriteView, ListView, RowResponseView, RowView};
+use crate::views::{
+    row_json, BulkResultItemView, BulkWriteView, ListView, RowResponseView, RowView,
+};
 
 /// Most rows in one bulk request.
 pub const MAX_BULK_ROWS: usize = 2000;
@@ -153,7 +155,7 @@ pub async fn list_rows(
     let next_cursor =
         more.then(|| state.cursors.encode(Kind::Rows, sheet_id, rows.last().map_or(0, |r| r.id)));
     ok(&ListView {
-        data: rows.iter().map(|r| RowView::from(&**r)).collect(),
+        data: rows.iter().map(|r| row_json(r)).collect::<Vec<_>>(),
         next_cursor,
         request_id: caller.request_id,
     })
@@ -178,7 +180,7 @@ fn render_bulk(result: &actors::Result<WriteOutcome>, request_id: &str) -> (u16,
                     Ok(row) => BulkResultItemView {
                         index,
                         status: "succeeded",
-                        row: Some(RowView::from(row)),
+                        row: Some(row_json(row)),
                         error: None,
                     },
                     Err(e) => BulkResultItemView {

@@ -13,7 +13,7 @@ use crate::input::{paging, path_id};
 use crate::openapi as oa;
 use crate::routes::ok;
 use crate::server::AppState;
-use crate::views::{ColumnView, ListView, RowView, RowsPage, SheetView, SheetWithChildrenView};
+use crate::views::{row_json, ColumnView, ListView, RowsPage, SheetView, SheetWithChildrenView};
 
 /// listSheets: readable sheets by id, keyset paged.
 #[utoipa::path(
@@ -118,7 +118,7 @@ pub async fn get_sheet(
     ok(&SheetWithChildrenView {
         sheet: SheetView::new(&meta, sheet),
         columns: sheet.columns_by_position().iter().map(ColumnView::from).collect(),
-        rows: RowsPage { data: rows.iter().map(|r| RowView::from(&**r)).collect(), next_cursor },
+        rows: RowsPage { data: rows.iter().map(|r| row_json(r)).collect(), next_cursor },
         request_id: caller.request_id,
     })
 }

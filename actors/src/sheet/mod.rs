@@ -51,9 +51,9 @@ pub struct IdemRequest {
 #[derive(Debug)]
 pub enum WriteOutcome {
     /// Bulk writes: one result per item, in request order.
-    Bulk(Vec<Result<Row>>),
+    Bulk(Vec<Result<Arc<Row>>>),
     /// A patch: the row after the write.
-    Row(Box<Row>),
+    Row(Arc<Row>),
     /// A delete: the rows removed (the row and its subtree).
     Deleted(Vec<RowId>),
 }
@@ -186,7 +186,7 @@ impl SheetActor {
     /// resolves once the record is durable.
     fn commit(
         &mut self,
-        put: Vec<Row>,
+        put: Vec<Arc<Row>>,
         deleted: Vec<RowId>,
         result: Result<WriteOutcome>,
         idem: Option<IdemRequest>,
@@ -307,9 +307,9 @@ impl Handler<Patch> for SheetActor {
         let now = self.shared.clock.now();
         match self.state.patch(msg.row_id, &msg.item, now) {
             Ok(row) => self.commit(
-                vec![row.clone()],
+                vec![Arc::clone(&row)],
                 Vec::new(),
-                Ok(WriteOutcome::Row(Box::new(row))),
+                Ok(WriteOutcome::Row(row)),
                 msg.idem,
             ),
             Err(e) => self.commit(Vec::new(), Vec::new(), Err(e), msg.idem),

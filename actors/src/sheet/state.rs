@@ -138,7 +138,7 @@ impl SheetState {
     /// Apply a decided write (also the replay path).
     pub fn apply(&mut self, write: &SheetWrite) {
         for row in &write.put {
-            self.put(Arc::new(row.clone()));
+            self.put(Arc::clone(row));
         }
         for id in &write.deleted {
             self.remove(*id);
@@ -193,7 +193,7 @@ impl SheetState {
         cap: u64,
         now: Millis,
         ids: &RowIds,
-    ) -> (Vec<Result<Row>>, Vec<Row>) {
+    ) -> (Vec<Result<Arc<Row>>>, Vec<Arc<Row>>) {
         let mut count = self.rows.len() as u64;
         let mut put = Vec::new();
         let results = items
@@ -205,8 +205,8 @@ impl SheetState {
                 }
                 count += 1;
                 let cells = apply_writes(BTreeMap::new(), writes);
-                let row = Row::new(ids.allocate(), self.id, cells, SOURCE_API, now);
-                put.push(row.clone());
+                let row = Arc::new(Row::new(ids.allocate(), self.id, cells, SOURCE_API, now));
+                put.push(Arc::clone(&row));
                 Ok(row)
             })
             .collect();
@@ -215,39 +215,42 @@ impl SheetState {
 
     /// Decide a bulk update: one result per item. An id may appear twice; the second item
     /// then sees the first one's result (it is checked against the new version).
-    pub fn bulk_update(&self, items: &[UpdateItem], now: Millis) -> (Vec<Result<Row>>, Vec<Row>) {
-        let mut written: HashMap<RowId, Row> = HashMap::new();
+    pub fn bulk_update(
+        &self,
+        items: &[UpdateItem],
+        now: Millis,
+    ) -> (Vec<Result<Arc<Row>>>, Vec<Arc<Row>>) {
+        let mut written: HashMap<RowId, Arc<Row>> = HashMap::new();
         let results = items
             .iter()
             .map(|item| {
-                let current = written
-                    .get(&item.id)
-                    .or_else(|| self.rows.get(&item.id).map(|r| &**r))
-                    .ok_or_else(|| {
+                let current =
+                    written.get(&item.id).or_else(|| self.rows.get(&item.id)).ok_or_else(|| {
                         Error::NotFound(format!("row {} in sheet {}", item.id, self.id))
                     })?;
                 check_version(current, item.version, &item.cells, item.base_cells.as_ref(), true)?;
                 let writes = self.coerce(&item.cells)?;
-                let row = next_version(current, apply_writes(BTreeMap::new(), writes), now);
-                written.insert(row.id, row.clone());
+                let row =
+                    Arc::new(next_version(current, apply_writes(BTreeMap::new(), writes), now));
+                written.insert(row.id, Arc::clone(&row));
                 Ok(row)
             })
             .collect();
-        let mut put: Vec<Row> = written.into_values().collect();
+        let mut put: Vec<Arc<Row>> = written.into_values().collect();
         put.sort_by_key(|r| r.id);
         (results, put)
     }
 
     /// Decide a patch: 404 when the row is not in this sheet, 409 on a stale version, 422 on a
     /// coercion failure, in that order.
-    pub fn patch(&self, row_id: RowId, item: &PatchItem, now: Millis) -> Result<Row> {
+    pub fn patch(&self, row_id: RowId, item: &PatchItem, now: Millis) -> Result<Arc<Row>> {
         let current = self
             .rows
             .get(&row_id)
             .ok_or_else(|| Error::NotFound(format!("row {row_id} in sheet {}", self.id)))?;
         check_version(current, item.version, &item.cells, item.base_cells.as_ref(), false)?;
         let writes = self.coerce(&item.cells)?;
-        Ok(next_version(current, apply_writes(current.cells.clone(), writes), now))
+        Ok(Arc::new(next_version(current, apply_writes(current.cells.clone(), writes), now)))
     }
 
     /// Decide a delete: the row and its whole subtree, parents before children.
@@ -447,7 +450,7 @@ mod props {
                                 .collect(),
                             ..Row::new(id, 9, BTreeMap::new(), crate::model::SOURCE_API, at)
                         };
-                        s.apply(&SheetWrite { sheet_id: 9, at, put: vec![row], deleted: Vec::new(), idem: None });
+                        s.apply(&SheetWrite { sheet_id: 9, at, put: vec![Arc::new(row)], deleted: Vec::new(), idem: None });
                     }
                     Op::Delete { id } => {
                         if let Ok(ids) = s.subtree(id) {
