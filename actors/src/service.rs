@@ -364,7 +364,8 @@ impl Service {
         let marker = codec::encode(&Record::Marker)?;
         // The marker may use the reserve below the free-space floor: a checkpoint is what
         // lets the log shrink.
-        let commit = self.shared.wal.append_with_reserve(|_| {
+        let reserve = wal::AppendOptions { reserve: true, epoch: None };
+        let commit = self.shared.wal.append_with_options(reserve, |_| {
             side = Some((idem.snapshot(), outbox.snapshot()));
             marker
         })?;

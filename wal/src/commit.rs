@@ -17,7 +17,7 @@
 //! - Nothing is acknowledged before step 3 returned `Ok`.
 //! - After the first failure the log is *failed*: that group and every later command get the
 //!   same error, and nothing more is written (a later record without its predecessor would
-//!   leave a gap).
+//!   leave a gap) until [`crate::Wal::heal`] re-opens the log and starts a new thread.
 //! - When the thread ends, normally or by panic, the watch says `stopped`, so no
 //!   `wait_durable` future waits forever.
 
@@ -103,9 +103,9 @@ impl Drop for StoppedOnExit<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             // Appends after this see the failure instead of a closed channel.
-            let _ = self.0.failure.set(Arc::new(Error::CommitThreadDied));
+            self.0.failure.set(Arc::new(Error::CommitThreadDied));
         }
-        let failure = self.0.failure.get().cloned();
+        let failure = self.0.failure.get();
         self.0.progress.send_modify(|p| {
             p.stopped = true;
             if p.failure.is_none() {
@@ -144,7 +144,7 @@ pub(crate) fn run(core: Arc<Core>, rx: Receiver<Command>) {
 fn commit_group(core: &Core, group: &mut Vec<Command>, records: u64) {
     if let Some(failure) = core.failure.get() {
         // Failed earlier: never write past the hole the failed group left.
-        reply_all(group, &Err(Arc::clone(failure)));
+        reply_all(group, &Err(failure));
         return;
     }
     let started = Instant::now();
@@ -173,9 +173,7 @@ fn commit_group(core: &Core, group: &mut Vec<Command>, records: u64) {
                 records,
                 "write-ahead log flush failed; the log now refuses all writes"
             );
-            let failure = Arc::new(e);
-            let _ = core.failure.set(Arc::clone(&failure));
-            let shared = core.failure.get().cloned().unwrap_or(failure);
+            let shared = core.failure.set(Arc::new(e));
             core.progress.send_modify(|p| p.failure = Some(Arc::clone(&shared)));
             reply_all(group, &Err(shared));
         }

@@ -128,13 +128,24 @@ pub enum Error {
     /// An earlier write, flush or fsync failed. The log accepts nothing more: acknowledging a
     /// later record would be a lie, because its predecessors may not be on disk.
     #[error(
-        "the write-ahead log has failed and accepts no more writes; records that were not yet \
-         acknowledged may be lost. Restart sheetd to recover from the data dir"
+        "the write-ahead log has failed and takes no writes until it is re-opened from disk; \
+         records that were not yet acknowledged may be lost"
     )]
     LogFailed {
         /// The failure that stopped the log (shared by every waiter it affected).
         #[source]
         cause: Arc<Error>,
+    },
+
+    /// The log was re-opened ([`crate::Wal::heal`]) since the appender's state was read, so
+    /// that state may hold records the failed log lost: re-read it, then append.
+    #[error(
+        "the write-ahead log was re-opened after a failure (epoch {epoch}) since this writer's \
+         state was read; it must be read again before writing"
+    )]
+    Reopened {
+        /// The log's epoch now.
+        epoch: u64,
     },
 
     /// The log was shut down; nothing more can be appended.
@@ -209,7 +220,7 @@ impl Error {
     /// applied anywhere; the client may retry later (503 `storage_unavailable`).
     #[must_use]
     pub fn is_storage_unavailable(&self) -> bool {
-        matches!(self, Error::NoSpace { .. } | Error::LogFailed { .. })
+        matches!(self, Error::NoSpace { .. } | Error::LogFailed { .. } | Error::Reopened { .. })
     }
 
     /// True when the same operation may succeed if tried again later without operator action:

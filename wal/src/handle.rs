@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -66,6 +66,14 @@ impl Appender {
         self.space.count(len);
     }
 
+    /// Forgets the sizes of records with LSN > `lsn` (lost with a failed log).
+    fn forget_after(&mut self, lsn: Lsn) {
+        while self.sizes_first_lsn + self.sizes.len() as u64 > lsn + 1 {
+            let Some(size) = self.sizes.pop_back() else { break };
+            self.bytes_since_checkpoint -= u64::from(size);
+        }
+    }
+
     /// Forgets the sizes of records with LSN <= `lsn` (now covered by a checkpoint).
     fn forget_through(&mut self, lsn: Lsn) {
         while self.sizes_first_lsn <= lsn {
@@ -89,8 +97,14 @@ pub(crate) struct Core {
     last_lsn: AtomicU64,
     /// Durable LSN, failure and stop flag, published by the commit thread.
     pub(crate) progress: watch::Sender<Progress>,
-    /// The first write failure; once set, the log is failed for good.
-    pub(crate) failure: OnceLock<Arc<Error>>,
+    /// The first write failure since the log was opened or last healed; while set, the log
+    /// takes nothing ([`Wal::heal`] clears it).
+    pub(crate) failure: FailureCell,
+    /// How many times [`Wal::heal`] re-opened the log; appenders whose state predates a heal
+    /// are refused ([`AppendOptions::epoch`]).
+    epoch: AtomicU64,
+    /// Serializes [`Wal::heal`] calls.
+    healing: Mutex<()>,
     /// Counters kept by the commit thread.
     pub(crate) flush_stats: Mutex<FlushStats>,
     /// Serializes checkpoints; holds the LSN of the checkpoint on disk.
@@ -125,7 +139,7 @@ impl Core {
         // The thread is gone, so nothing writes any more: close sled and release the dir.
         drop(self.store.write().unwrap_or_else(|p| p.into_inner()).take());
         match self.failure.get() {
-            Some(cause) => Err(Error::LogFailed { cause: Arc::clone(cause) }),
+            Some(cause) => Err(Error::LogFailed { cause }),
             None => Ok(()),
         }
     }
@@ -146,10 +160,59 @@ impl Core {
     /// The error an append gets when the log cannot take it.
     fn refuse(&self, appender: &Appender) -> Option<Error> {
         if let Some(cause) = self.failure.get() {
-            return Some(Error::LogFailed { cause: Arc::clone(cause) });
+            return Some(Error::LogFailed { cause });
         }
         appender.tx.is_none().then_some(Error::ShutDown)
     }
+
+    /// Starts a commit thread on `rx` and keeps its handle.
+    fn start_commit_thread(
+        self: &Arc<Self>,
+        rx: crossbeam_channel::Receiver<commit::Command>,
+    ) -> Result<()> {
+        // The thread holds the Core, not a Handle, so dropping the last Wal still runs Drop
+        // (and therefore shutdown) while the thread is alive.
+        let thread_core = Arc::clone(self);
+        let thread = std::thread::Builder::new()
+            .name("wal-commit".to_owned())
+            .spawn(move || commit::run(thread_core, rx))
+            .map_err(Error::fs("start the wal-commit thread"))?;
+        *lock(&self.thread) = Some(thread);
+        Ok(())
+    }
+}
+
+/// The log's failure, if any: set by the first failed group, cleared by a heal.
+#[derive(Debug, Default)]
+pub(crate) struct FailureCell(Mutex<Option<Arc<Error>>>);
+
+impl FailureCell {
+    /// The failure, if the log is failed.
+    pub(crate) fn get(&self) -> Option<Arc<Error>> {
+        lock(&self.0).clone()
+    }
+
+    /// Records `e` unless a failure is already recorded; returns the one recorded.
+    pub(crate) fn set(&self, e: Arc<Error>) -> Arc<Error> {
+        Arc::clone(lock(&self.0).get_or_insert(e))
+    }
+
+    fn clear(&self) {
+        *lock(&self.0) = None;
+    }
+}
+
+/// How an append may be refused beyond the log's own state (see [`Wal::append_with_options`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AppendOptions {
+    /// The record may use the reserve below the free-space floor: for records that let the log
+    /// shrink (a checkpoint's marker) or keep the service governable while writes are refused
+    /// (directory changes such as a key revocation).
+    pub reserve: bool,
+    /// Refuse with [`Error::Reopened`] unless [`Wal::epoch`] still equals this: for a writer
+    /// whose in-memory state may hold records a failed log lost, so that it appends nothing
+    /// built on them after a [`Wal::heal`] before it has re-read its state.
+    pub epoch: Option<u64>,
 }
 
 /// Drops the last handle → shuts the log down.
@@ -187,7 +250,7 @@ impl std::fmt::Debug for Wal {
 
 impl Wal {
     /// The shared state behind this handle.
-    fn core(&self) -> &Core {
+    pub(crate) fn core(&self) -> &Core {
         &self.handle.core
     }
 
@@ -238,7 +301,9 @@ impl Wal {
             }),
             last_lsn: AtomicU64::new(report.last_lsn),
             progress,
-            failure: OnceLock::new(),
+            failure: FailureCell::default(),
+            epoch: AtomicU64::new(0),
+            healing: Mutex::new(()),
             flush_stats: Mutex::new(FlushStats::default()),
             checkpoint: Mutex::new(report.checkpoint_lsn),
             checkpoint_lsn: AtomicU64::new(report.checkpoint_lsn.unwrap_or(0)),
@@ -249,14 +314,7 @@ impl Wal {
             gate: Mutex::new(()),
             config,
         });
-        // The thread holds the Core, not a Handle, so dropping the last Wal still runs Drop
-        // (and therefore shutdown) while the thread is alive.
-        let thread_core = Arc::clone(&core);
-        let thread = std::thread::Builder::new()
-            .name("wal-commit".to_owned())
-            .spawn(move || commit::run(thread_core, rx))
-            .map_err(Error::fs("start the wal-commit thread"))?;
-        *lock(&core.thread) = Some(thread);
+        core.start_commit_thread(rx)?;
 
         tracing::debug!(
             dir = %core.config.dir.display(),
@@ -336,27 +394,38 @@ impl Wal {
     /// [`Error::CommitThreadDied`]. `build` is not called when the log refuses the append up
     /// front.
     pub fn append_with(&self, build: impl FnOnce(Lsn) -> Vec<u8>) -> Result<Commit> {
-        self.append_built(build, false)
+        self.append_built(build, AppendOptions::default())
     }
 
-    /// As [`Wal::append_with`], but the record may use the reserve below the free-space floor:
-    /// for records that let the log shrink (a checkpoint's marker) or keep the service
-    /// governable while writes are refused (directory changes such as a key revocation).
+    /// As [`Wal::append_with`], refused also as `options` says.
     ///
     /// # Errors
-    /// As [`Wal::append_with`], except [`Error::NoSpace`].
-    pub fn append_with_reserve(&self, build: impl FnOnce(Lsn) -> Vec<u8>) -> Result<Commit> {
-        self.append_built(build, true)
+    /// As [`Wal::append_with`] (except [`Error::NoSpace`] with `options.reserve`), and
+    /// [`Error::Reopened`] when `options.epoch` is not the log's epoch.
+    pub fn append_with_options(
+        &self,
+        options: AppendOptions,
+        build: impl FnOnce(Lsn) -> Vec<u8>,
+    ) -> Result<Commit> {
+        self.append_built(build, options)
     }
 
-    /// [`Wal::append_with`] and [`Wal::append_with_reserve`].
-    fn append_built(&self, build: impl FnOnce(Lsn) -> Vec<u8>, reserve: bool) -> Result<Commit> {
+    /// [`Wal::append_with`] and [`Wal::append_with_options`].
+    fn append_built(
+        &self,
+        build: impl FnOnce(Lsn) -> Vec<u8>,
+        options: AppendOptions,
+    ) -> Result<Commit> {
         let core = self.core();
         let mut appender = lock(&core.appender);
         if let Some(e) = core.refuse(&appender) {
             return Err(e);
         }
-        if !reserve {
+        let epoch = core.epoch.load(Ordering::Acquire);
+        if options.epoch.is_some_and(|seen| seen != epoch) {
+            return Err(Error::Reopened { epoch });
+        }
+        if !options.reserve {
             appender.space.admit()?;
         }
         let lsn = appender.next_lsn;
@@ -463,7 +532,7 @@ impl Wal {
         // Held to the end: two concurrent checkpoints would race on `checkpoint.tmp`.
         let mut current = lock(&core.checkpoint);
         if let Some(cause) = core.failure.get() {
-            return Err(Error::LogFailed { cause: Arc::clone(cause) });
+            return Err(Error::LogFailed { cause });
         }
         let durable = core.durable_lsn();
         if lsn > durable {
@@ -482,6 +551,87 @@ impl Wal {
         let removed = core.with_store(|store| store.remove_through(lsn))?;
         tracing::debug!(lsn, bytes = snapshot.len(), removed, "checkpoint written, log truncated");
         Ok(())
+    }
+
+    /// Re-opens a failed log from disk and resumes taking records. Returns the durable LSN the
+    /// log continues from, or `None` when it had not failed. Blocking (use `spawn_blocking`).
+    ///
+    /// After a failed write, flush or fsync nothing in memory can be trusted to match the disk
+    /// (a failed fsync may have dropped dirty pages silently). So, while appends keep being
+    /// refused: stop the commit thread, close sled, open it again from disk (with the same
+    /// free-space check as a start), remove every record above the durable LSN (none of them
+    /// was acknowledged; a group that failed may have left some on disk), and re-verify every
+    /// record after the checkpoint up to the durable LSN, frames and contiguity, as recovery
+    /// does. Only then, under the append lock: LSNs continue at durable + 1, [`Wal::epoch`]
+    /// moves on, `on_reopen(durable)` runs (before any new record can be appended, so callers
+    /// drop what they kept of lost records), a new commit thread starts and the failure clears.
+    ///
+    /// # Errors
+    /// Whatever re-opening or re-verifying found (no space yet, the device still failing,
+    /// damage): the log stays failed, and a later call tries again.
+    pub fn heal(&self, on_reopen: impl FnOnce(Lsn)) -> Result<Option<Lsn>> {
+        let core = &self.handle.core;
+        let _one_at_a_time = lock(&core.healing);
+        if core.failure.get().is_none() {
+            return Ok(None);
+        }
+        // Appends are refused while the failure is set; stop the thread that served them.
+        drop(lock(&core.appender).tx.take());
+        if let Some(thread) = lock(&core.thread).take() {
+            let _ = thread.join();
+        }
+        drop(core.store.write().unwrap_or_else(|p| p.into_inner()).take());
+        let durable = core.durable_lsn();
+        let store = LogStore::open(&core.config.dir, core.config.cache_capacity_bytes)?;
+        let dropped = store.remove_after(durable)?;
+        let checkpoint =
+            lock(&core.checkpoint).map(|lsn| checkpoint::Checkpoint { lsn, snapshot: Vec::new() });
+        let scan = recovery::scan(
+            Some(&store),
+            checkpoint.as_ref(),
+            &mut recovery::Discard,
+            Mode::ReadOnly,
+        )?;
+        if scan.report.last_lsn != durable || scan.report.torn_tail_dropped {
+            return Err(crate::error::Corruption::Gap {
+                first_missing: scan.report.last_lsn + 1,
+                last_missing: durable,
+                next_present: durable + 1,
+            }
+            .into());
+        }
+
+        let mut appender = lock(&core.appender);
+        *core.store.write().unwrap_or_else(|p| p.into_inner()) = Some(store);
+        appender.next_lsn = durable + 1;
+        core.last_lsn.store(durable, Ordering::Release);
+        appender.forget_after(durable);
+        core.epoch.fetch_add(1, Ordering::AcqRel);
+        on_reopen(durable);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        appender.tx = Some(tx);
+        core.start_commit_thread(rx)?;
+        core.failure.clear();
+        core.progress.send_modify(|p| {
+            p.failure = None;
+            p.stopped = false;
+        });
+        tracing::info!(
+            durable_lsn = durable,
+            unacknowledged_records_dropped = dropped,
+            "write-ahead log re-opened from disk; writes resume"
+        );
+        Ok(Some(durable))
+    }
+
+    /// How many times [`Wal::heal`] has re-opened the log (see [`AppendOptions::epoch`]).
+    pub fn epoch(&self) -> u64 {
+        self.core().epoch.load(Ordering::Acquire)
+    }
+
+    /// Whether the log has failed and takes nothing until [`Wal::heal`] succeeds.
+    pub fn is_failed(&self) -> bool {
+        self.core().failure.get().is_some()
     }
 
     /// Counters for metrics.
@@ -530,10 +680,15 @@ impl Wal {
         let core = self.core();
         let appender = lock(&core.appender);
         if let Some(e) = core.refuse(&appender) {
-            return Some(match core.failure.get() {
-                Some(cause) => format!("{e}: {cause}"),
-                None => e.to_string(),
-            });
+            // The whole chain: the OS's own words are what an operator acts on.
+            let mut reason = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(cause) = source {
+                reason.push_str(": ");
+                reason.push_str(&cause.to_string());
+                source = cause.source();
+            }
+            return Some(reason);
         }
         appender.space.is_low().then(|| {
             format!(

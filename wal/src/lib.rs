@@ -66,8 +66,8 @@
 //!   flushed and fsynced. Nothing unflushed is ever acknowledged.
 //! - LSNs are assigned without holes: every assigned LSN is queued, in order, under one mutex.
 //!   On disk the log after the checkpoint is contiguous; a hole is corruption.
-//! - After a write, flush or fsync failure the log is failed for good: pending and later
-//!   appends get [`Error::LogFailed`]; a restart recovers from what is on disk.
+//! - After a write, flush or fsync failure the log is failed: pending and later appends get
+//!   [`Error::LogFailed`] until [`Wal::heal`] re-opens it from disk (or a restart recovers it).
 //! - Only the highest record may be dropped at recovery (torn tail); it was never acknowledged,
 //!   because its flush did not complete.
 //! - Log records are truncated only after the checkpoint replacing them is durable (file fsync,
@@ -99,7 +99,7 @@ pub mod testing;
 mod tests;
 
 pub use error::{BoxError, CodecError, Corruption, Error, FrameDefect, Result};
-pub use handle::{Commit, Wal};
+pub use handle::{AppendOptions, Commit, Wal};
 
 /// Log sequence number. The first record is 1; 0 means "nothing".
 pub type Lsn = u64;

@@ -355,6 +355,23 @@ impl LogStore {
         Ok(removed)
     }
 
+    /// Removes every record with LSN > `lsn` in one batch and makes that durable. Returns how
+    /// many sled values (records and chunks) were removed.
+    pub(crate) fn remove_after(&self, lsn: Lsn) -> Result<u64> {
+        let Some(next) = lsn.checked_add(1) else { return Ok(0) };
+        let mut batch = sled::Batch::default();
+        let mut removed = 0u64;
+        for item in self.db.range(key(next)..) {
+            let (k, _) = item?;
+            batch.remove(k);
+            removed += 1;
+        }
+        if removed > 0 {
+            self.write(batch)?;
+        }
+        Ok(removed)
+    }
+
     /// Bytes sled uses on disk (data file plus blobs); 0 if sled cannot tell.
     pub(crate) fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::handle::block_on;
-use crate::{fsutil, testing, Config, Corruption, Error, Lsn, RecoveryReport, Replayer, Wal};
+use crate::{
+    fsutil, testing, AppendOptions, Config, Corruption, Error, Lsn, RecoveryReport, Replayer, Wal,
+};
 
 type ReplayResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -691,7 +693,16 @@ fn below_the_free_space_floor_appends_are_refused_and_resume_without_a_restart()
     assert_eq!(stats.last_lsn, 1, "a refused append takes no LSN");
     assert!(wal.unwritable_reason().unwrap().contains("below the floor"));
     // The reserve stays open: a checkpoint's marker or a key revocation still goes through.
-    assert_eq!(block_on(wal.append_with_reserve(|_| payload(3, 10)).unwrap()).unwrap(), 2);
+    assert_eq!(
+        block_on(
+            wal.append_with_options(AppendOptions { reserve: true, epoch: None }, |_| payload(
+                3, 10
+            ))
+            .unwrap()
+        )
+        .unwrap(),
+        2
+    );
 
     wal.set_min_free_bytes(1);
     assert_eq!(block_on(wal.append(payload(4, 10)).unwrap()).unwrap(), 3);
@@ -768,4 +779,50 @@ fn a_damaged_chunk_is_a_torn_tail_on_the_last_record_and_damage_anywhere_else() 
     });
     let Err(err) = try_recover(dir.path()) else { panic!("a missing chunk was accepted") };
     assert!(matches!(err, Error::Corrupt(Corruption::Record { lsn: 1, .. })), "{err:?}");
+}
+
+#[test]
+fn a_failed_log_heals_from_disk_drops_what_was_never_acknowledged_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    let acked = append_all(&wal, &[payload(1, 100), payload(2, 9_000)]);
+    assert_eq!(wal.heal(|_| panic!("nothing to heal")).unwrap(), None);
+    let epoch = wal.epoch();
+
+    wal.fail_next_write();
+    let lost = wal.append(payload(3, 100)).unwrap();
+    assert!(matches!(block_on(lost), Err(Error::LogFailed { .. })));
+    assert!(wal.is_failed() && !wal.stats().writable);
+    assert!(matches!(wal.append(payload(4, 100)), Err(Error::LogFailed { .. })));
+    assert!(wal.unwritable_reason().unwrap().contains("injected write failure"));
+    // A failed group may have reached the disk in part: heal must not trust it.
+    wal.core()
+        .with_store(|store| {
+            store.db.insert(crate::log::key(3), crate::frame::encode(&payload(3, 100))?)?;
+            store.sync()
+        })
+        .unwrap();
+
+    let mut reopened_at = None;
+    assert_eq!(wal.heal(|lsn| reopened_at = Some(lsn)).unwrap(), Some(2));
+    assert_eq!(reopened_at, Some(2));
+    assert!(!wal.is_failed() && wal.stats().writable);
+    assert_eq!(wal.epoch(), epoch + 1);
+    // A writer whose state predates the heal is refused until it has re-read it.
+    let stale = AppendOptions { epoch: Some(epoch), ..AppendOptions::default() };
+    assert!(matches!(
+        wal.append_with_options(stale, |_| payload(5, 1)),
+        Err(Error::Reopened { .. })
+    ));
+    let fresh = AppendOptions { epoch: Some(wal.epoch()), ..AppendOptions::default() };
+    let next = wal.append_with_options(fresh, |_| payload(6, 100)).unwrap();
+    assert_eq!(block_on(next).unwrap(), 3, "LSNs continue after the durable one");
+    assert_eq!(wal.stats().records_since_checkpoint, 3);
+    drop(wal);
+
+    let (_wal, report, collect) = recover(dir.path());
+    assert_eq!(report.last_lsn, 3);
+    let mut expected = acked;
+    expected.push((3, payload(6, 100)));
+    assert_eq!(collect.records, expected, "the record the failed group left is gone");
 }

@@ -127,9 +127,10 @@ impl DirectoryActor {
     ) -> ResponseFuture<Result<T>> {
         // Directory changes may use the log's reserve below the free-space floor: revoking a
         // key or a share must work while row writes are refused for lack of space.
-        let appended = codec::encode(&record)
-            .map_err(Error::from)
-            .and_then(|b| Ok(self.shared.wal.append_with_reserve(move |_| b)?));
+        let appended = codec::encode(&record).map_err(Error::from).and_then(|b| {
+            let reserve = wal::AppendOptions { reserve: true, epoch: None };
+            Ok(self.shared.wal.append_with_options(reserve, move |_| b)?)
+        });
         let commit = match appended {
             Ok(c) => c,
             Err(e) => return Box::pin(async move { Err(e) }),
