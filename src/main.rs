@@ -18,6 +18,10 @@ fn init_logging(json: bool) {
         .unwrap_or_else(|_| DEFAULT_LOG_FILTER.into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // A log line that cannot be written (stderr on a full disk) is dropped. By default the
+        // subscriber reports that with `eprintln!`, which panics when stderr fails too, and
+        // the panic took down the actor whose event it was.
+        .log_internal_errors(false)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     if json {

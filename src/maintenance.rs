@@ -27,6 +27,9 @@
 //!    events older than [`actors::shared::EVENT_RETENTION`], and rate-limit windows with no
 //!    request in the last minute, so none of them grows without bound.
 //! 4. A failed checkpoint is logged and retried after [`RETRY_AFTER`], not every second.
+//! 5. While the log has failed (a write, flush or fsync error), try to re-open it from disk
+//!    ([`actors::Service::heal`]) with backoff, from [`HEAL_FIRST_RETRY`] doubling up to
+//!    [`HEAL_MAX_RETRY`]; both edges are logged, and health and metrics say so meanwhile.
 //!
 //! # Stopping
 //!
@@ -49,6 +52,10 @@ pub const POLL_EVERY: Duration = Duration::from_secs(1);
 pub const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(10);
 /// How long to wait after a failed checkpoint before trying again.
 pub const RETRY_AFTER: Duration = Duration::from_secs(30);
+/// The first wait before re-opening a failed log; it doubles after each failed attempt.
+pub const HEAL_FIRST_RETRY: Duration = Duration::from_secs(1);
+/// The longest wait between two attempts to re-open a failed log.
+pub const HEAL_MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// When to checkpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +124,8 @@ struct Schedule {
     not_before: Option<Instant>,
     /// When the side stores were last swept.
     swept_at: Instant,
+    /// While the log has failed: when to try re-opening it next, and the wait after that.
+    heal: Option<(Instant, Duration)>,
 }
 
 impl Maintenance {
@@ -127,7 +136,8 @@ impl Maintenance {
             let mut tick = actix_rt::time::interval(POLL_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             let now = Instant::now();
-            let mut schedule = Schedule { checkpointed_at: now, not_before: None, swept_at: now };
+            let mut schedule =
+                Schedule { checkpointed_at: now, not_before: None, swept_at: now, heal: None };
             loop {
                 tokio::select! {
                     _ = &mut stopped => break,
@@ -137,6 +147,10 @@ impl Maintenance {
                 // current while nothing is written.
                 if let Err(e) = state.service.shared.wal.refresh_space() {
                     tracing::warn!(error = %e, "cannot measure the data dir's free space");
+                }
+                if state.service.shared.wal.is_failed() {
+                    heal_if_due(&state, &mut schedule).await;
+                    continue;
                 }
                 checkpoint_if_due(&state, policy, &mut schedule).await;
                 if schedule.swept_at.elapsed() >= HOUSEKEEPING_EVERY {
@@ -198,6 +212,50 @@ async fn checkpoint_if_due(state: &AppState, policy: CheckpointPolicy, schedule:
             );
         }
     }
+}
+
+/// Step 5 of the loop.
+async fn heal_if_due(state: &web::Data<AppState>, schedule: &mut Schedule) {
+    let (at, wait) = *schedule.heal.get_or_insert_with(|| {
+        tracing::error!(
+            reason = state.service.shared.wal.unwritable_reason().unwrap_or_default(),
+            "the data dir failed: writes get 503 storage_unavailable, reads go on; re-opening \
+             the log from disk when the cause is gone"
+        );
+        (Instant::now() + HEAL_FIRST_RETRY, HEAL_FIRST_RETRY)
+    });
+    if Instant::now() < at {
+        return;
+    }
+    let service = state.service.clone();
+    match actix_web::rt::task::spawn_blocking(move || service.heal()).await {
+        Ok(Ok(_)) => {
+            schedule.heal = None;
+            tracing::info!("the data dir works again: the log was re-opened, writes resume");
+        }
+        Ok(Err(e)) => {
+            let next = (wait * 2).min(HEAL_MAX_RETRY);
+            tracing::warn!(error = %chain(&e), retry_in_secs = next.as_secs(), "the log cannot be re-opened yet");
+            schedule.heal = Some((Instant::now() + next, next));
+        }
+        Err(e) => tracing::error!(error = %e, "the attempt to re-open the log failed"),
+    }
+}
+
+/// An error with its causes, as one line: the OS's own words are what an operator acts on.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        // A wrapper that prints its cause already ("write-ahead log: ...") adds nothing.
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
 }
 
 /// Step 3 of the loop.

@@ -351,6 +351,20 @@ impl Service {
         Ok(self.shared.wal.wait_durable(lsn).await?)
     }
 
+    /// Re-opens a failed log from disk so writes resume without a restart; `Ok(None)` when the
+    /// log had not failed. Blocking (the log re-reads its records): call it off the runtime.
+    ///
+    /// Stored idempotent answers and events of the records the failed log lost are dropped
+    /// before any new record can be appended; the sheet and directory actors return to their
+    /// durable state on their next write (the log's epoch tells them).
+    pub fn heal(&self) -> Result<Option<Lsn>> {
+        let (idem, outbox) = (self.shared.idem.clone(), self.shared.outbox.clone());
+        Ok(self.shared.wal.heal(move |durable| {
+            idem.forget_after(durable);
+            outbox.forget_after(durable);
+        })?)
+    }
+
     /// Take a checkpoint and truncate the log behind it.
     pub async fn checkpoint(&self) -> Result<CheckpointReport> {
         let (directory, directory_lsn) = self.directory.send(SnapshotDirectory).await?;

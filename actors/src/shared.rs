@@ -149,6 +149,12 @@ impl IdemStore {
         before - self.slots.len()
     }
 
+    /// Drop the responses stored by records above `lsn`: a failed log lost those records
+    /// (see `wal::Wal::heal`), so their requests were never answered and may run again.
+    pub fn forget_after(&self, lsn: Lsn) {
+        self.slots.retain(|_, s| !matches!(s, Slot::Done { lsn: at, .. } if *at > lsn));
+    }
+
     /// Completed responses, for a checkpoint.
     pub fn snapshot(&self) -> Vec<IdemEntry> {
         self.slots
@@ -237,6 +243,17 @@ impl Outbox {
         let old = inner.events.partition_point(|e| e.at < before);
         inner.events.drain(..old);
         old
+    }
+
+    /// Drop the events of records above `lsn` (lost with a failed log, never shown: readers
+    /// take only durable events) and give their sequence numbers back, so the sequence stays
+    /// gap-free.
+    pub fn forget_after(&self, lsn: Lsn) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        while inner.events.back().is_some_and(|e| e.lsn > lsn) {
+            inner.events.pop_back();
+            inner.next_seq -= 1;
+        }
     }
 
     /// Events and the next sequence number, for a checkpoint.

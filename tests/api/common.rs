@@ -319,10 +319,25 @@ impl Binary {
     /// Start `sheetd serve` on `data_dir` with `extra` flags, on ports the OS picks, and wait
     /// until its log says it serves and its health check answers.
     pub async fn start(data_dir: &Path, extra: &[&str]) -> Self {
+        Self::start_under(&[], data_dir, extra).await
+    }
+
+    /// As [`Binary::start`], run through `wrapper` (e.g. `["fiu-run", "-x"]`): the wrapper
+    /// execs sheetd, so the child's pid is sheetd's.
+    pub async fn start_under(wrapper: &[&str], data_dir: &Path, extra: &[&str]) -> Self {
         static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = data_dir.with_extension(format!("log{n}"));
-        let child = Command::new(env!("CARGO_BIN_EXE_sheetd"))
+        let program = env!("CARGO_BIN_EXE_sheetd");
+        let mut command = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(program);
+                c
+            }
+            None => Command::new(program),
+        };
+        let child = command
             .args(["serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(data_dir)

@@ -187,8 +187,16 @@ async fn start_on_a_full_disk_changes_nothing_and_recovers_once_space_is_back() 
     // No floor: the writers run the file system into ENOSPC itself.
     let flags = ["--seed", seed.to_str().unwrap(), "--min-free-disk-bytes", "0"];
     let mut bin = Binary::start(&data, &flags).await;
-    let (acked, _) = write_until_refused(&bin.base).await;
+    let (acked, refusal) = write_until_refused(&bin.base).await;
     assert!(acked.len() >= 5_000, "the writers filled the disk: {} rows acknowledged", acked.len());
+    // At ENOSPC the write is refused with 503 and reads go on from the durable data.
+    assert_error(&refusal.expect("the server answered"), 503, "storage_unavailable");
+    let (status, sheet, _) =
+        send("GET", &format!("{}/sheets/11?limit=1", bin.base), Some(ADA_READ), &[], None).await;
+    assert_eq!((status, sheet["rowCount"].as_u64()), (200, Some(1 + acked.len() as u64)));
+    // Its own log lines cannot be written either (they live on the same full file system):
+    // the server goes on answering all the same.
+    assert_error(&add_row(&bin.base, "refused").await, 503, "storage_unavailable");
     bin.kill9();
     std::fs::remove_file(&seed).unwrap();
     let filler = fill(&fs.mount);
@@ -322,4 +330,177 @@ async fn below_the_floor_writes_get_503_reads_go_on_and_writes_resume_by_themsel
     assert!(bin.terminate().success());
     let (ok, out) = run_sheetd(&["check"], &data, &[]);
     assert!(ok, "check after a clean stop: {out}");
+}
+
+/// libfiu's tools (Debian `fiu-utils`, installed by `.ci/run`): `fiu-run` starts a program
+/// with failure points it can turn on, `fiu-ctrl` turns them on and off in a running one.
+fn fiu_tools() {
+    for tool in ["fiu-run", "fiu-ctrl"] {
+        let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
+        assert!(
+            found.is_ok_and(|o| o.status.success()),
+            "{tool} is needed to inject I/O faults: apt-get install fiu-utils (.ci/run does)"
+        );
+    }
+}
+
+/// Turns a libfiu failure point of a process started under `fiu-run` on or off.
+fn fiu(pid: u32, on: bool, point: &str) {
+    let verb = if on { "enable" } else { "disable" };
+    let status = Command::new("fiu-ctrl")
+        .args(["-c", &format!("{verb} name={point}"), &pid.to_string()])
+        .status()
+        .expect("run fiu-ctrl");
+    assert!(status.success(), "fiu-ctrl {verb} {point}: {status}");
+}
+
+/// Adds one row to sheet 11: (status, body, headers).
+async fn add_row(base: &str, text: &str) -> Reply {
+    let body = json!({"rows": [{"cells": {"110": text}}]}).to_string().into_bytes();
+    send("POST", &format!("{base}/sheets/11/rows:bulkAdd"), Some(ADA_WRITE), &[], Some(body)).await
+}
+
+/// Adds `n` rows to sheet 11, each acknowledged: id → text.
+async fn add_rows(base: &str, prefix: &str, n: usize) -> BTreeMap<u64, String> {
+    let mut acked = BTreeMap::new();
+    for i in 0..n {
+        let text = format!("{prefix}-{i}");
+        let (status, body, _) = add_row(base, &text).await;
+        assert_eq!(status, 200, "{body}");
+        acked.insert(body["results"][0]["row"]["id"].as_u64().unwrap(), text);
+    }
+    acked
+}
+
+/// The row texts of sheet 11 (the fixture's row included).
+async fn texts(base: &str) -> Vec<String> {
+    all_rows(base).await.into_values().collect()
+}
+
+/// A failed fsync on a running server: writes get 503 and leave no trace, reads keep serving
+/// the durable data, health says why; once the device works again the log re-opens itself
+/// from disk and writes resume without a restart; a SIGKILL after that loses nothing.
+#[actix_rt::test]
+async fn a_failed_fsync_refuses_writes_keeps_reads_and_heals_without_a_restart() {
+    fiu_tools();
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("seed.json");
+    std::fs::write(&seed, fixture().to_string()).unwrap();
+    let data = dir.path().join("data");
+    let mut bin =
+        Binary::start_under(&["fiu-run", "-x"], &data, &["--seed", seed.to_str().unwrap()]).await;
+    let pid = bin.child.id();
+    let mut acked = add_rows(&bin.base, "before", 20).await;
+    let before = texts(&bin.base).await;
+
+    fiu(pid, true, "posix/io/sync/fdatasync");
+    let refused = add_row(&bin.base, "refused").await;
+    assert_error(&refused, 503, "storage_unavailable");
+    assert!(refused.2.get("retry-after").is_some());
+    assert_error(&add_row(&bin.base, "refused too").await, 503, "storage_unavailable");
+    assert_eq!(texts(&bin.base).await, before, "reads serve the durable data, nothing refused");
+    let (status, sheet, _) =
+        send("GET", &format!("{}/sheets/11", bin.base), Some(ADA_READ), &[], None).await;
+    assert_eq!((status, sheet["rowCount"].as_u64()), (200, Some(before.len() as u64)));
+    let (_, health, _) =
+        send("GET", &format!("{}/health", bin.admin), Some(ADMIN_TOKEN), &[], None).await;
+    assert_eq!(health["status"], "degraded", "{health}");
+
+    fiu(pid, false, "posix/io/sync/fdatasync");
+    let mut resumed = None;
+    for _ in 0..60 {
+        let (status, body, _) = add_row(&bin.base, "after").await;
+        if status == 200 {
+            resumed = Some(body);
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(250)).await;
+    }
+    let resumed = resumed.expect("writes resume within 15 s once fsync works, without a restart");
+    acked.insert(resumed["results"][0]["row"]["id"].as_u64().unwrap(), "after".into());
+    acked.extend(add_rows(&bin.base, "healed", 5).await);
+    let (_, health, _) =
+        send("GET", &format!("{}/health", bin.admin), Some(ADMIN_TOKEN), &[], None).await;
+    assert_eq!(health["status"], "ok", "{health}");
+    let log = std::fs::read_to_string(&bin.log).unwrap();
+    assert!(log.contains("the data dir failed"), "the failure is logged");
+    assert!(log.contains("writes resume"), "the recovery is logged");
+
+    bin.kill9();
+    let mut bin = Binary::start(&data, &[]).await;
+    let present = all_rows(&bin.base).await;
+    for (id, text) in &acked {
+        assert_eq!(present.get(id), Some(text), "acknowledged row {id} is lost or wrong");
+    }
+    assert!(!present.values().any(|t| t.starts_with("refused")), "a refused write appeared");
+    assert_eq!(present.len(), 1 + acked.len());
+    assert!(bin.terminate().success());
+    let (ok, out) = run_sheetd(&["check"], &data, &[]);
+    assert!(ok, "{out}");
+}
+
+/// A device whose fsync fails under a checkpoint: the checkpoint fails and is retried, writes
+/// (made durable by fdatasync) go on, and a graceful stop that cannot write its final
+/// checkpoint exits non-zero saying so, losing nothing: the next start recovers every row.
+#[actix_rt::test]
+async fn a_checkpoint_on_a_sick_disk_fails_cleanly_and_a_graceful_stop_says_so() {
+    fiu_tools();
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("seed.json");
+    std::fs::write(&seed, fixture().to_string()).unwrap();
+    let data = dir.path().join("data");
+    let flags = ["--seed", seed.to_str().unwrap(), "--checkpoint-every-secs", "1"];
+    let mut bin = Binary::start_under(&["fiu-run", "-x"], &data, &flags).await;
+    let mut acked = add_rows(&bin.base, "before", 10).await;
+
+    fiu(bin.child.id(), true, "posix/io/sync/fsync");
+    acked.extend(add_rows(&bin.base, "during", 10).await);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !std::fs::read_to_string(&bin.log).unwrap().contains("background checkpoint failed") {
+        assert!(Instant::now() < deadline, "no checkpoint was tried on the sick disk");
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    acked.extend(add_rows(&bin.base, "still", 5).await);
+
+    let status = bin.terminate();
+    assert!(!status.success(), "a stop that could not checkpoint must not exit 0");
+    let log = std::fs::read_to_string(&bin.log).unwrap();
+    assert!(log.contains("final checkpoint"), "the exit says what failed: {log}");
+
+    let mut bin = Binary::start(&data, &[]).await;
+    let present = all_rows(&bin.base).await;
+    for (id, text) in &acked {
+        assert_eq!(present.get(id), Some(text), "acknowledged row {id} is lost or wrong");
+    }
+    assert!(bin.terminate().success());
+    let (ok, out) = run_sheetd(&["check"], &data, &[]);
+    assert!(ok, "{out}");
+}
+
+/// A start on a device that refuses fsync stops before anything is written: a clear message,
+/// a non-zero exit, every byte of the data dir as it was; a later start serves everything.
+#[actix_rt::test]
+async fn a_start_on_a_device_that_refuses_fsync_changes_nothing() {
+    fiu_tools();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut bin, data) = Binary::seeded(dir.path()).await;
+    let acked = add_rows(&bin.base, "row", 10).await;
+    bin.kill9();
+    let before = contents(&data);
+
+    let mut cmd = Command::new("fiu-run");
+    cmd.args(["-x", "-c", "enable name=posix/io/sync/fsync", env!("CARGO_BIN_EXE_sheetd")]);
+    cmd.args(["serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--data-dir"]);
+    let out = cmd.arg(&data).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a start on a failing device must not succeed: {text}");
+    assert!(text.contains("refuses writes"), "the message says what is wrong: {text}");
+    assert_eq!(contents(&data), before, "a refused start changed the data dir");
+
+    let mut bin = Binary::start(&data, &[]).await;
+    let present = all_rows(&bin.base).await;
+    for (id, text) in &acked {
+        assert_eq!(present.get(id), Some(text));
+    }
+    assert!(bin.terminate().success());
 }

@@ -548,7 +548,16 @@ impl Wal {
         *current = Some(lsn);
         core.checkpoint_lsn.store(lsn, Ordering::Release);
         lock(&core.appender).forget_through(lsn);
-        let removed = core.with_store(|store| store.remove_through(lsn))?;
+        let removed = match core.with_store(|store| store.remove_through(lsn)) {
+            Ok(removed) => removed,
+            Err(e) => {
+                // A failed write or fsync of the log's own store: what sled holds in memory can
+                // no longer be trusted to be on disk. Fail the log, so it heals from disk.
+                let shared = core.failure.set(Arc::new(e));
+                core.progress.send_modify(|p| p.failure = Some(Arc::clone(&shared)));
+                return Err(Error::LogFailed { cause: shared });
+            }
+        };
         tracing::debug!(lsn, bytes = snapshot.len(), removed, "checkpoint written, log truncated");
         Ok(())
     }

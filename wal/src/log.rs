@@ -49,7 +49,9 @@ pub(crate) const OPEN_HEADROOM_BYTES: u64 = 16 * 1024 * 1024;
 /// are intact. So, in this order:
 /// 1. Refuse ([`Error::NoSpace`], nothing changed) unless the file system has room for a new
 ///    snapshot as large as the current ones together, plus [`OPEN_HEADROOM_BYTES`].
-/// 2. Remove every `snap.*.generating` file: sled renames a snapshot only after fsyncing it and
+/// 2. Refuse unless a small file can be written and fsynced there ([`probe_writes`]): a device
+///    that fails writes or fsyncs fails here, before sled has touched anything.
+/// 3. Remove every `snap.*.generating` file: sled renames a snapshot only after fsyncing it and
 ///    removes the old ones only after that rename, so such a file is never the only complete
 ///    snapshot. Removing it also lets a store damaged that way open again.
 fn prepare_open(log_dir: &Path) -> Result<()> {
@@ -73,6 +75,7 @@ fn prepare_open(log_dir: &Path) -> Result<()> {
         }
     }
     fsutil::require_space("open the log in", log_dir, snapshots + OPEN_HEADROOM_BYTES)?;
+    probe_writes(log_dir)?;
     for path in &interrupted {
         tracing::warn!(path = %path.display(), "removing a snapshot file sled left unfinished");
         fsutil::remove_if_exists(path)?;
@@ -376,6 +379,24 @@ impl LogStore {
     pub(crate) fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
     }
+}
+
+/// Writes, fsyncs and removes a small file in `dir`, so an open learns that the device takes
+/// writes before sled writes anything.
+fn probe_writes(dir: &Path) -> Result<()> {
+    use std::io::Write;
+    let path = dir.join(".write-probe");
+    let result = (|| {
+        let mut f = fs::File::create(&path)?;
+        f.write_all(&[0u8; 4096])?;
+        f.sync_all()
+    })();
+    let removed = fsutil::remove_if_exists(&path);
+    result.map_err(Error::fs(format!(
+        "write and fsync a probe file in {} (the device refuses writes; nothing was changed)",
+        dir.display()
+    )))?;
+    removed.map(drop)
 }
 
 /// Whether a sled open error is its "could not acquire lock" error (sled 0.34 reports lock

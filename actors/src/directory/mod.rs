@@ -105,6 +105,11 @@ pub struct DirectoryActor {
     published: PublishedDirectory,
     shared: Shared,
     sheets: SheetRegistry,
+    /// The log's epoch `state` is consistent with (see [`DirectoryActor::commit`]).
+    epoch: u64,
+    /// States of changes appended but not yet seen durable, oldest first: what a re-sync after
+    /// a heal returns to, since a durable change's own future may not have published it yet.
+    pending: std::collections::VecDeque<Arc<Published>>,
 }
 
 impl DirectoryActor {
@@ -115,7 +120,30 @@ impl DirectoryActor {
         shared: Shared,
         sheets: SheetRegistry,
     ) -> Self {
-        DirectoryActor { state, published, shared, sheets }
+        let epoch = shared.wal.epoch();
+        DirectoryActor { state, published, shared, sheets, epoch, pending: Default::default() }
+    }
+
+    /// Returns the working state to the durable one after the log was re-opened
+    /// (`wal::Wal::heal`): changes applied here whose records the failed log lost are dropped.
+    fn resync(&mut self, epoch: u64) {
+        let durable = self.shared.wal.durable_lsn();
+        let published = self.published.load_full();
+        let newest = self.pending.iter().rev().find(|p| p.lsn <= durable).cloned();
+        let target = match newest {
+            Some(p) if p.lsn > published.lsn => {
+                self.published.store(Arc::clone(&p));
+                p
+            }
+            _ => published,
+        };
+        tracing::info!(
+            lsn = target.lsn,
+            "the log was re-opened: the directory goes on from its durable state"
+        );
+        self.state = Arc::clone(&target.state);
+        self.pending.clear();
+        self.epoch = epoch;
     }
 
     /// Log `record`, apply `change` to a copy of the state, and publish the copy once durable.
@@ -126,19 +154,32 @@ impl DirectoryActor {
         reply: T,
     ) -> ResponseFuture<Result<T>> {
         // Directory changes may use the log's reserve below the free-space floor: revoking a
-        // key or a share must work while row writes are refused for lack of space.
-        let appended = codec::encode(&record).map_err(Error::from).and_then(|b| {
-            let reserve = wal::AppendOptions { reserve: true, epoch: None };
-            Ok(self.shared.wal.append_with_options(reserve, move |_| b)?)
-        });
+        // key or a share must work while row writes are refused for lack of space. The epoch
+        // refuses a change decided on state the log may have lost since (a heal): the first
+        // change after a heal re-syncs and answers 503, and its retry decides afresh.
+        let options = wal::AppendOptions { reserve: true, epoch: Some(self.epoch) };
+        let appended = codec::encode(&record)
+            .map_err(Error::from)
+            .and_then(|b| Ok(self.shared.wal.append_with_options(options, move |_| b)?));
         let commit = match appended {
             Ok(c) => c,
-            Err(e) => return Box::pin(async move { Err(e) }),
+            Err(e) => {
+                if let Error::Wal(wal::Error::Reopened { epoch }) = e {
+                    self.resync(epoch);
+                }
+                return Box::pin(async move { Err(e) });
+            }
         };
         let mut next = (*self.state).clone();
         change(&mut next);
         self.state = Arc::new(next);
-        let (state, published, lsn) = (self.state.clone(), self.published.clone(), commit.lsn());
+        let lsn = commit.lsn();
+        let durable = self.shared.wal.durable_lsn();
+        while self.pending.get(1).is_some_and(|p| p.lsn <= durable) {
+            self.pending.pop_front();
+        }
+        self.pending.push_back(Arc::new(Published { state: self.state.clone(), lsn }));
+        let (state, published) = (self.state.clone(), self.published.clone());
         Box::pin(async move {
             commit.await?;
             // Flushes complete in LSN order, but the futures may be polled out of order.

@@ -16,12 +16,13 @@
 
 mod state;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use actix::prelude::*;
 use arc_swap::ArcSwap;
 use serde_json::{Map, Value};
-use wal::{codec, Lsn};
+use wal::{codec, AppendOptions, Lsn};
 
 use crate::error::{Error, Result};
 use crate::model::{Row, RowId, SheetId};
@@ -163,6 +164,12 @@ pub struct SheetActor {
     applied_lsn: Lsn,
     /// Where readers find the sheet as of its last durable write.
     published: PublishedSheet,
+    /// The log's epoch `state` is consistent with (see [`SheetActor::sync_with_log`]).
+    epoch: u64,
+    /// Snapshots of writes appended but not yet seen durable, oldest first (only the newest
+    /// one at or below the durable LSN is kept once it is): what a re-sync after a heal
+    /// returns to, since a durable write's own future may not have published it yet.
+    pending: VecDeque<Arc<SheetSnapshot>>,
 }
 
 impl SheetActor {
@@ -174,7 +181,48 @@ impl SheetActor {
         applied_lsn: Lsn,
         published: PublishedSheet,
     ) -> Self {
-        SheetActor { state, shared, applied_lsn, published }
+        let epoch = shared.wal.epoch();
+        SheetActor { state, shared, applied_lsn, published, epoch, pending: VecDeque::new() }
+    }
+
+    /// Returns the working state to the durable one if the log was re-opened since it was
+    /// last in step (`wal::Wal::heal`): writes applied here whose records the failed log
+    /// lost must not be decided upon, and must never reach a reader.
+    fn sync_with_log(&mut self) {
+        let epoch = self.shared.wal.epoch();
+        if epoch == self.epoch {
+            return;
+        }
+        let durable = self.shared.wal.durable_lsn();
+        let published = self.published.load_full();
+        let newest = self.pending.iter().rev().find(|s| s.lsn <= durable).cloned();
+        let snapshot = match newest {
+            Some(s) if s.lsn > published.lsn => {
+                publish(&self.published, &s);
+                s
+            }
+            _ => published,
+        };
+        tracing::info!(
+            sheet = self.state.id,
+            lsn = snapshot.lsn,
+            dropped_lsn = self.applied_lsn,
+            "the log was re-opened: the sheet goes on from its durable state"
+        );
+        self.state = snapshot.state.clone();
+        self.applied_lsn = snapshot.lsn;
+        self.pending.clear();
+        self.epoch = epoch;
+    }
+
+    /// Keeps `snapshot` for [`SheetActor::sync_with_log`] and forgets the ones it can no longer
+    /// need.
+    fn keep_pending(&mut self, snapshot: Arc<SheetSnapshot>) {
+        let durable = self.shared.wal.durable_lsn();
+        while self.pending.get(1).is_some_and(|s| s.lsn <= durable) {
+            self.pending.pop_front();
+        }
+        self.pending.push_back(snapshot);
     }
 
     /// The sheet's id.
@@ -223,7 +271,8 @@ impl SheetActor {
         let record = Record::Sheet(write);
         let appended = codec::encode(&record).map_err(Error::from).and_then(|bytes| {
             let (idem_store, outbox) = (self.shared.idem.clone(), self.shared.outbox.clone());
-            Ok(self.shared.wal.append_with(move |lsn| {
+            let options = AppendOptions { reserve: false, epoch: Some(self.epoch) };
+            Ok(self.shared.wal.append_with_options(options, move |lsn| {
                 if let Some(e) = idem_entry {
                     idem_store.complete(e, lsn);
                 }
@@ -239,6 +288,7 @@ impl SheetActor {
                 self.applied_lsn = commit.lsn();
                 let snapshot =
                     Arc::new(SheetSnapshot { state: self.state.clone(), lsn: commit.lsn() });
+                self.keep_pending(Arc::clone(&snapshot));
                 let published = Arc::clone(&self.published);
                 Box::pin(async move {
                     match commit.await {
@@ -255,6 +305,8 @@ impl SheetActor {
             (Ok(_), _) => unreachable!("built as a sheet record"),
             (Err(e), _) => {
                 tracing::warn!(sheet = sheet_id, error = %e, "the log refused a write; it is not acknowledged");
+                // Re-opened between this message's decision and its append.
+                self.sync_with_log();
                 Box::pin(async move { WriteReply { result: Err(e), stored: None } })
             }
         }
@@ -284,6 +336,7 @@ impl Handler<BulkAdd> for SheetActor {
     type Result = ResponseFuture<WriteReply>;
 
     fn handle(&mut self, msg: BulkAdd, _: &mut Self::Context) -> Self::Result {
+        self.sync_with_log();
         let now = self.shared.clock.now();
         let (results, put) = self.state.bulk_add(&msg.items, msg.cap, now, &self.shared.row_ids);
         self.commit(put, Vec::new(), Ok(WriteOutcome::Bulk(results)), msg.idem)
@@ -294,6 +347,7 @@ impl Handler<BulkUpdate> for SheetActor {
     type Result = ResponseFuture<WriteReply>;
 
     fn handle(&mut self, msg: BulkUpdate, _: &mut Self::Context) -> Self::Result {
+        self.sync_with_log();
         let now = self.shared.clock.now();
         let (results, put) = self.state.bulk_update(&msg.items, now);
         self.commit(put, Vec::new(), Ok(WriteOutcome::Bulk(results)), msg.idem)
@@ -304,6 +358,7 @@ impl Handler<Patch> for SheetActor {
     type Result = ResponseFuture<WriteReply>;
 
     fn handle(&mut self, msg: Patch, _: &mut Self::Context) -> Self::Result {
+        self.sync_with_log();
         let now = self.shared.clock.now();
         match self.state.patch(msg.row_id, &msg.item, now) {
             Ok(row) => self.commit(
@@ -321,6 +376,7 @@ impl Handler<DeleteRow> for SheetActor {
     type Result = ResponseFuture<WriteReply>;
 
     fn handle(&mut self, msg: DeleteRow, _: &mut Self::Context) -> Self::Result {
+        self.sync_with_log();
         match self.state.subtree(msg.row_id) {
             Ok(ids) => {
                 self.commit(Vec::new(), ids.clone(), Ok(WriteOutcome::Deleted(ids)), msg.idem)
