@@ -6,9 +6,9 @@ use clap::Parser;
 use sheetd::config::{Cli, Command};
 use sheetd::server::{self, Options};
 
-fn init_logging(json: bool) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+fn init_logging(json: bool, default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| default_level.into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -24,7 +24,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
-            init_logging(args.log_json);
+            init_logging(args.log_json, "info");
             let opts = Options { args, clock: Default::default(), print_secrets: true };
             let result = actix_rt::System::new().block_on(async move {
                 let running = server::start(opts).await?;
@@ -41,12 +41,17 @@ fn main() -> ExitCode {
             }
         }
         Command::Check { data_dir } => {
-            init_logging(false);
+            init_logging(false, "info");
             sheetd::cli::check(&data_dir)
         }
         Command::Key(cmd) => {
-            init_logging(false);
+            init_logging(false, "info");
             sheetd::cli::key(cmd)
+        }
+        Command::Bench(args) => {
+            // The own server's per-request info lines would bury the table.
+            init_logging(false, "warn");
+            sheetd::bench::main(*args)
         }
     }
 }
