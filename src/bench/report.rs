@@ -252,10 +252,11 @@ impl Report {
         );
         for l in &self.levels {
             let (per_flush, flush_ms) = match &l.server {
-                Some(f) => {
+                // A level without writes has no group commits to describe.
+                Some(f) if f.flushes > 0 => {
                     (format!("{:.1}", f.records_per_flush), format!("{:.2}", f.flush_mean_ms))
                 }
-                None => ("-".to_owned(), "-".to_owned()),
+                _ => ("-".to_owned(), "-".to_owned()),
             };
             let ms = &l.latency_ms;
             let _ = writeln!(

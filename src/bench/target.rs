@@ -176,6 +176,9 @@ impl Target {
     pub async fn open(args: &BenchArgs) -> anyhow::Result<Self> {
         match &args.url {
             Some(url) => Self::connect(args, url).await,
+            None if !args.sheet_ids.is_empty() => {
+                bail!("--sheet-ids names sheets of a running server: it needs --url")
+            }
             None => Self::start_own(args).await,
         }
     }
