@@ -18,8 +18,10 @@
 //! - [`prometheus`]: the text format the admin metrics endpoint speaks.
 //! - [`maintenance`]: background checkpoints and side-store housekeeping.
 //! - [`cli`]: the offline operator commands (`sheetd key ...`, `sheetd check`).
+//! - [`mod@bench`]: the load tester (`sheetd bench`).
 
 pub mod auth;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod cursor;

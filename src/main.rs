@@ -13,9 +13,10 @@ use sheetd::server::{self, Options};
 /// level, so that target is off by default; sheetd's own errors keep their level.
 const DEFAULT_LOG_FILTER: &str = "info,actix_http::h1::dispatcher=off";
 
-fn init_logging(json: bool) {
+/// `default_level` applies when `RUST_LOG` is unset, beside [`DEFAULT_LOG_FILTER`]'s rule.
+fn init_logging(json: bool, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| DEFAULT_LOG_FILTER.into());
+        .unwrap_or_else(|_| DEFAULT_LOG_FILTER.replacen("info", default_level, 1).into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         // A log line that cannot be written (stderr on a full disk) is dropped. By default the
@@ -35,7 +36,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
-            init_logging(args.log_json);
+            init_logging(args.log_json, "info");
             let opts = Options { args, clock: Default::default(), print_secrets: true };
             let result = actix_rt::System::new().block_on(async move {
                 let running = server::start(opts).await?;
@@ -52,12 +53,17 @@ fn main() -> ExitCode {
             }
         }
         Command::Check { data_dir } => {
-            init_logging(false);
+            init_logging(false, "info");
             sheetd::cli::check(&data_dir)
         }
         Command::Key(cmd) => {
-            init_logging(false);
+            init_logging(false, "info");
             sheetd::cli::key(cmd)
+        }
+        Command::Bench(args) => {
+            // The own server's per-request info lines would bury the table.
+            init_logging(false, "warn");
+            sheetd::bench::main(*args)
         }
     }
 }

@@ -2,6 +2,7 @@
 //! module per area (one binary links once).
 
 mod admin;
+mod bench;
 mod common;
 mod crash;
 mod faults;

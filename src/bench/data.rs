@@ -1,0 +1,202 @@
+//! Generated data: the own server's workspace (as a fixture, the format `--seed` loads) and the
+//! cell values every write sends.
+//!
+//! Cells are generated from a sheet's columns as the API lists them (type and options), so the
+//! same generator writes valid rows into the own server's sheets and into any sheet of a running
+//! server. Values are ones the column types store as sent (dates as `YYYY-MM-DD`, datetimes
+//! already in UTC), though `--verify` does not rely on that: it compares against the cells the
+//! server acknowledged.
+
+use rand::Rng;
+use serde_json::{json, Map, Value};
+
+/// A column as `listColumns` describes it: what a generator needs to write a valid cell.
+#[derive(Clone, Debug)]
+pub struct ColumnInfo {
+    /// Column id (cell key).
+    pub id: u64,
+    /// Column type (`text`, `number`, ...).
+    pub ty: String,
+    /// Options of `dropdown`, `multi_select` and `symbol` columns.
+    pub options: Vec<String>,
+}
+
+/// A sheet the load goes to.
+#[derive(Clone, Debug)]
+pub struct SheetInfo {
+    /// Sheet id.
+    pub id: u64,
+    /// Its columns.
+    pub columns: Vec<ColumnInfo>,
+}
+
+/// Name, type and options of the generated columns, in order; the pattern repeats text and
+/// number columns beyond the first nine so every type appears at the default widths and up.
+fn column_spec(index: u64) -> (String, &'static str, Option<Vec<&'static str>>) {
+    let spec: (&str, &str, Option<Vec<&str>>) = match index {
+        0 => ("Title", "text", None),
+        1 => ("Amount", "number", None),
+        2 => ("Status", "dropdown", Some(vec!["Open", "In progress", "Done", "Blocked"])),
+        3 => ("Done", "checkbox", None),
+        4 => ("Due", "date", None),
+        5 => ("Seen", "datetime", None),
+        6 => ("Owner", "contact", None),
+        7 => ("Tags", "multi_select", Some(vec!["red", "green", "blue", "grey"])),
+        8 => ("Flag", "symbol", Some(vec!["Low", "Medium", "High"])),
+        n if n % 2 == 1 => return (format!("Note {n}"), "text", None),
+        n => return (format!("Count {n}"), "number", None),
+    };
+    (spec.0.to_owned(), spec.1, spec.2)
+}
+
+/// The API key secret of the own server's generated workspace.
+pub fn own_key() -> String {
+    actors::fixture::generate_secret()
+}
+
+/// The id of the summary report in [`fixture`].
+pub const REPORT_ID: u64 = 1;
+
+/// The own server's workspace: one paid user owning one project with `sheets` sheets (ids
+/// 1..=sheets) of `columns` generated columns each, a summary report over all of them
+/// (grouped by `Status` when there is one, counting rows and summing `Amount`), and one key
+/// with write access to the account. No rows: [`crate::bench::target`] loads them through the
+/// API. The paid plan's row cap is raised so that long write runs never hit it.
+pub fn fixture(sheets: u64, columns: u64, key: &str) -> Value {
+    let sheet_ids: Vec<u64> = (1..=sheets).collect();
+    let specs: Vec<_> = (0..columns).map(column_spec).collect();
+    let mut cols = Vec::new();
+    for &sheet in &sheet_ids {
+        for (i, (name, ty, options)) in specs.iter().enumerate() {
+            let mut c = json!({
+                "id": column_id(sheet, i as u64), "sheetId": sheet, "name": name, "type": ty,
+                "position": i, "primary": i == 0,
+            });
+            if let Some(options) = options {
+                c["options"] = json!(options);
+            }
+            cols.push(c);
+        }
+    }
+    let has = |name: &str| specs.iter().any(|(n, _, _)| n == name);
+    let mut aggregates = vec![json!({"fn": "count"})];
+    if has("Amount") {
+        aggregates.push(json!({"fn": "sum", "column": "Amount"}));
+    }
+    let group_by: Vec<&str> = if has("Status") { vec!["Status"] } else { vec![] };
+    json!({
+        "plans": {"paid": {"maxRowsPerSheet": 1_000_000_000u64}},
+        "users": [{"id": 1, "name": "bench", "plan": "paid"}],
+        "projects": [{"id": 1, "name": "Bench", "ownerId": 1}],
+        "sheets": sheet_ids.iter().map(|i| json!({"id": i, "projectId": 1, "name": format!("Bench {i}")})).collect::<Vec<_>>(),
+        "columns": cols,
+        "reports": [{"id": REPORT_ID, "projectId": 1, "ownerId": 1, "name": "Bench summary",
+            "definition": {"type": "summary", "sources": sheet_ids, "groupBy": group_by,
+                           "aggregates": aggregates, "filter": null}}],
+        "keys": [{"id": 1, "ownerId": 1, "name": "bench", "secret": key,
+                  "grants": [{"verb": "write", "scopeType": "account", "scopeId": null}]}]
+    })
+}
+
+/// Generated column ids: unique across sheets, readable in a dump (sheet 3, column 2 → 3002).
+fn column_id(sheet: u64, index: u64) -> u64 {
+    sheet * 1000 + index
+}
+
+const WORDS: &[&str] = &[
+    "alpha", "bravo", "cedar", "delta", "ember", "fjord", "grove", "harbor", "iris", "juniper",
+    "kestrel", "lumen", "meadow", "nimbus", "orchid", "prairie",
+];
+
+/// A valid value for `column`; `n` makes text unique per write.
+pub fn cell(column: &ColumnInfo, n: u64, rng: &mut impl Rng) -> Value {
+    let pick = |rng: &mut dyn rand::RngCore, options: &[String]| {
+        options
+            .get(rng.gen_range(0..options.len().max(1)))
+            .cloned()
+            .map_or(Value::Null, Value::from)
+    };
+    match column.ty.as_str() {
+        "number" => json!(rng.gen_range(0..100_000) as f64 / 4.0),
+        "checkbox" => json!(rng.gen_bool(0.5)),
+        "date" => json!(format!("2026-{:02}-{:02}", rng.gen_range(1..=12), rng.gen_range(1..=28))),
+        "datetime" => json!(format!(
+            "2026-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+            rng.gen_range(1..=12),
+            rng.gen_range(1..=28),
+            rng.gen_range(0..24),
+            rng.gen_range(0..60),
+            rng.gen_range(0..60)
+        )),
+        "contact" => json!(format!("user{}@example.com", rng.gen_range(0..1000))),
+        "dropdown" | "symbol" => pick(rng, &column.options),
+        "multi_select" => {
+            // Distinct options in the column's order: the form the type stores.
+            let chosen: Vec<&String> =
+                column.options.iter().filter(|_| rng.gen_bool(0.4)).collect();
+            json!(chosen)
+        }
+        _ => json!(format!(
+            "{} {} #{n}",
+            WORDS[rng.gen_range(0..WORDS.len())],
+            WORDS[rng.gen_range(0..WORDS.len())]
+        )),
+    }
+}
+
+/// A full row of valid cells.
+pub fn row_cells(columns: &[ColumnInfo], n: u64, rng: &mut impl Rng) -> Map<String, Value> {
+    columns.iter().map(|c| (c.id.to_string(), cell(c, n, rng))).collect()
+}
+
+/// One or two cells changed, as a patch sends them.
+pub fn patch_cells(columns: &[ColumnInfo], n: u64, rng: &mut impl Rng) -> Map<String, Value> {
+    let mut cells = Map::new();
+    if columns.is_empty() {
+        return cells;
+    }
+    for _ in 0..rng.gen_range(1..=2) {
+        let c = &columns[rng.gen_range(0..columns.len())];
+        cells.insert(c.id.to_string(), cell(c, n, rng));
+    }
+    cells
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::*;
+
+    #[test]
+    fn the_generated_fixture_parses_and_every_cell_coerces() {
+        let key = own_key();
+        let fx = fixture(2, 12, &key);
+        let parsed = crate::server::parse_fixture(&fx.to_string(), "test").unwrap();
+        assert_eq!(parsed.sheets.len(), 2);
+        assert_eq!(parsed.columns.len(), 24);
+        let columns: Vec<ColumnInfo> = fx["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["sheetId"] == 1)
+            .map(|c| ColumnInfo {
+                id: c["id"].as_u64().unwrap(),
+                ty: c["type"].as_str().unwrap().to_owned(),
+                options: serde_json::from_value(c["options"].clone()).unwrap_or_default(),
+            })
+            .collect();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        // Rows in a fixture are coerced like API writes: a fixture with generated rows parses
+        // and prepares, so every generated value is valid for its column.
+        let mut with_rows = fx.clone();
+        with_rows["rows"] = (0..50)
+            .map(
+                |i| json!({"id": 100 + i, "sheetId": 1, "cells": row_cells(&columns, i, &mut rng)}),
+            )
+            .collect();
+        let fixture = crate::server::parse_fixture(&with_rows.to_string(), "test").unwrap();
+        let state = actors::directory::DirectoryState::default();
+        actors::fixture::prepare(fixture, &state, 1, 0).expect("generated cells coerce");
+    }
+}

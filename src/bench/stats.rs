@@ -1,0 +1,169 @@
+//! Per-level statistics: latency histograms (HDR, microseconds), counts of requests, rows and
+//! errors. Each virtual user fills its own [`Stats`] without any sharing; the level merges
+//! them at the end, so recording costs no lock and no atomic beyond the progress counter.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::workload::{Outcome, Workload};
+
+/// Highest latency the histograms hold: one hour, in microseconds (longer ones are clamped).
+const MAX_MICROS: u64 = 3_600_000_000;
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_MICROS, 3).expect("valid bounds")
+}
+
+/// An error kind: HTTP status (0: transport) and `errorCode` (or a transport class), and
+/// whether it came from a failed item inside a 200 bulk answer.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ErrorKind {
+    /// HTTP status; 0 for a transport error.
+    pub status: u16,
+    /// `errorCode`, or a transport class (`timeout`, `connect_failed`, ...).
+    pub code: String,
+    /// A failed item of a bulk write (the request itself was a 200).
+    pub bulk_item: bool,
+}
+
+/// One request kind's latencies.
+#[derive(Clone, Debug)]
+pub struct OpStats {
+    /// Latencies in microseconds.
+    pub latency: Histogram<u64>,
+}
+
+/// The figures of one virtual user, or of a whole level once merged.
+#[derive(Clone, Debug)]
+pub struct Stats {
+    /// Latencies of every measured request (every answer, errors included), microseconds.
+    pub latency: Histogram<u64>,
+    /// Per request kind (for mixed workloads).
+    pub ops: BTreeMap<Workload, OpStats>,
+    /// Measured requests.
+    pub requests: u64,
+    /// Of those, 2xx answers.
+    pub ok: u64,
+    /// Rows read.
+    pub rows_read: u64,
+    /// Rows written and acknowledged.
+    pub rows_written: u64,
+    /// Deliberately stale patches answered with `version_conflict`.
+    pub expected_conflicts: u64,
+    /// Errors by kind.
+    pub errors: BTreeMap<ErrorKind, u64>,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            latency: histogram(),
+            ops: BTreeMap::new(),
+            requests: 0,
+            ok: 0,
+            rows_read: 0,
+            rows_written: 0,
+            expected_conflicts: 0,
+            errors: BTreeMap::new(),
+        }
+    }
+}
+
+impl Stats {
+    /// Count one measured request.
+    pub fn record(&mut self, op: Workload, latency: Duration, out: &Outcome) {
+        let micros = (latency.as_micros() as u64).clamp(1, MAX_MICROS);
+        self.latency.saturating_record(micros);
+        self.ops
+            .entry(op)
+            .or_insert_with(|| OpStats { latency: histogram() })
+            .latency
+            .saturating_record(micros);
+        self.requests += 1;
+        if (200..300).contains(&out.status) {
+            self.ok += 1;
+        }
+        self.rows_read += out.rows_read;
+        self.rows_written += out.rows_written;
+        self.expected_conflicts += u64::from(out.expected_conflict);
+        if let Some(code) = &out.error {
+            let kind = ErrorKind { status: out.status, code: code.clone(), bulk_item: false };
+            *self.errors.entry(kind).or_default() += 1;
+        }
+        for code in &out.item_errors {
+            let kind = ErrorKind { status: out.status, code: code.clone(), bulk_item: true };
+            *self.errors.entry(kind).or_default() += 1;
+        }
+    }
+
+    /// Add another user's figures.
+    pub fn merge(&mut self, other: &Stats) {
+        self.latency.add(&other.latency).expect("same bounds");
+        for (op, s) in &other.ops {
+            self.ops
+                .entry(*op)
+                .or_insert_with(|| OpStats { latency: histogram() })
+                .latency
+                .add(&s.latency)
+                .expect("same bounds");
+        }
+        self.requests += other.requests;
+        self.ok += other.ok;
+        self.rows_read += other.rows_read;
+        self.rows_written += other.rows_written;
+        self.expected_conflicts += other.expected_conflicts;
+        for (k, n) in &other.errors {
+            *self.errors.entry(k.clone()).or_default() += n;
+        }
+    }
+
+    /// Answers that fail the run: 5xx and transport errors.
+    pub fn fatal_errors(&self) -> u64 {
+        self.errors
+            .iter()
+            .filter(|(k, _)| !k.bulk_item && (k.status == 0 || k.status >= 500))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// Latency percentiles of a histogram, in milliseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Largest.
+    pub max: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Mean.
+    pub mean: f64,
+}
+
+impl Latency {
+    /// The percentiles of `h` (microseconds) in milliseconds; zeros when empty.
+    pub fn of(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Latency::default();
+        }
+        let ms = |us: u64| us as f64 / 1000.0;
+        Latency {
+            p50: ms(h.value_at_quantile(0.5)),
+            p90: ms(h.value_at_quantile(0.9)),
+            p99: ms(h.value_at_quantile(0.99)),
+            p999: ms(h.value_at_quantile(0.999)),
+            max: ms(h.max()),
+            min: ms(h.min()),
+            mean: h.mean() / 1000.0,
+        }
+    }
+}

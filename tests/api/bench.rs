@@ -1,0 +1,380 @@
+//! `sheetd bench` through real servers: every workload's report, `--verify` against writes
+//! changed behind the run's back, open-loop latency that includes queueing, and 429s that are
+//! counted rather than fatal. Runs are a few hundred requests; no assertion is on a duration
+//! beyond a stall the test itself injects.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use serde_json::{json, Value};
+use sheetd::bench::{self, verify::Expected, Target};
+use sheetd::config::BenchArgs;
+
+use crate::common::*;
+
+fn flags(list: &[&str]) -> BenchArgs {
+    BenchArgs::parse_flags(list).expect("valid flags")
+}
+
+/// The report as the `--json` document.
+fn json_of(report: &bench::Report) -> Value {
+    serde_json::to_value(report).unwrap()
+}
+
+/// Structure and relations every level of a report must show.
+fn assert_sane_level(l: &Value, what: &str) {
+    let n = |k: &str| l[k].as_f64().unwrap_or_else(|| panic!("{what}: {k} in {l}"));
+    assert!(n("requests") > 0.0, "{what}: {l}");
+    assert!(n("elapsedSeconds") > 0.0, "{what}: {l}");
+    assert!(n("requestsPerSecond") > 0.0, "{what}: {l}");
+    let ms = &l["latencyMs"];
+    let p = |k: &str| ms[k].as_f64().unwrap_or_else(|| panic!("{what}: latencyMs.{k} in {l}"));
+    assert!(p("min") > 0.0, "{what}: {ms}");
+    assert!(p("min") <= p("p50"), "{what}: {ms}");
+    assert!(p("p50") <= p("p90") && p("p90") <= p("p99"), "{what}: {ms}");
+    assert!(p("p99") <= p("p999") && p("p999") <= p("max"), "{what}: {ms}");
+    assert!(l["errors"].is_array() && l["ops"].is_array(), "{what}: {l}");
+}
+
+/// Run `workload` against an own server and check its report.
+async fn own_server_run(workload: &[&str], writes: bool) -> Value {
+    let args = flags(
+        &[
+            workload,
+            &[
+                "--sheets",
+                "2",
+                "--rows",
+                "300",
+                "--columns",
+                "12",
+                "--concurrency",
+                "1,4",
+                "--requests",
+                "150",
+                "--warmup",
+                "0s",
+                "--bulk-size",
+                "20",
+                "--rows-per-client",
+                "8",
+                "--verify",
+            ],
+        ]
+        .concat(),
+    );
+    let report = bench::execute(&args).await.expect("the run completes");
+    let r = json_of(&report);
+    let what = workload.join(" ");
+    assert_eq!(r["version"], 1);
+    assert_eq!(r["target"]["mode"], "own");
+    assert_eq!(r["target"]["sheets"], json!([1, 2]));
+    assert_eq!(r["target"]["loaded"]["rows"], 600);
+    assert_eq!(r["load"]["loop"], "closed");
+    assert_eq!(r["warnings"], json!([]), "{what}: the own server's limit is out of reach");
+    assert_eq!(r["passed"], true, "{what}: {r:#}");
+    let levels = r["levels"].as_array().unwrap();
+    assert_eq!(levels.len(), 2);
+    for (l, c) in levels.iter().zip([1, 4]) {
+        assert_eq!(l["concurrency"], c);
+        assert_eq!(l["requests"], 150, "{what}: exactly the requests asked for");
+        let ok = l["okRequests"].as_u64().unwrap();
+        assert_eq!(ok + l["expectedConflicts"].as_u64().unwrap(), 150, "{what}: {l}");
+        assert_eq!(l["fatalErrors"], 0);
+        assert_sane_level(l, &what);
+        assert!(l["rowsPerSecond"].as_f64().unwrap() > 0.0, "{what}: {l}");
+        let server = &l["server"];
+        assert!(server["flushes"].is_u64(), "{what}: the own server's log figures: {l}");
+        if writes {
+            assert!(l["rowsWritten"].as_u64().unwrap() > 0, "{what}: {l}");
+            assert!(server["flushes"].as_u64().unwrap() > 0, "{what}: {l}");
+            assert!(server["recordsPerFlush"].as_f64().unwrap() >= 1.0, "{what}: {l}");
+            assert!(server["flushMeanMs"].as_f64().unwrap() > 0.0, "{what}: {l}");
+        } else {
+            assert!(l["rowsRead"].as_u64().unwrap() > 0, "{what}: {l}");
+        }
+    }
+    let v = &r["verify"];
+    assert_eq!((v["lost"].as_u64(), v["wrong"].as_u64()), (Some(0), Some(0)), "{what}: {v}");
+    assert!(v["checked"].as_u64().unwrap() > 0 || !writes, "{what}: {v}");
+    r
+}
+
+#[actix_rt::test]
+async fn read_workloads_report_rows_read_and_ordered_percentiles() {
+    for w in ["read-page", "get-sheet", "report"] {
+        let r = own_server_run(&["--workload", w, "--page-size", "50"], false).await;
+        assert_eq!(r["workload"]["name"], w);
+    }
+}
+
+#[actix_rt::test]
+async fn write_workloads_report_rows_written_and_the_logs_flushes() {
+    for w in ["patch", "bulk-add", "bulk-update", "delete"] {
+        let r = own_server_run(&["--workload", w], true).await;
+        assert_eq!(r["workload"]["name"], w);
+        for l in r["levels"].as_array().unwrap() {
+            assert!(l["rowsWritten"].as_u64().unwrap() >= 150, "one row or more per request: {l}");
+        }
+        if w == "delete" {
+            let v = &r["verify"];
+            assert!(v["deletesChecked"].as_u64().unwrap() >= 300, "{v}");
+            assert_eq!(v["notDeleted"], 0);
+        }
+        if w == "bulk-add" {
+            let l = &r["levels"][0];
+            assert_eq!(l["rowsWritten"], 150 * 20, "every item of every bulk add: {l}");
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn a_mixed_workload_counts_deliberate_conflicts_apart_from_errors() {
+    let r = own_server_run(
+        &["--mix", "read-page=50,patch=40,bulk-add=10", "--conflict-rate", "0.3"],
+        true,
+    )
+    .await;
+    assert_eq!(r["workload"]["name"], "mixed");
+    let mut conflicts = 0;
+    for l in r["levels"].as_array().unwrap() {
+        conflicts += l["expectedConflicts"].as_u64().unwrap();
+        assert_eq!(l["errorRequests"], 0, "expected conflicts are not errors: {l}");
+        let ops: Vec<&str> =
+            l["ops"].as_array().unwrap().iter().map(|o| o["op"].as_str().unwrap()).collect();
+        assert_eq!(ops, ["read-page", "patch", "bulk-add"], "{l}");
+    }
+    assert!(conflicts > 0, "30 % of some 120 patches were sent stale");
+}
+
+#[actix_rt::test]
+async fn get_row_is_refused_up_front_by_a_server_without_the_route() {
+    let s = TestServer::start().await;
+    let args = flags(&[
+        "--url",
+        &s.base,
+        "--key",
+        ADA_WRITE,
+        "--sheet-ids",
+        "11",
+        "--workload",
+        "get-row",
+        "--requests",
+        "10",
+        "--concurrency",
+        "1",
+        "--warmup",
+        "0s",
+    ]);
+    let target = Target::open(&args).await.unwrap();
+    let e = bench::run(&args, &target).await.expect_err("no getRow route");
+    assert!(format!("{e:#}").contains("get-row needs a server with getRow"), "{e:#}");
+}
+
+#[actix_rt::test]
+async fn verify_passes_untouched_writes_and_reports_ones_changed_behind_the_runs_back() {
+    let s = TestServer::start().await;
+    // Sheet 10 has every column type; sheet 11 is the one a second key can write.
+    let args = flags(&[
+        "--url",
+        &s.base,
+        "--key",
+        ADA_WRITE,
+        "--sheet-ids",
+        "10,11",
+        "--mix",
+        "patch=50,bulk-update=20,bulk-add=20,delete=10",
+        "--bulk-size",
+        "5",
+        "--requests",
+        "200",
+        "--concurrency",
+        "2",
+        "--warmup",
+        "0s",
+        "--rows-per-client",
+        "6",
+        "--verify",
+        "--admin-url",
+        &s.admin,
+        "--admin-token",
+        ADMIN_TOKEN,
+    ]);
+    let target = Target::open(&args).await.unwrap();
+    let run = bench::run(&args, &target).await.unwrap();
+    let r = json_of(&run.report);
+    assert_eq!(r["passed"], true, "{r:#}");
+    assert!(r["levels"][0]["server"]["recordsFlushed"].as_u64().unwrap() > 0, "{r:#}");
+
+    let clean = bench::verify(&target, &run.ledger).await.unwrap();
+    assert!(clean.passed(), "{clean:?}");
+    assert!(clean.checked > 50 && clean.deletes_checked > 0, "{clean:?}");
+    assert!(clean.requests >= 2, "one listRows walk per sheet");
+    assert_eq!((clean.lost, clean.wrong, clean.uncertain), (0, 0, 0));
+
+    // Behind the run's back: another key patches one acknowledged row, and deletes another.
+    let mut in_sheet_11 =
+        run.ledger.rows().filter(|(_, e)| e.sheet == 11 && matches!(e.state, Expected::Row { .. }));
+    let (patched, _) = in_sheet_11.next().expect("a row written in sheet 11");
+    let (deleted, _) = in_sheet_11.next().expect("another");
+    let version = match &run.ledger.get(patched).unwrap().state {
+        Expected::Row { version, .. } => *version,
+        _ => unreachable!(),
+    };
+    let body = json!({"version": version, "cells": {"110": "changed behind the run's back"}});
+    let (status, _, _) = s
+        .call("PATCH", &format!("/sheets/11/rows/{patched}"), Some(ADA_SHEET11), Some(&body))
+        .await;
+    assert_eq!(status, 200);
+    let (status, _, _) =
+        s.call("DELETE", &format!("/sheets/11/rows/{deleted}"), Some(ADA_SHEET11), None).await;
+    assert_eq!(status, 204);
+
+    let v = bench::verify(&target, &run.ledger).await.unwrap();
+    assert!(!v.passed());
+    assert_eq!((v.lost, v.wrong, v.not_deleted), (1, 1, 0), "{v:?}");
+    let lost = v.findings.iter().find(|f| f.problem == "lost").unwrap();
+    assert_eq!((lost.row_id, lost.found_version), (deleted, None));
+    let wrong = v.findings.iter().find(|f| f.problem == "wrong").unwrap();
+    assert_eq!(wrong.row_id, patched);
+    assert_eq!((wrong.expected_version, wrong.found_version), (Some(version), Some(version + 1)));
+    assert_eq!(wrong.found_cells.as_ref().unwrap()["110"], "changed behind the run's back");
+    target.close().await.unwrap();
+}
+
+/// A pass-through proxy to `upstream` that holds exactly one `getSheet` (the `stall_at`-th)
+/// for `stall` before forwarding it.
+async fn stalling_proxy(
+    upstream: String,
+    stall_at: usize,
+    stall: Duration,
+) -> (String, actix_web::dev::ServerHandle) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let server = HttpServer::new(move || {
+        let (upstream, hits) = (upstream.clone(), hits.clone());
+        App::new().default_service(web::to(move |req: HttpRequest, body: web::Bytes| {
+            let (upstream, hits) = (upstream.clone(), hits.clone());
+            async move {
+                let segments = req.path().trim_matches('/').split('/').count();
+                let get_sheet = req.method() == "GET"
+                    && req.path().starts_with("/api/v1/sheets/")
+                    && segments == 4;
+                if get_sheet && hits.fetch_add(1, Ordering::SeqCst) == stall_at {
+                    actix_rt::time::sleep(stall).await;
+                }
+                let client = awc::Client::default();
+                let mut out =
+                    client.request(req.method().clone(), format!("{upstream}{}", req.uri()));
+                for name in ["authorization", "content-type"] {
+                    if let Some(v) = req.headers().get(name) {
+                        out = out.insert_header((name, v.clone()));
+                    }
+                }
+                let mut res = out.send_body(body).await.expect("upstream answers");
+                let bytes = res.body().limit(64 << 20).await.unwrap();
+                let mut reply = HttpResponse::build(res.status());
+                for (n, v) in res.headers() {
+                    let hop = ["content-length", "transfer-encoding", "connection", "keep-alive"];
+                    if !hop.contains(&n.as_str()) {
+                        reply.insert_header((n.clone(), v.clone()));
+                    }
+                }
+                reply.body(bytes)
+            }
+        }))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let addr = server.addrs()[0];
+    let server = server.run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    (format!("http://{addr}/api/v1"), handle)
+}
+
+#[actix_rt::test]
+async fn open_loop_latency_counts_the_wait_of_requests_due_during_a_stall() {
+    let s = TestServer::start().await;
+    let upstream = s.base.trim_end_matches("/api/v1").to_owned();
+    let (proxy, handle) = stalling_proxy(upstream, 30, Duration::from_millis(200)).await;
+    // 200 requests per second on one connection: about 40 fall due during the 200 ms stall.
+    let args = flags(&[
+        "--url",
+        &proxy,
+        "--key",
+        ADA_READ,
+        "--sheet-ids",
+        "11",
+        "--workload",
+        "get-sheet",
+        "--rate",
+        "200",
+        "--concurrency",
+        "1",
+        "--requests",
+        "100",
+        "--warmup",
+        "0s",
+    ]);
+    let target = Target::open(&args).await.unwrap();
+    let run = bench::run(&args, &target).await.unwrap();
+    handle.stop(true).await;
+    let r = json_of(&run.report);
+    assert_eq!(r["load"]["loop"], "open");
+    let l = &r["levels"][0];
+    assert_eq!(l["requests"], 100);
+    assert_sane_level(l, "open loop");
+    let ms = &l["latencyMs"];
+    assert!(ms["max"].as_f64().unwrap() >= 200.0, "the stalled request itself: {ms}");
+    // The requests due while the one connection was held waited too, up to 200 ms each; at
+    // least 20 of the 100 waited 100 ms or more, so the 90th percentile shows it (a closed
+    // loop would show only the one stalled request).
+    assert!(ms["p90"].as_f64().unwrap() >= 100.0, "queueing delay is counted: {ms}");
+}
+
+#[actix_rt::test]
+async fn rate_limited_runs_warn_up_front_and_count_429s_without_failing() {
+    let s = TestServer::start_with(fixture(), |a| a.rate_limit_per_minute = 50).await;
+    let args = flags(&[
+        "--url",
+        &s.base,
+        "--key",
+        ADA_READ,
+        "--sheet-ids",
+        "11",
+        "--workload",
+        "get-sheet",
+        "--requests",
+        "80",
+        "--concurrency",
+        "1",
+        "--warmup",
+        "0s",
+    ]);
+    let target = Target::open(&args).await.unwrap();
+    let run = bench::run(&args, &target).await.expect("429s do not end the run");
+    let r = json_of(&run.report);
+    assert_eq!(r["rateLimit"]["limit"], 50);
+    let warnings = r["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{r:#}");
+    let w = warnings[0].as_str().unwrap();
+    assert!(w.contains("at least 80 requests") && w.contains("of its 50 per minute"), "{w}");
+    let l = &r["levels"][0];
+    assert_eq!(l["requests"], 80);
+    let limited: Vec<&Value> = l["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["status"] == 429 && e["errorCode"] == "rate_limit_exceeded")
+        .collect();
+    assert_eq!(limited.len(), 1, "{l}");
+    let n429 = limited[0]["count"].as_u64().unwrap();
+    assert!(n429 >= 30, "at most 50 requests a minute pass, setup included: {l}");
+    assert_eq!(l["okRequests"].as_u64().unwrap() + n429, 80, "{l}");
+    assert_eq!(l["fatalErrors"], 0);
+    assert_eq!(r["passed"], true, "429s are reported, not fatal");
+}
