@@ -1,0 +1,339 @@
+//! The engine's figures, each against its target, measured in one run: the built `sheetd`
+//! binary on a temporary data dir on loopback, loaded and driven by `sheetd bench` (the library
+//! in `sheetd::bench`), plus a bare actix-web handler in this process serving the same page
+//! bytes, for the one figure that is a ratio against the wire.
+//!
+//! Run: `cargo bench --bench engine` (add `-- --quick` for 50,000-row big sheets instead of
+//! 500,000, the paid plan's cap per sheet). Nothing here asserts a duration: it prints.
+//!
+//! The data: two big sheets (B1, B2) loaded through bulkAdd of 2,000 rows, and a small sheet
+//! (S) of 1,000 rows from the seed, all with nine columns of every type.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use serde_json::{json, Value};
+use sheetd::bench::{self, Report};
+use sheetd::config::BenchArgs;
+
+const KEY: &str = "svc_live_EngineBenchKey00000000000000000000001";
+const KEY_BIG: &str = "svc_live_EngineBenchBigSheet0000000000000002";
+const KEY_SMALL: &str = "svc_live_EngineBenchSmallSheet00000000000003";
+const ADMIN: &str = "adm_engine_bench";
+const BIG: [u64; 2] = [1, 2];
+const SMALL: u64 = 3;
+
+fn cells(i: usize) -> Value {
+    json!({"100": format!("Task number {i} with some text"), "101": if i % 2 == 0 { "Open" } else { "Done" },
+           "102": i as f64 * 1.5, "103": i % 3 == 0, "104": "2026-01-31", "105": "2026-01-31T23:00:00Z",
+           "106": "x@y.z", "107": ["a", "c"], "108": "Red"})
+}
+
+fn fixture() -> Value {
+    let columns: Vec<Value> = [1u64, 2, 3]
+        .iter()
+        .flat_map(|&s| {
+            [
+                json!({"id": 100, "name": "Task", "type": "text", "primary": true}),
+                json!({"id": 101, "name": "Status", "type": "dropdown", "options": ["Open", "Done"]}),
+                json!({"id": 102, "name": "Hours", "type": "number"}),
+                json!({"id": 103, "name": "Billable", "type": "checkbox"}),
+                json!({"id": 104, "name": "Due", "type": "date"}),
+                json!({"id": 105, "name": "Seen", "type": "datetime"}),
+                json!({"id": 106, "name": "Owner", "type": "contact"}),
+                json!({"id": 107, "name": "Tags", "type": "multi_select", "options": ["a", "b", "c"]}),
+                json!({"id": 108, "name": "Flag", "type": "symbol", "options": ["Red", "Green"]}),
+            ]
+            .into_iter()
+            .enumerate()
+            .map(move |(pos, mut c)| {
+                // Column ids are global: each sheet gets its own hundred.
+                c["id"] = json!(c["id"].as_u64().unwrap() + (s - 1) * 1000);
+                c["sheetId"] = json!(s);
+                c["position"] = json!(pos);
+                c
+            })
+        })
+        .collect();
+    let rows: Vec<Value> = (0..1000)
+        .map(|i| {
+            let mut c = cells(i);
+            let shifted: serde_json::Map<String, Value> = c
+                .as_object_mut()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| ((k.parse::<u64>().unwrap() + 2000).to_string(), v.clone()))
+                .collect();
+            json!({"id": 900_000_000 + i, "sheetId": SMALL, "cells": shifted})
+        })
+        .collect();
+    let grant = |verb: &str, sheet: Option<u64>| match sheet {
+        Some(id) => json!({"verb": verb, "scopeType": "sheet", "scopeId": id}),
+        None => json!({"verb": verb, "scopeType": "account", "scopeId": null}),
+    };
+    json!({
+        "users": [{"id": 1, "name": "bench", "plan": "paid"}],
+        "projects": [{"id": 1, "name": "Engine", "ownerId": 1}],
+        "sheets": [{"id": 1, "projectId": 1, "name": "B1"}, {"id": 2, "projectId": 1, "name": "B2"},
+                   {"id": SMALL, "projectId": 1, "name": "S"}],
+        "columns": columns,
+        "rows": rows,
+        "keys": [
+            {"id": 1, "ownerId": 1, "name": "all", "secret": KEY, "grants": [grant("write", None)]},
+            {"id": 2, "ownerId": 1, "name": "big", "secret": KEY_BIG, "grants": [grant("read", Some(1))]},
+            {"id": 3, "ownerId": 1, "name": "small", "secret": KEY_SMALL, "grants": [grant("read", Some(SMALL))]}
+        ]
+    })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The server under test: the release binary.
+struct Server {
+    child: Child,
+    base: String,
+    admin: String,
+}
+
+impl Server {
+    async fn start(data: &Path, seed: Option<&Path>) -> (Server, Duration) {
+        let (port, admin) = (free_port(), free_port());
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sheetd"));
+        cmd.args(["serve", "--data-dir"]).arg(data);
+        cmd.args([
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+            "--admin-addr",
+            &format!("127.0.0.1:{admin}"),
+        ]);
+        cmd.args(["--admin-token", ADMIN, "--rate-limit-per-minute", "1000000000"]);
+        cmd.args(["--max-body-bytes", "67108864"]);
+        if let Some(seed) = seed {
+            cmd.arg("--seed").arg(seed);
+        }
+        // Request log lines off: they are not what is measured.
+        cmd.env("RUST_LOG", "warn");
+        let started = Instant::now();
+        let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("sheetd starts");
+        let server = Server {
+            child,
+            base: format!("http://127.0.0.1:{port}/api/v1"),
+            admin: format!("http://127.0.0.1:{admin}/admin/v1"),
+        };
+        loop {
+            if get(&format!("{}/health", server.admin), ADMIN).await.0 == 200 {
+                return (server, started.elapsed());
+            }
+            actix_rt::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kb = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        kb.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    fn terminate(mut self) {
+        Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+async fn get(url: &str, key: &str) -> (u16, actix_web::web::Bytes) {
+    let client = awc::Client::builder().timeout(Duration::from_secs(60)).finish();
+    match client.get(url).insert_header(("Authorization", format!("Bearer {key}"))).send().await {
+        Ok(mut res) => {
+            let body = res.body().limit(1 << 30).await.unwrap_or_default();
+            (res.status().as_u16(), body)
+        }
+        Err(_) => (0, actix_web::web::Bytes::new()),
+    }
+}
+
+/// p50 in milliseconds of `n` sequential GETs on one keep-alive connection.
+async fn p50(url: &str, key: &str, n: usize) -> f64 {
+    let client = awc::Client::builder().timeout(Duration::from_secs(60)).finish();
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let mut res = client
+            .get(url)
+            .insert_header(("Authorization", format!("Bearer {key}")))
+            .send()
+            .await
+            .unwrap();
+        res.body().limit(1 << 30).await.unwrap();
+        assert_eq!(res.status(), 200, "{url}");
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    times[n / 2]
+}
+
+async fn run_bench(flags: &[&str]) -> Report {
+    let args = BenchArgs::parse_flags(flags).expect("valid bench flags");
+    let report = bench::execute(&args).await.expect("bench runs");
+    assert!(report.passed, "the bench run had errors:\n{}", report.table());
+    report
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map(|e| {
+                    let e = e.unwrap();
+                    let meta = e.metadata().unwrap();
+                    if meta.is_dir() {
+                        dir_bytes(&e.path())
+                    } else {
+                        meta.len()
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn row(what: &str, now: String, target: &str) {
+    println!("| {what:<58} | {now:<34} | {target:<22} |");
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let big_rows: usize = if quick { 50_000 } else { 500_000 };
+    actix_rt::System::new().block_on(async move {
+        let dir = tempfile::tempdir().unwrap();
+        let seed = dir.path().join("seed.json");
+        std::fs::write(&seed, fixture().to_string()).unwrap();
+        let data = dir.path().join("data");
+        let (server, _) = Server::start(&data, Some(&seed)).await;
+        let url = server.base.clone();
+        let common = ["--url", url.as_str(), "--key", KEY, "--warmup", "1s"];
+
+        // 1. Load the big sheets: durable bulkAdd of 2000-row bodies at 8 connections.
+        let requests = (2 * big_rows / 2000).to_string();
+        let load = run_bench(&[&common[..], &["--sheet-ids", "1,2", "--workload", "bulk-add",
+            "--bulk-size", "2000", "--concurrency", "8", "--requests", &requests, "--warmup", "0s"]]
+            .concat())
+        .await;
+        let bulk = &load.levels[0];
+
+        // 2. listRows page of 100 at 32 connections: sheetd, then a bare handler with its bytes.
+        let page_url = format!("{url}/sheets/{SMALL}/rows?limit=100");
+        let (_, page) = get(&page_url, KEY).await;
+        let (_, me) = get(&format!("{url}/me"), KEY).await;
+        let read_flags = ["--workload", "read-page", "--page-size", "100", "--concurrency", "32",
+            "--duration", "5s", "--sheet-ids", "3"];
+        let ours = run_bench(&[&common[..], &read_flags[..]].concat()).await;
+        let bare = {
+            let (page, me) = (page.clone(), me.clone());
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let srv = HttpServer::new(move || {
+                let (page, me) = (page.clone(), me.clone());
+                App::new()
+                    .route("/api/v1/me", web::get().to(move || {
+                        let me = me.clone();
+                        async move { HttpResponse::Ok().content_type("application/json").body(me) }
+                    }))
+                    .default_service(web::to(move || {
+                        let page = page.clone();
+                        async move { HttpResponse::Ok().content_type("application/json").body(page) }
+                    }))
+            })
+            .workers(2)
+            .listen(listener)
+            .unwrap()
+            .run();
+            let handle = srv.handle();
+            actix_rt::spawn(srv);
+            let bare_url = format!("http://{addr}/api/v1");
+            let flags = ["--url", bare_url.as_str(), "--key", KEY, "--warmup", "1s"];
+            let report = run_bench(&[&flags[..], &read_flags[..]].concat()).await;
+            handle.stop(true).await;
+            report
+        };
+        let (ours_rps, bare_rps) =
+            (ours.levels[0].requests_per_second, bare.levels[0].requests_per_second);
+
+        // 3. patchRow of distinct rows (each client owns its rows) at 64 and at 1 connection.
+        let patch = run_bench(&[&common[..], &["--workload", "patch", "--concurrency", "64,1",
+            "--duration", "5s", "--sheet-ids", "3"]].concat())
+        .await;
+        let (p64, p1) = (&patch.levels[0], &patch.levels[1]);
+
+        // 4. Costs that must not grow with a sheet's size: the big sheet against the small one.
+        let mut flat = Vec::new();
+        for (what, path) in [("getSheet", "/sheets/{}?limit=100"), ("listSheets", "/sheets"),
+            ("listRows first page", "/sheets/{}/rows?limit=100")]
+        {
+            let big = p50(&format!("{url}{}", path.replace("{}", "1")), KEY_BIG, 2000).await;
+            let small = p50(&format!("{url}{}", path.replace("{}", "3")), KEY_SMALL, 2000).await;
+            flat.push((what, big, small));
+        }
+
+        // 5. Memory: read every row of the big sheets (so every row is rendered), then RSS
+        //    against the rows' JSON.
+        let mut json_bytes = 0u64;
+        for sheet in BIG {
+            let mut cursor: Option<String> = None;
+            loop {
+                let u = match &cursor {
+                    Some(c) => format!("{url}/sheets/{sheet}/rows?limit=500&cursor={c}"),
+                    None => format!("{url}/sheets/{sheet}/rows?limit=500"),
+                };
+                let (status, body) = get(&u, KEY).await;
+                assert_eq!(status, 200);
+                let page: Value = serde_json::from_slice(&body).unwrap();
+                for r in page["data"].as_array().unwrap() {
+                    json_bytes += r.to_string().len() as u64;
+                }
+                match page["nextCursor"].as_str() {
+                    Some(c) => cursor = Some(c.to_owned()),
+                    None => break,
+                }
+            }
+        }
+        let rss = server.rss_bytes();
+        let total_rows = 2 * big_rows + 1000;
+
+        // 6. Start-up after SIGKILL, and after a clean stop; the data dir against its checkpoint.
+        server.kill9();
+        let (server, after_kill) = Server::start(&data, None).await;
+        server.terminate();
+        let checkpoint = std::fs::metadata(data.join("checkpoint")).map_or(0, |m| m.len());
+        let data_dir = dir_bytes(&data);
+        let (server, after_stop) = Server::start(&data, None).await;
+        server.terminate();
+
+        println!();
+        println!("sheetd engine figures (release build, loopback, {} rows in all: 2 sheets of {big_rows} + 1 of 1,000)", total_rows);
+        println!();
+        row("measure", "now".into(), "target");
+        println!("|{}|{}|{}|", "-".repeat(60), "-".repeat(36), "-".repeat(24));
+        row("listRows page of 100, 32 conns, against bare actix-web", format!("{:.1}k vs {:.1}k req/s = {:.2}", ours_rps / 1e3, bare_rps / 1e3, ours_rps / bare_rps), ">= 0.6");
+        row("bulkAdd, 2000-row bodies, 8 conns", format!("{:.0}k durable rows/s", bulk.rows_per_second / 1e3), ">= 250k");
+        row("patchRow of distinct rows, 64 conns", format!("{:.1}k/s, p99 {:.1} ms", p64.requests_per_second / 1e3, p64.latency_ms.p99), ">= 15k/s, p99 <= 10 ms");
+        row("patchRow, 1 conn", format!("p50 {:.2} ms", p1.latency_ms.p50), "p50 <= 0.3 ms");
+        for (what, big, small) in &flat {
+            row(&format!("{what} p50, {big_rows}-row sheet vs 1k-row sheet"), format!("{big:.3} vs {small:.3} ms ({:.2}x)", big / small), "ratio <= 1.5 (rows 1.2)");
+        }
+        row("RSS against the rows' JSON size", format!("{} MB vs {} MB ({:.2}x)", rss >> 20, json_bytes >> 20, rss as f64 / json_bytes as f64), "<= 2x");
+        row("start-up after SIGKILL / after a clean stop", format!("{:.2} s / {:.2} s", after_kill.as_secs_f64(), after_stop.as_secs_f64()), "<= 1 s");
+        row("data dir against its checkpoint (after a clean stop)", format!("{} MB vs {} MB ({:.2}x)", data_dir >> 20, checkpoint >> 20, data_dir as f64 / checkpoint.max(1) as f64), "<= 2x");
+        println!();
+        println!("bulkAdd load: {} rows in {:.1} s; page of 100: {} bytes", bulk.rows_written, bulk.elapsed_seconds, page.len());
+    });
+}
