@@ -97,9 +97,9 @@ fn main() {
         println!("durable single-row bulkAdd over {sheets} sheets, {requests} requests per level, loopback");
         println!("{:>11} {:>10} {:>10} {:>10} {:>16}", "concurrency", "req/s", "p50", "p99", "records/flush");
         for concurrency in [1usize, 4, 16, 64] {
-            let before = running.state.service.shared.wal.stats();
+            let before = running.state.service.log_stats();
             let (rps, p50, p99) = level(&base, concurrency, requests, sheets).await;
-            let after = running.state.service.shared.wal.stats();
+            let after = running.state.service.log_stats();
             let per_flush = (after.records_flushed - before.records_flushed) as f64
                 / (after.flushes - before.flushes).max(1) as f64;
             println!("{concurrency:>11} {rps:>10.0} {p50:>10.2?} {p99:>10.2?} {per_flush:>16.1}");

@@ -3,8 +3,8 @@
 //!
 //! # One owner per data dir
 //!
-//! The log store takes a file lock when it opens, so a second opener fails with
-//! [`wal::Error::InUse`]. These commands therefore refuse a data dir that a server holds open,
+//! The log store takes a file lock when it opens, so a second opener fails (the log's `InUse`
+//! error, which names the holder). These commands therefore refuse a data dir that a server holds open,
 //! with that message, instead of writing behind the server's back.
 //!
 //! # Key changes
@@ -161,7 +161,7 @@ where
         } else {
             Ok(())
         };
-        service.shared.wal.shutdown().context("closing the log")?;
+        service.close().context("closing the log")?;
         checkpoint?;
         result
     })

@@ -238,7 +238,7 @@ impl From<&actors::Error> for ApiError {
                 };
                 ApiError::new(code, message.clone()).with_detail(detail.clone())
             }
-            E::Wal(e) if e.is_storage_unavailable() => {
+            e @ E::Wal(_) if e.is_storage_unavailable() => {
                 tracing::warn!(error = %e, "a write was refused: the data dir cannot take it now");
                 ApiError::new(
                     Code::StorageUnavailable,

@@ -14,9 +14,10 @@
 //!
 //! # Loop
 //!
-//! 1. Every [`POLL_EVERY`], measure the data dir's free space ([`wal::Wal::refresh_space`]: the
-//!    free-space floor's figure and edge log lines stay current while nothing is written) and
-//!    read [`wal::Wal::stats`] (atomics and two short locks).
+//! 1. Every [`POLL_EVERY`], measure the data dir's free space
+//!    ([`actors::Service::refresh_free_space`]: the free-space floor's figure and edge log lines
+//!    stay current while nothing is written) and read [`actors::Service::log_stats`] (atomics
+//!    and two short locks).
 //! 2. When anything was logged after the checkpoint and a trigger is crossed, take a
 //!    checkpoint ([`actors::Service::checkpoint`]: copy the parts, write the snapshot, truncate
 //!    the log behind it). Every checkpoint leaves exactly one record of its own after it (the
@@ -135,7 +136,7 @@ impl Maintenance {
                 }
                 // Keeps the free-space figure (health, metrics) and the floor's edge log lines
                 // current while nothing is written.
-                if let Err(e) = state.service.shared.wal.refresh_space() {
+                if let Err(e) = state.service.refresh_free_space() {
                     tracing::warn!(error = %e, "cannot measure the data dir's free space");
                 }
                 checkpoint_if_due(&state, policy, &mut schedule).await;
@@ -164,7 +165,7 @@ async fn checkpoint_if_due(state: &AppState, policy: CheckpointPolicy, schedule:
     if schedule.not_before.is_some_and(|t| Instant::now() < t) {
         return;
     }
-    let stats = state.service.shared.wal.stats();
+    let stats = state.service.log_stats();
     // The checkpoint's own marker follows it; a log recovered at start-up counts like any other.
     let own_marker = u64::from(stats.checkpoint_lsn > 0);
     let logged_since = stats.records_since_checkpoint > own_marker;
@@ -202,16 +203,13 @@ async fn checkpoint_if_due(state: &AppState, policy: CheckpointPolicy, schedule:
 
 /// Step 3 of the loop.
 fn sweep(state: &AppState) {
-    let now = state.service.shared.clock.now();
-    let purged = state.service.shared.idem.purge(now);
-    state.limiter.prune(now);
-    let events =
-        state.service.shared.outbox.purge(now - actors::shared::EVENT_RETENTION.as_millis() as i64);
-    if events > 0 {
-        tracing::debug!(events, "events past their retention dropped");
+    let purged = state.service.purge_expired();
+    state.limiter.prune(state.service.now());
+    if purged.events > 0 {
+        tracing::debug!(events = purged.events, "events past their retention dropped");
     }
-    if purged > 0 {
-        tracing::debug!(purged, "expired idempotency records dropped");
+    if purged.idempotency > 0 {
+        tracing::debug!(purged = purged.idempotency, "expired idempotency records dropped");
     }
 }
 

@@ -244,7 +244,7 @@ pub async fn stop(running: Running) -> anyhow::Result<()> {
     running.maintenance.stop().await;
     let report = running.state.service.checkpoint().await.context("final checkpoint")?;
     tracing::info!(lsn = report.lsn, bytes = report.bytes, "final checkpoint written");
-    running.state.service.shared.wal.shutdown().context("closing the log")?;
+    running.state.service.close().context("closing the log")?;
     Ok(())
 }
 

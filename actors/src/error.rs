@@ -67,6 +67,12 @@ impl Error {
     pub fn invalid(message: impl Into<String>) -> Self {
         Error::Invalid { message: message.into(), detail: None }
     }
+
+    /// Whether the data dir cannot take the write now (below the free-space floor, or the disk
+    /// refused it) while the log stays healthy: nothing was written and a retry may succeed.
+    pub fn is_storage_unavailable(&self) -> bool {
+        matches!(self, Error::Wal(e) if e.is_storage_unavailable())
+    }
 }
 
 impl From<actix::MailboxError> for Error {

@@ -11,7 +11,11 @@
 //! - [`record`]: what the domain writes to the log.
 //! - [`shared`]: the clock, the row-id counter, idempotency and event side stores.
 //! - [`fixture`]: the fixture format, validated into an import.
-//! - [`service`]: recovery, actor start-up and checkpoints.
+//! - [`service`]: recovery, actor start-up and checkpoints; the one way in from above.
+//!
+//! The log (`wal`) is this crate's alone: the server and the CLI reach it only through
+//! [`Service`], whose figures come in the log's own types, re-exported here ([`Lsn`],
+//! [`WalStats`], [`RecoveryReport`], [`FLUSH_LATENCY_BUCKETS_SECONDS`]).
 //!
 //! # Guarantees
 //!
@@ -38,3 +42,4 @@ pub use error::{Error, Result};
 pub use report::ReportRunner;
 pub use service::{Service, ServiceConfig};
 pub use sheet::SheetActor;
+pub use wal::{Lsn, RecoveryReport, WalStats, FLUSH_LATENCY_BUCKETS_SECONDS};

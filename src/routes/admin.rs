@@ -63,7 +63,7 @@ pub async fn health(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     check_admin(&state, &req)?;
-    match state.service.shared.wal.unwritable_reason() {
+    match state.service.unwritable_reason() {
         None => ok(&json!({"status": "ok"})),
         Some(reason) => ok(&json!({"status": "degraded", "reason": reason})),
     }
@@ -207,7 +207,7 @@ pub async fn create_key(
 ) -> Result<HttpResponse, ApiError> {
     check_admin(&state, &req)?;
     let body = read_body(&req, payload, state.max_body_bytes).await?;
-    let now = state.service.shared.clock.now();
+    let now = state.service.now();
     let msg = create_key_message(json_body(&body)?, now)?;
     let (key, secret) =
         state.service.directory_actor().send(msg).await.map_err(ApiError::internal)??;
@@ -245,7 +245,7 @@ pub async fn list_keys(
 ) -> Result<HttpResponse, ApiError> {
     check_admin(&state, &req)?;
     let owner = query_u64(&req, "ownerId")?;
-    let now = state.service.shared.clock.now();
+    let now = state.service.now();
     let directory = state.service.directory();
     let data: Vec<KeyView> = directory
         .keys
@@ -267,7 +267,7 @@ pub async fn revoke_key(
     let key =
         state.service.directory_actor().send(RevokeKey(id)).await.map_err(ApiError::internal)??;
     tracing::info!(key_id = key.id, owner_id = key.owner_id, "key revoked");
-    ok(&KeyView::new(&key, state.service.shared.clock.now()))
+    ok(&KeyView::new(&key, state.service.now()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -392,8 +392,7 @@ pub async fn list_events(
     check_admin(&state, &req)?;
     let after = query_u64(&req, "after")?.unwrap_or(0);
     let limit = paging(&req, &state.cursors, None)?.limit;
-    let shared = &state.service.shared;
-    let events = shared.outbox.read(after, limit, shared.wal.durable_lsn());
+    let events = state.service.events(after, limit);
     let data: Vec<_> = events
         .iter()
         .map(|e| {
@@ -425,7 +424,7 @@ pub async fn get_stats(
         "attachments": c.attachments,
         "attachmentBytes": c.attachment_bytes,
         "keys": c.keys,
-        "walLsn": state.service.shared.wal.durable_lsn(),
+        "walLsn": state.service.durable_lsn(),
     }))
 }
 
@@ -437,8 +436,8 @@ pub async fn get_metrics(
 ) -> Result<HttpResponse, ApiError> {
     check_admin(&state, &req)?;
     let counts = state.service.counts();
-    let shared = &state.service.shared;
-    let wal = shared.wal.stats();
+    let wal = state.service.log_stats();
+    let sides = state.service.side_store_sizes();
     let mut e = Exposition::new();
 
     let requests = state.metrics.requests();
@@ -466,7 +465,7 @@ pub async fn get_metrics(
     e.histogram(
         "sheetd_wal_flush_duration_seconds",
         "Time of one group commit of the log (write, flush and fsync).",
-        wal::FLUSH_LATENCY_BUCKETS_SECONDS,
+        actors::FLUSH_LATENCY_BUCKETS_SECONDS,
         &wal.flush_latency_buckets,
         wal.flushes,
         wal.flush_seconds_total,
@@ -529,9 +528,9 @@ pub async fn get_metrics(
     e.gauge(
         "sheetd_idempotency_records",
         "Idempotency keys held (completed within the replay window, or in progress).",
-        shared.idem.len() as f64,
+        sides.idempotency as f64,
     );
-    e.gauge("sheetd_events", "Internal events held in the outbox.", shared.outbox.len() as f64);
+    e.gauge("sheetd_events", "Internal events held in the outbox.", sides.events as f64);
 
     Ok(HttpResponse::Ok().content_type(crate::prometheus::CONTENT_TYPE).body(e.finish()))
 }

@@ -109,7 +109,7 @@ pub struct DirectoryActor {
 
 impl DirectoryActor {
     /// An actor over recovered state, already published at `lsn`.
-    pub fn new(
+    pub(crate) fn new(
         state: Arc<DirectoryState>,
         published: PublishedDirectory,
         shared: Shared,

@@ -563,7 +563,7 @@ mod tests {
         let narrowed = reports.send(go(0, &[10], Some(first.run))).await.unwrap().unwrap();
         assert_eq!((narrowed.total_matched, narrowed.sources_omitted), (2, 2));
         assert_ne!(narrowed.run, first.run);
-        service.shared.wal.shutdown().unwrap();
+        service.close().unwrap();
     }
 
     fn key(n: u64) -> CacheKey {
