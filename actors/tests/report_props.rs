@@ -390,7 +390,11 @@ fn one_cell(ty: ColumnType, cell: Value) -> Source {
         primary: true,
     };
     let row = Row::new(100, 1, BTreeMap::from([(1, Json(cell))]), SOURCE_IMPORT, 0);
-    Source { sheet_id: 1, columns: vec![column].into(), rows: [(100u64, std::sync::Arc::new(row))].into_iter().collect() }
+    Source {
+        sheet_id: 1,
+        columns: vec![column].into(),
+        rows: [(100u64, std::sync::Arc::new(row))].into_iter().collect(),
+    }
 }
 
 /// How many rows a filter `C <op> <value>` matches.
