@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::coerce::{apply_writes, coerce_cells};
+use crate::coerce::{apply_writes, coerce_cells, parse_instant};
 use crate::directory::DirectoryState;
 use crate::error::{Error, Result};
 use crate::model::*;
@@ -308,11 +308,6 @@ pub fn new_key(
         expires_at,
         revoked: false,
     }
-}
-
-/// Parse an RFC 3339 time into milliseconds.
-pub fn parse_time(text: &str) -> Option<Millis> {
-    chrono::DateTime::parse_from_rfc3339(text).ok().map(|t| t.timestamp_millis())
 }
 
 /// Check a grant's shape and that its object exists; `what` names it in messages.
@@ -607,7 +602,7 @@ pub fn prepare(
         }
         let expires_at = match k.expires_at.as_deref() {
             None => Some(now + DEFAULT_KEY_LIFETIME_MS),
-            Some(text) => Some(parse_time(text).ok_or_else(|| {
+            Some(text) => Some(parse_instant(text).map_err(|_| {
                 Error::invalid(format!("{what}: expiresAt is not an RFC 3339 time"))
             })?),
         };

@@ -21,7 +21,7 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use actors::directory::{CreateKey, Import, RevokeKey, SetPlan, SetShare};
-use actors::fixture::{self, Fixture, GrantSpec};
+use actors::fixture::{Fixture, GrantSpec};
 use actors::model::{ApiKey, Millis, Plan, Role, ScopeType, UserId};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -173,7 +173,7 @@ pub fn create_key_message(body: CreateKeyRequest, now: Millis) -> Result<CreateK
     let expires_at = match body.expires_at.as_deref() {
         None => None,
         Some(text) => {
-            let t = fixture::parse_time(text).ok_or_else(|| {
+            let t = actors::coerce::parse_instant(text).map_err(|_| {
                 body_problem(
                     &[json!("expiresAt")],
                     format!("`expiresAt` must be an RFC 3339 time with offset, got `{text}`"),
