@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpMessage, HttpRequest};
+use actors::directory::keys;
 use actors::model::{ApiKey, KeyState, Millis, Role};
 use actors::{DirectoryState, Target};
 
@@ -56,10 +57,10 @@ pub fn resolve_key(
     now: Millis,
 ) -> Option<ApiKey> {
     let token = bearer_token(header)?;
-    if !actors::fixture::is_valid_secret(token) {
+    if !keys::is_valid_secret(token) {
         return None;
     }
-    let key = directory.key_by_hash(&actors::fixture::hash_secret(token))?;
+    let key = directory.key_by_hash(&keys::hash_secret(token))?;
     (key.state(now) == KeyState::Active).then(|| key.clone())
 }
 

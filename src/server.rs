@@ -6,8 +6,9 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 
 use actix_web::{middleware::from_fn, web, App, HttpServer};
+use actors::directory::fixture::Fixture;
+use actors::directory::keys;
 use actors::directory::{Import, ImportReport};
-use actors::fixture::Fixture;
 use actors::shared::Clock;
 use actors::{Service, ServiceConfig};
 use anyhow::Context;
@@ -178,7 +179,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
     let admin_token = match &args.admin_token {
         Some(t) => t.clone(),
         None => {
-            let t = actors::fixture::generate_secret().replacen("svc_live_", "adm_", 1);
+            let t = keys::generate_admin_token();
             if opts.print_secrets {
                 println!("Admin token (shown once): {t}");
             }

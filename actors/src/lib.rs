@@ -4,13 +4,13 @@
 //!
 //! - [`model`]: ids and plain data (users, projects, sheets, columns, rows, keys).
 //! - [`coerce`]: cell coercion per column type (pure).
-//! - [`directory`]: the directory / key-registry actor and the one access rule.
+//! - [`directory`]: the directory / key-registry actor, the one access rule, API keys
+//!   ([`directory::keys`]) and the fixture format ([`directory::fixture`]).
 //! - [`sheet`]: the [`SheetActor`], the one writer of a sheet's rows.
 //! - [`registry`]: where sheet actors live (spread over one arbiter per core).
 //! - [`report`]: the [`ReportRunner`]: saved report definitions, compiled and run over snapshots.
 //! - [`record`]: what the domain writes to the log.
 //! - [`shared`]: the clock, the row-id counter, idempotency and event side stores.
-//! - [`fixture`]: the fixture format, validated into an import.
 //! - [`service`]: recovery, actor start-up and checkpoints; the one way in from above.
 //!
 //! The log (`wal`) is this crate's alone: the server and the CLI reach it only through
@@ -28,7 +28,6 @@
 pub mod coerce;
 pub mod directory;
 pub mod error;
-pub mod fixture;
 pub mod model;
 pub mod record;
 pub mod registry;

@@ -20,8 +20,9 @@
 //! | `GET /admin/v1/metrics` | [`get_metrics`] (Prometheus text) |
 
 use actix_web::{web, HttpRequest, HttpResponse};
+use actors::directory::fixture::Fixture;
+use actors::directory::keys::{self, GrantSpec};
 use actors::directory::{CreateKey, Import, RevokeKey, SetPlan, SetShare};
-use actors::fixture::{Fixture, GrantSpec};
 use actors::model::{ApiKey, Millis, Plan, Role, ScopeType, UserId};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -34,9 +35,6 @@ use crate::prometheus::Exposition;
 use crate::routes::ok;
 use crate::server::AppState;
 use crate::views::{timestamp, GrantView};
-
-/// Longest key name.
-const MAX_KEY_NAME_CHARS: usize = 200;
 
 /// Refuse a request without the admin token.
 pub fn check_admin(state: &AppState, req: &HttpRequest) -> Result<(), ApiError> {
@@ -155,47 +153,11 @@ impl KeyView {
 /// Check a create-key body's own fields (the owner's rights are the directory's to check) and
 /// turn it into the directory's message.
 pub fn create_key_message(body: CreateKeyRequest, now: Millis) -> Result<CreateKey, ApiError> {
-    let name = body.name.trim();
-    if name.is_empty() || name.chars().count() > MAX_KEY_NAME_CHARS {
-        return Err(body_problem(
-            &[json!("name")],
-            format!("`name` must have 1 to {MAX_KEY_NAME_CHARS} characters"),
-            "string_length",
-        ));
-    }
-    if body.grants.is_empty() {
-        return Err(body_problem(
-            &[json!("grants")],
-            "at least one grant is required",
-            "too_short",
-        ));
-    }
-    let expires_at = match body.expires_at.as_deref() {
-        None => None,
-        Some(text) => {
-            let t = actors::coerce::parse_instant(text).map_err(|_| {
-                body_problem(
-                    &[json!("expiresAt")],
-                    format!("`expiresAt` must be an RFC 3339 time with offset, got `{text}`"),
-                    "datetime_parsing",
-                )
-            })?;
-            if t <= now {
-                return Err(body_problem(
-                    &[json!("expiresAt")],
-                    "`expiresAt` must be in the future",
-                    "datetime_future",
-                ));
-            }
-            Some(t)
-        }
-    };
-    Ok(CreateKey {
-        owner_id: body.owner_id,
-        name: name.to_owned(),
-        grants: body.grants,
-        expires_at,
-    })
+    let checked =
+        keys::check_request_fields(&body.name, &body.grants, body.expires_at.as_deref(), now);
+    let (name, expires_at) =
+        checked.map_err(|p| body_problem(&[json!(p.field)], p.message, p.kind))?;
+    Ok(CreateKey { owner_id: body.owner_id, name, grants: body.grants, expires_at })
 }
 
 /// `POST /admin/v1/keys`: 201 `{keyId, secret, prefix, expiresAt}`. The secret is in this

@@ -1,9 +1,13 @@
-//! The fixture format (`--seed FILE`, `POST /admin/v1/import`): parsing, validation against the
-//! current directory, cell coercion, and key secrets.
+//! The fixture format (`--seed FILE`, `POST /admin/v1/import`) and its validation against the
+//! current directory.
 //!
 //! [`prepare`] turns a fixture into an [`ImportBatch`] or refuses it whole with a sentence naming
 //! the offending object (`rows[3] (id 1003): ...`). Nothing is applied until the whole fixture
-//! is known to be good.
+//! is known to be good. Cells follow [`crate::coerce`] and keys follow [`super::keys`], the same
+//! rules as writes and keys made through the API.
+//!
+//! It sits below the directory actor, which runs [`prepare`] in mailbox order against its
+//! current state, and above the directory's state: it reads that state, never the actor.
 //!
 //! Rules beyond the format itself: ids must not clash with each other or with existing objects;
 //! columns and rows belong to sheets of the same fixture; row ids must be above every row id the
@@ -12,24 +16,15 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use rand::distributions::Alphanumeric;
-use rand::Rng;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
+use super::keys::{self, GrantSpec};
+use super::state::DirectoryState;
 use crate::coerce::{apply_writes, coerce_cells, parse_instant};
-use crate::directory::DirectoryState;
 use crate::error::{Error, Result};
 use crate::model::*;
 use crate::record::{ImportBatch, SheetImport};
-
-/// The prefix of every key secret.
-pub const SECRET_PREFIX: &str = "svc_live_";
-/// How many characters of a secret stay visible as its prefix.
-const VISIBLE_PREFIX_LEN: usize = SECRET_PREFIX.len() + 4;
-/// Default key lifetime: one year.
-pub const DEFAULT_KEY_LIFETIME_MS: Millis = 365 * 24 * 3600 * 1000;
 
 /// A fixture as sent. Every section is optional.
 #[derive(Debug, Default, Deserialize)]
@@ -221,19 +216,6 @@ pub struct FixtureReport {
     pub definition: Value,
 }
 
-/// A grant as JSON.
-#[derive(Clone, Copy, Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct GrantSpec {
-    /// `read` or `write`.
-    pub verb: Verb,
-    /// Scope type.
-    pub scope_type: ScopeType,
-    /// Scope id (null for `account`).
-    #[serde(default)]
-    pub scope_id: Option<u64>,
-}
-
 /// A key.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -266,70 +248,6 @@ pub struct IssuedSecret {
     pub owner_id: UserId,
     /// The secret.
     pub secret: String,
-}
-
-/// A fresh high-entropy secret: `svc_live_` + 40 alphanumerics (~238 bits).
-pub fn generate_secret() -> String {
-    let tail: String =
-        rand::thread_rng().sample_iter(&Alphanumeric).take(40).map(char::from).collect();
-    format!("{SECRET_PREFIX}{tail}")
-}
-
-/// Whether a string has the key format: `svc_live_` then at least 32 of `[A-Za-z0-9]`.
-pub fn is_valid_secret(secret: &str) -> bool {
-    secret
-        .strip_prefix(SECRET_PREFIX)
-        .is_some_and(|t| t.len() >= 32 && t.bytes().all(|b| b.is_ascii_alphanumeric()))
-}
-
-/// SHA-256 of a secret: what is stored and looked up.
-pub fn hash_secret(secret: &str) -> [u8; 32] {
-    Sha256::digest(secret.as_bytes()).into()
-}
-
-/// Build a key record from its parts (the secret itself is not kept).
-pub fn new_key(
-    id: KeyId,
-    owner_id: UserId,
-    name: String,
-    secret: &str,
-    grants: Vec<Grant>,
-    now: Millis,
-    expires_at: Option<Millis>,
-) -> ApiKey {
-    ApiKey {
-        id,
-        owner_id,
-        name,
-        prefix: secret.chars().take(VISIBLE_PREFIX_LEN).collect(),
-        secret_hash: hash_secret(secret),
-        grants,
-        created_at: now,
-        expires_at,
-        revoked: false,
-    }
-}
-
-/// Check a grant's shape and that its object exists; `what` names it in messages.
-pub fn check_grant(state: &DirectoryState, g: GrantSpec, what: &str) -> Result<Grant> {
-    let ok = match (g.scope_type, g.scope_id) {
-        (ScopeType::Account, None) => true,
-        (ScopeType::Account, Some(_)) => {
-            return Err(Error::invalid(format!("{what}: an account grant takes a null scopeId")))
-        }
-        (_, None) => return Err(Error::invalid(format!("{what}: scopeId is required"))),
-        (ScopeType::Project, Some(id)) => state.projects.contains_key(&id),
-        (ScopeType::Folder, Some(id)) => state.folders.contains_key(&id),
-        (ScopeType::Sheet, Some(id)) => state.sheets.contains_key(&id),
-    };
-    if !ok {
-        let id = g.scope_id.unwrap_or_default();
-        return Err(Error::Invalid {
-            message: format!("{what}: no {:?} with id {id}", g.scope_type).to_lowercase(),
-            detail: Some(serde_json::json!({"scopeId": id, "reason": "no such object"})),
-        });
-    }
-    Ok(Grant { verb: g.verb, scope_type: g.scope_type, scope_id: g.scope_id })
 }
 
 fn unique<T: Copy + Eq + std::hash::Hash + std::fmt::Display>(
@@ -595,31 +513,31 @@ pub fn prepare(
             .grants
             .iter()
             .enumerate()
-            .map(|(j, g)| check_grant(&next, *g, &format!("{what} grants[{j}]")))
+            .map(|(j, g)| keys::check_grant(&next, *g, &format!("{what} grants[{j}]")))
             .collect::<Result<Vec<_>>>()?;
         if grants.is_empty() {
             return Err(Error::invalid(format!("{what}: a key needs at least one grant")));
         }
         let expires_at = match k.expires_at.as_deref() {
-            None => Some(now + DEFAULT_KEY_LIFETIME_MS),
+            None => Some(keys::default_expiry(now)),
             Some(text) => Some(parse_instant(text).map_err(|_| {
                 Error::invalid(format!("{what}: expiresAt is not an RFC 3339 time"))
             })?),
         };
         let secret = match k.secret {
-            Some(s) if is_valid_secret(&s) => s,
+            Some(s) if keys::is_valid_secret(&s) => s,
             Some(_) => {
                 return Err(Error::invalid(format!(
                     "{what}: secret must be `svc_live_` followed by at least 32 characters of [A-Za-z0-9]"
                 )))
             }
             None => {
-                let s = generate_secret();
+                let s = keys::generate_secret();
                 issued.push(IssuedSecret { key_id: id, name: k.name.clone(), owner_id: k.owner_id, secret: s.clone() });
                 s
             }
         };
-        let key = new_key(id, k.owner_id, k.name, &secret, grants, now, expires_at);
+        let key = keys::new_key(id, k.owner_id, k.name, &secret, grants, now, expires_at);
         if !hashes.insert(key.secret_hash) || current.key_by_hash(&key.secret_hash).is_some() {
             return Err(Error::invalid(format!(
                 "{what}: this secret is already used by another key"
