@@ -233,8 +233,8 @@ impl From<&actors::Error> for ApiError {
             }
             E::Report { kind, message, detail } => {
                 let code = match kind {
-                    actors::report::ReportErrorKind::CompileFailed => Code::ReportCompileFailed,
-                    actors::report::ReportErrorKind::CapExceeded => Code::ReportCapExceeded,
+                    actors::error::ReportErrorKind::CompileFailed => Code::ReportCompileFailed,
+                    actors::error::ReportErrorKind::CapExceeded => Code::ReportCapExceeded,
                 };
                 ApiError::new(code, message.clone()).with_detail(detail.clone())
             }

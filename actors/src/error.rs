@@ -54,12 +54,24 @@ pub enum Error {
     #[error("{message}")]
     Report {
         /// Compile failure or cap.
-        kind: crate::report::ReportErrorKind,
+        kind: ReportErrorKind,
         /// A sentence for the report's author, naming the problem.
         message: String,
         /// Where and what: `{"path", "column", "reason"}` or `{"cap", "limit", "value"}`.
         detail: serde_json::Value,
     },
+}
+
+/// Why a report cannot run (the HTTP layer maps each to one error code).
+///
+/// It lives here, not in [`crate::report`], so this module depends on nothing that depends on
+/// it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportErrorKind {
+    /// The definition cannot be compiled (`report_compile_failed`, 422).
+    CompileFailed,
+    /// The run exceeds a cap (`report_cap_exceeded`, 413).
+    CapExceeded,
 }
 
 impl Error {

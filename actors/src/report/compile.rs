@@ -36,14 +36,28 @@
 //! - Row reports may sort by any column of the sources; summary reports sort by their output
 //!   columns (a `groupBy` column or an aggregate such as `sum(Hours)`).
 
+use std::sync::Arc;
+
+use imbl::OrdMap;
 use serde_json::{json, Value};
 
-use super::compile_error;
-use super::definition::{AggFn, Condition, Definition, Direction, Filter, Named, Op, ReportType};
-use super::run::Source;
+use super::definition::{
+    compile_error, AggFn, Condition, Definition, Direction, Filter, Named, Op, ReportType,
+};
 use crate::coerce::coerce_operand;
 use crate::error::Result;
-use crate::model::{Column, ColumnId, ColumnType};
+use crate::model::{Column, ColumnId, ColumnType, Row, RowId, SheetId};
+
+/// One readable source: a copy of a sheet's columns and rows.
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// The sheet.
+    pub sheet_id: SheetId,
+    /// Its columns, by position.
+    pub columns: Arc<[Column]>,
+    /// Its rows by id (a persistent map: cloning it is O(1)).
+    pub rows: OrdMap<RowId, Arc<Row>>,
+}
 
 /// How the result is shaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -378,9 +392,9 @@ mod tests {
 
     use super::*;
     use crate::error::Error;
+    use crate::error::ReportErrorKind;
     use crate::model::SheetId;
     use crate::report::definition::parse;
-    use crate::report::ReportErrorKind;
 
     fn source(sheet_id: SheetId, cols: &[(ColumnId, &str, ColumnType)]) -> Source {
         Source {

@@ -50,21 +50,10 @@ use std::sync::Arc;
 use imbl::OrdMap;
 use serde_json::Value;
 
-use super::compile::{Mode, OutputColumn, Plan, Predicate, Shape};
+use super::compile::{Mode, OutputColumn, Plan, Predicate, Shape, Source};
 use super::definition::{AggFn, Direction, Op};
 use crate::coerce::cmp_stored_datetimes;
-use crate::model::{Column, ColumnId, Row, RowId, SheetId};
-
-/// One readable source: a copy of a sheet's columns and rows.
-#[derive(Clone, Debug)]
-pub struct Source {
-    /// The sheet.
-    pub sheet_id: SheetId,
-    /// Its columns, by position.
-    pub columns: Arc<[Column]>,
-    /// Its rows by id (a persistent map: cloning it is O(1)).
-    pub rows: OrdMap<RowId, Arc<Row>>,
-}
+use crate::model::{ColumnId, Row, RowId};
 
 /// The whole ordered result of a run; pages are cut from it.
 #[derive(Clone, Debug)]
@@ -560,7 +549,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::{ColumnType, Json, SOURCE_IMPORT};
+    use crate::model::{Column, ColumnType, Json, SheetId, SOURCE_IMPORT};
     use crate::report::compile::compile;
     use crate::report::definition::parse;
 
