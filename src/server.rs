@@ -14,6 +14,7 @@ use actors::{Service, ServiceConfig};
 use anyhow::Context;
 use rand::RngCore;
 
+use crate::auth::AdminToken;
 use crate::config::ServeArgs;
 use crate::cursor::CursorCodec;
 use crate::maintenance::{CheckpointPolicy, Maintenance};
@@ -34,8 +35,6 @@ pub struct AppState {
     pub limiter: RateLimiter,
     /// Largest request body.
     pub max_body_bytes: usize,
-    /// The admin token.
-    pub admin_token: String,
     /// Request metrics.
     pub metrics: Metrics,
     /// Caps of one report run (`--report-max-sources`, `--report-max-scanned-rows`).
@@ -191,7 +190,6 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         cursors: CursorCodec::new(cursor_key(&args.data_dir)?),
         limiter: RateLimiter::new(args.rate_limit_per_minute),
         max_body_bytes: args.max_body_bytes,
-        admin_token,
         metrics: Metrics::default(),
         report_caps: actors::report::Caps {
             max_sources: args.report_max_sources,
@@ -217,9 +215,11 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
     .listen(public)?
     .run();
     let admin_state = state.clone();
+    let admin_token = web::Data::new(AdminToken::new(&admin_token));
     let admin = HttpServer::new(move || {
         App::new()
             .app_data(admin_state.clone())
+            .app_data(admin_token.clone())
             .wrap(from_fn(request_context))
             .configure(crate::routes::admin::configure)
     })
