@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use wal::{codec, Lsn, RecoveryReport, Wal, WalStats};
 
 use crate::directory::{
-    DirectoryActor, DirectoryState, Published, PublishedDirectory, SnapshotDirectory,
+    CopyDirectoryForCheckpoint, DirectoryActor, DirectoryState, Published, PublishedDirectory,
 };
 use crate::error::{Error, Result};
 use crate::model::{KeyId, Millis, RowId, SheetId};
@@ -460,7 +460,7 @@ impl Service {
 
     /// Take a checkpoint and truncate the log behind it.
     pub async fn checkpoint(&self) -> Result<CheckpointReport> {
-        let (directory, directory_lsn) = self.directory.send(SnapshotDirectory).await?;
+        let (directory, directory_lsn) = self.directory.send(CopyDirectoryForCheckpoint).await?;
         let mut sheets = Vec::new();
         for (_, addr) in self.sheets.all() {
             let copy = addr.send(CopyForCheckpoint).await?;

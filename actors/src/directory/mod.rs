@@ -107,10 +107,11 @@ pub struct SetPlan {
     pub plan: Plan,
 }
 
-/// The state and the LSN every directory record at or below it is reflected in (checkpoints).
+/// The whole state, for a checkpoint, with the LSN every directory record at or below it is
+/// reflected in. Not a published snapshot: it may be ahead of what readers see.
 #[derive(Message)]
 #[rtype(result = "(Arc<DirectoryState>, Lsn)")]
-pub struct SnapshotDirectory;
+pub struct CopyDirectoryForCheckpoint;
 
 /// The one writer of the directory.
 pub struct DirectoryActor {
@@ -313,10 +314,10 @@ impl Handler<SetPlan> for DirectoryActor {
     }
 }
 
-impl Handler<SnapshotDirectory> for DirectoryActor {
-    type Result = MessageResult<SnapshotDirectory>;
+impl Handler<CopyDirectoryForCheckpoint> for DirectoryActor {
+    type Result = MessageResult<CopyDirectoryForCheckpoint>;
 
-    fn handle(&mut self, _: SnapshotDirectory, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, _: CopyDirectoryForCheckpoint, _: &mut Self::Context) -> Self::Result {
         // Every directory record is appended and applied inside one handler of this actor, so
         // all of them up to the log's last LSN are in `state`.
         MessageResult((self.state.clone(), self.shared.wal.last_lsn()))

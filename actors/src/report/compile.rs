@@ -1,5 +1,5 @@
 //! Compiling a parsed [`Definition`] against the columns of its readable sources into a
-//! [`Plan`]: which column id each named column is in each source, the output columns and their
+//! [`QueryPlan`]: which column id each named column is in each source, the output columns and their
 //! types, and the filter with its operands normalized to the columns' types.
 //!
 //! A plan is compiled once per run, before any row is read, so every problem with the
@@ -96,7 +96,7 @@ pub enum Predicate {
     Any(Vec<Predicate>),
     /// One test on one field.
     Test {
-        /// Index into [`Plan::fields`].
+        /// Index into [`QueryPlan::fields`].
         field: usize,
         /// The operator.
         op: Op,
@@ -111,7 +111,7 @@ pub enum Predicate {
     },
 }
 
-/// What to compute, per result shape. Field numbers index [`Plan::fields`].
+/// What to compute, per result shape. Field numbers index [`QueryPlan::fields`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Shape {
     /// Row reports.
@@ -134,7 +134,7 @@ pub enum Shape {
 
 /// A compiled report.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
+pub struct QueryPlan {
     /// Flat or aggregated.
     pub mode: Mode,
     /// Output columns, in order.
@@ -205,7 +205,7 @@ impl<'s> Fields<'s> {
 ///
 /// `report_compile_failed` for an unknown column, `sum`/`avg` of a non-number column, an
 /// operand the column's type cannot match, or a summary sort key that is not an output column.
-pub fn compile(def: &Definition, sources: &[Source]) -> Result<Plan> {
+pub fn compile(def: &Definition, sources: &[Source]) -> Result<QueryPlan> {
     let mut fields = Fields { sources, names: Vec::new() };
     let (mode, columns, shape) = match def.ty {
         ReportType::Row => {
@@ -280,7 +280,7 @@ pub fn compile(def: &Definition, sources: &[Source]) -> Result<Plan> {
         .iter()
         .map(|s| fields.names.iter().map(|n| find(s, n).map(|c| c.id)).collect())
         .collect();
-    Ok(Plan { mode, columns, fields: fields.names, lookup, filter, shape })
+    Ok(QueryPlan { mode, columns, fields: fields.names, lookup, filter, shape })
 }
 
 /// `sum`/`avg` need a number column in every readable source that has it.
@@ -450,7 +450,7 @@ mod tests {
         ]
     }
 
-    fn plan(def: Value) -> Result<Plan> {
+    fn plan(def: Value) -> Result<QueryPlan> {
         compile(&parse(&def).unwrap(), &sources())
     }
 

@@ -10,7 +10,7 @@
 //! 3. **Snapshot** every readable source: its latest published [`SheetSnapshot`], an O(1) copy
 //!    of its persistent row map as of a durable LSN. No sheet actor is asked or held while rows
 //!    are scanned; writers keep going on their own copy.
-//! 4. **Compile** the definition against the readable sources' columns into a [`Plan`]
+//! 4. **Compile** the definition against the readable sources' columns into a [`QueryPlan`]
 //!    ([`compile`]): unknown columns, `sum` of text and the like fail here, before a row is read.
 //! 5. **Caps**: more sources listed than [`Caps::max_sources`], or more rows in the readable
 //!    sources than [`Caps::max_scanned_rows`], fail with `report_cap_exceeded`. Both are decided
@@ -71,7 +71,7 @@ use crate::model::{KeyId, ReportId, SheetId};
 use crate::registry::SheetRegistry;
 use crate::sheet::SheetSnapshot;
 pub use compile::Source;
-pub use compile::{Mode, OutputColumn, Plan};
+pub use compile::{Mode, OutputColumn, QueryPlan};
 pub use definition::Definition;
 pub use run::RunResult;
 
