@@ -253,3 +253,124 @@ pub fn check_request_fields(
     };
     Ok((name.to_owned(), expires_at))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::directory::fixture::{prepare, Fixture};
+
+    /// ada owns project 1 (folder 5, sheet 10); bob views folder 5 and nothing else.
+    fn directory() -> DirectoryState {
+        let fixture: Fixture = serde_json::from_value(json!({
+            "users": [{"id": 1, "name": "ada"}, {"id": 2, "name": "bob"}],
+            "projects": [{"id": 1, "name": "Ops", "ownerId": 1}],
+            "folders": [{"id": 5, "projectId": 1, "name": "Q3"}],
+            "sheets": [{"id": 10, "projectId": 1, "folderId": 5, "name": "Tasks"}],
+            "shares": [{"userId": 2, "scopeType": "folder", "scopeId": 5, "role": "viewer"}]
+        }))
+        .unwrap();
+        let mut state = DirectoryState::default();
+        state.apply_import(&prepare(fixture, &state, 1, 0).unwrap().0);
+        state
+    }
+
+    fn grant(verb: Verb, scope_type: ScopeType, scope_id: Option<u64>) -> GrantSpec {
+        GrantSpec { verb, scope_type, scope_id }
+    }
+
+    #[test]
+    fn a_key_grants_at_most_what_its_owner_holds() {
+        let d = directory();
+        let read_sheet = grant(Verb::Read, ScopeType::Sheet, Some(10));
+        let granted = check_new_key(&d, 2, &[read_sheet]).unwrap();
+        assert_eq!(
+            granted,
+            [Grant { verb: Verb::Read, scope_type: ScopeType::Sheet, scope_id: Some(10) }]
+        );
+        assert!(check_new_key(&d, 1, &[grant(Verb::Write, ScopeType::Project, Some(1))]).is_ok());
+        assert!(
+            check_new_key(&d, 2, &[grant(Verb::Write, ScopeType::Account, None)]).is_ok(),
+            "an account grant is capped by the owner's role on each object instead"
+        );
+
+        let over = [read_sheet, grant(Verb::Write, ScopeType::Folder, Some(5))];
+        let Err(Error::Invalid { message, detail }) = check_new_key(&d, 2, &over) else {
+            panic!("an over-grant was accepted")
+        };
+        assert_eq!(message, "grants[1]: user 2 cannot grant write on folder 5: they hold viewer");
+        assert_eq!(
+            detail,
+            Some(
+                json!({"scopeId": 5, "reason": "the owner does not hold this level on the object"})
+            )
+        );
+        let Err(Error::Invalid { message, .. }) =
+            check_new_key(&d, 2, &[grant(Verb::Read, ScopeType::Project, Some(1))])
+        else {
+            panic!("a grant above the owner's shares was accepted")
+        };
+        assert!(message.ends_with("they hold no role"), "{message}");
+    }
+
+    #[test]
+    fn grants_need_an_owner_a_grant_and_an_object_of_the_right_shape() {
+        let d = directory();
+        let refused = |owner, specs: &[GrantSpec]| match check_new_key(&d, owner, specs) {
+            Err(Error::Invalid { message, .. }) => message,
+            other => panic!("not refused: {other:?}"),
+        };
+        assert_eq!(
+            refused(9, &[grant(Verb::Read, ScopeType::Account, None)]),
+            "user 9 does not exist"
+        );
+        assert_eq!(refused(1, &[]), "a key needs at least one grant");
+        assert_eq!(
+            refused(1, &[grant(Verb::Read, ScopeType::Account, Some(1))]),
+            "grants[0]: an account grant takes a null scopeId"
+        );
+        assert_eq!(
+            refused(1, &[grant(Verb::Read, ScopeType::Sheet, None)]),
+            "grants[0]: scopeId is required"
+        );
+        assert_eq!(
+            refused(1, &[grant(Verb::Read, ScopeType::Sheet, Some(11))]),
+            "grants[0]: no sheet with id 11"
+        );
+    }
+
+    #[test]
+    fn secrets_and_admin_tokens_are_told_apart() {
+        let secret = generate_secret();
+        assert!(is_valid_secret(&secret));
+        assert_eq!(secret.len(), SECRET_PREFIX.len() + 40);
+        assert_ne!(generate_secret(), secret);
+        let token = generate_admin_token();
+        assert!(
+            token.starts_with(ADMIN_TOKEN_PREFIX) && token.len() == ADMIN_TOKEN_PREFIX.len() + 40
+        );
+        assert!(!is_valid_secret(&token), "an admin token is never an API key");
+        assert!(!is_valid_secret("svc_live_tooShort"));
+        let key = new_key(1, 1, "k".into(), &secret, Vec::new(), 0, None);
+        assert_eq!(key.prefix, &secret[..VISIBLE_PREFIX_LEN]);
+        assert_eq!(key.secret_hash, hash_secret(&secret));
+    }
+
+    #[test]
+    fn request_fields_name_the_field_they_break() {
+        let one = [grant(Verb::Read, ScopeType::Account, None)];
+        let field = |name: &str, grants: &[GrantSpec], expires: Option<&str>| {
+            check_request_fields(name, grants, expires, 1_000).unwrap_err()
+        };
+        assert_eq!(field("  ", &one, None).field, "name");
+        assert_eq!(field(&"n".repeat(MAX_KEY_NAME_CHARS + 1), &one, None).kind, "string_length");
+        assert_eq!(field("k", &[], None).field, "grants");
+        assert_eq!(field("k", &one, Some("2030-01-01 00:00:00Z")).kind, "datetime_parsing");
+        assert_eq!(field("k", &one, Some("1970-01-01T00:00:01Z")).kind, "datetime_future");
+        assert_eq!(
+            check_request_fields(" ci ", &one, Some("1970-01-01T00:00:01.001Z"), 1_000),
+            Ok(("ci".to_owned(), Some(1_001)))
+        );
+    }
+}
