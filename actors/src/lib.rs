@@ -2,15 +2,19 @@
 //!
 //! # Layout
 //!
+//! Each module uses only those listed before it, so the crate has no import cycles.
+//!
 //! - [`model`]: ids and plain data (users, projects, sheets, columns, rows, keys).
-//! - [`coerce`]: cell coercion per column type (pure).
-//! - [`directory`]: the directory / key-registry actor, the one access rule, API keys
-//!   ([`directory::keys`]) and the fixture format ([`directory::fixture`]).
+//! - [`coerce`]: cell coercion per column type, and the one RFC 3339 parser (pure).
+//! - [`error`]: the domain's one error type.
+//! - [`record`]: what the domain writes to the log.
+//! - [`shared`]: the clock, the row-id counter, idempotency and event side stores, and the one
+//!   append that changes them.
 //! - [`sheet`]: the [`SheetActor`], the one writer of a sheet's rows.
 //! - [`registry`]: where sheet actors live (spread over one arbiter per core).
+//! - [`directory`]: the directory / key-registry actor, the one access rule, API keys
+//!   ([`directory::keys`]) and the fixture format ([`directory::fixture`]).
 //! - [`report`]: the [`ReportRunner`]: saved report definitions, compiled and run over snapshots.
-//! - [`record`]: what the domain writes to the log.
-//! - [`shared`]: the clock, the row-id counter, idempotency and event side stores.
 //! - [`service`]: recovery, actor start-up and checkpoints; the one way in from above.
 //!
 //! The log (`wal`) is this crate's alone: the server and the CLI reach it only through

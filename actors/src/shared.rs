@@ -14,7 +14,7 @@
 //! and copying inside that closure, and a reader that only trusts entries at or below the
 //! durable LSN sees a gap-free prefix (event sequence numbers follow LSN order).
 //!
-//! [`Shared::append_with_side_effects`] is the one place that happens for writes: a sheet
+//! `Shared::append_with_side_effects` is the one place that happens for writes: a sheet
 //! write's record carries its own stored response and deletions, and an answer decided before
 //! any sheet was reached gets a [`Record::Idempotency`] of its own through the same call.
 
