@@ -5,16 +5,22 @@
 //! single 401. [`Caller::authorize`] is the only place a handler decides access: it asks the
 //! directory for the effective role and answers 404 (not readable, identical to missing) or 403
 //! (readable, not writable).
+//!
+//! The admin API has one credential, the admin token, and no roles: the [`AdminCaller`]
+//! extractor admits a request bearing it and answers 401 otherwise, before the handler runs.
 
 use std::future::{ready, Ready};
 use std::sync::Arc;
 
 use actix_web::dev::Payload;
-use actix_web::{FromRequest, HttpMessage, HttpRequest};
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
+use actors::directory::keys;
 use actors::model::{ApiKey, KeyState, Millis, Role};
 use actors::{DirectoryState, Target};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Code};
 
 /// The request id, set by the request middleware.
 #[derive(Clone, Debug)]
@@ -56,10 +62,10 @@ pub fn resolve_key(
     now: Millis,
 ) -> Option<ApiKey> {
     let token = bearer_token(header)?;
-    if !actors::fixture::is_valid_secret(token) {
+    if !keys::is_valid_secret(token) {
         return None;
     }
-    let key = directory.key_by_hash(&actors::fixture::hash_secret(token))?;
+    let key = directory.key_by_hash(&keys::hash_secret(token))?;
     (key.state(now) == KeyState::Active).then(|| key.clone())
 }
 
@@ -115,6 +121,51 @@ impl FromRequest for Caller {
                 Ok(Caller { key: key.clone(), directory: directory.clone(), request_id })
             }
             _ => Err(ApiError::unauthorized()),
+        })
+    }
+}
+
+/// The admin API's token, as the admin listener's app data. Only its SHA-256 is kept: the
+/// comparison runs over two digests of equal length, so its time depends neither on where the
+/// first differing byte is nor on the token's length.
+#[derive(Clone)]
+pub struct AdminToken {
+    digest: [u8; 32],
+}
+
+impl AdminToken {
+    /// The token the admin API accepts.
+    pub fn new(token: &str) -> Self {
+        AdminToken { digest: Sha256::digest(token.as_bytes()).into() }
+    }
+
+    /// Whether `given` is the token, compared in constant time.
+    fn admits(&self, given: &str) -> bool {
+        let given: [u8; 32] = Sha256::digest(given.as_bytes()).into();
+        bool::from(given.ct_eq(&self.digest))
+    }
+}
+
+/// A request that bears the admin token. Every admin handler takes one, so none can forget the
+/// check; without the token (or on a listener with no [`AdminToken`]) the request is a 401.
+#[derive(Clone, Copy, Debug)]
+pub struct AdminCaller;
+
+impl FromRequest for AdminCaller {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let header = req.headers().get("authorization").and_then(|v| v.to_str().ok());
+        let given = bearer_token(header).unwrap_or_default();
+        let admitted = req.app_data::<web::Data<AdminToken>>().is_some_and(|t| t.admits(given));
+        ready(if admitted {
+            Ok(AdminCaller)
+        } else {
+            Err(ApiError::new(
+                Code::Unauthorized,
+                "The admin token is required: send `Authorization: Bearer <token>`.",
+            ))
         })
     }
 }

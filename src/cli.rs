@@ -3,8 +3,8 @@
 //!
 //! # One owner per data dir
 //!
-//! The log store takes a file lock when it opens, so a second opener fails with
-//! [`wal::Error::InUse`]. These commands therefore refuse a data dir that a server holds open,
+//! The log store takes a file lock when it opens, so a second opener fails (the log's `InUse`
+//! error, which names the holder). These commands therefore refuse a data dir that a server holds open,
 //! with that message, instead of writing behind the server's back.
 //!
 //! # Key changes
@@ -20,15 +20,14 @@ use std::future::Future;
 use std::path::Path;
 use std::process::ExitCode;
 
-use actors::directory::RevokeKey;
-use actors::fixture::GrantSpec;
+use actors::directory::keys::{self, GrantSpec};
+use actors::directory::{CreateKey, RevokeKey};
 use actors::model::{Grant, ScopeType, Verb};
 use actors::shared::Clock;
 use actors::{Service, ServiceConfig};
 use anyhow::{bail, Context};
 
 use crate::config::KeyCommand;
-use crate::routes::admin::{create_key_message, CreateKeyRequest};
 use crate::views::timestamp;
 
 /// Print an error the operator's way and fail: the message and each cause that adds to it
@@ -161,7 +160,7 @@ where
         } else {
             Ok(())
         };
-        service.shared.wal.shutdown().context("closing the log")?;
+        service.close().context("closing the log")?;
         checkpoint?;
         result
     })
@@ -176,14 +175,10 @@ fn create_key(
 ) -> anyhow::Result<()> {
     let grants = grants.iter().map(|g| parse_grant(g)).collect::<anyhow::Result<Vec<_>>>()?;
     // The same checks as `POST /admin/v1/keys`; its messages name the request's fields.
-    let request = CreateKeyRequest {
-        owner_id: owner,
-        name,
-        grants,
-        expires_at: expires_at.map(str::to_owned),
-    };
-    let msg = create_key_message(request, chrono::Utc::now().timestamp_millis())
-        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let now = chrono::Utc::now().timestamp_millis();
+    let (name, expires_at) = keys::check_request_fields(&name, &grants, expires_at, now)
+        .map_err(|p| anyhow::anyhow!("Request validation failed: {}", p.message))?;
+    let msg = CreateKey { owner_id: owner, name, grants, expires_at };
     let (key, secret) = offline(data_dir, true, |service| async move {
         let sent = service.directory_actor().send(msg).await.context("the directory stopped")?;
         sent.map_err(|e| match &e {

@@ -233,12 +233,12 @@ impl From<&actors::Error> for ApiError {
             }
             E::Report { kind, message, detail } => {
                 let code = match kind {
-                    actors::report::ReportErrorKind::CompileFailed => Code::ReportCompileFailed,
-                    actors::report::ReportErrorKind::CapExceeded => Code::ReportCapExceeded,
+                    actors::error::ReportErrorKind::CompileFailed => Code::ReportCompileFailed,
+                    actors::error::ReportErrorKind::CapExceeded => Code::ReportCapExceeded,
                 };
                 ApiError::new(code, message.clone()).with_detail(detail.clone())
             }
-            E::Wal(e) if e.is_storage_unavailable() => {
+            e @ E::Wal(_) if e.is_storage_unavailable() => {
                 tracing::warn!(error = %e, "a write was refused: the data dir cannot take it now");
                 ApiError::new(
                     Code::StorageUnavailable,

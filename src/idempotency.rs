@@ -8,16 +8,15 @@
 //!    `idempotency_in_progress`.
 //! 3. The response is stored in the **same log record** as the write it guards (the sheet
 //!    actor renders it through [`actors::sheet::Render`]); an answer decided before any sheet is
-//!    reached (404, 403) is stored in a record of its own. Either way, after a crash the write
-//!    and its stored response both exist or neither does.
+//!    reached (404, 403) is stored in a record of its own ([`actors::Service::store_answer`]).
+//!    Either way, after a crash the write and its stored response both exist or neither does.
 //! 4. If the request ends any other way (5xx), the claim is released so a retry runs again.
 
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse};
-use actors::record::{IdemEntry, Record};
+use actors::record::IdemEntry;
 use actors::shared::Claim;
 use sha2::{Digest, Sha256};
-use wal::codec;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, Code};
@@ -57,7 +56,7 @@ impl Drop for Claimed {
     fn drop(&mut self) {
         // A no-op once the response is stored: only an in-progress claim is removed.
         if self.armed {
-            self.state.service.shared.idem.release(self.key_id, &self.idem_key);
+            self.state.service.release_idempotency_key(self.key_id, &self.idem_key);
         }
     }
 }
@@ -73,7 +72,7 @@ pub enum Begin {
 /// Give back a handed-off key whose write ended without a stored response (a 5xx).
 pub fn release(state: &AppState, handed: Option<(u64, String)>) {
     if let Some((key_id, idem_key)) = handed {
-        state.service.shared.idem.release(key_id, &idem_key);
+        state.service.release_idempotency_key(key_id, &idem_key);
     }
 }
 
@@ -114,8 +113,7 @@ pub async fn begin(
         hash.update(part);
     }
     let fingerprint: [u8; 32] = hash.finalize().into();
-    let shared = &state.service.shared;
-    match shared.idem.claim(caller.key.id, &key, fingerprint, shared.clock.now()) {
+    match state.service.claim_idempotency_key(caller.key.id, &key, fingerprint) {
         Claim::Fresh => Ok(Begin::Run(Some(Claimed {
             state: state.clone(),
             armed: true,
@@ -162,7 +160,6 @@ pub async fn store_error(
     if !storable(status) {
         return Err(err);
     }
-    let shared = &state.service.shared;
     let body = err.body(request_id);
     let entry = IdemEntry {
         key_id: claim.key_id,
@@ -171,15 +168,9 @@ pub async fn store_error(
         status,
         body: body.clone(),
         request_id: request_id.to_owned(),
-        completed_at: shared.clock.now(),
+        completed_at: state.service.now(),
     };
-    let bytes = codec::encode(&Record::Idempotency(entry.clone())).map_err(ApiError::internal)?;
-    let idem = shared.idem.clone();
-    let commit = shared.wal.append_with(move |lsn| {
-        idem.complete(entry, lsn);
-        bytes
-    });
-    commit.map_err(ApiError::internal)?.await.map_err(ApiError::internal)?;
+    state.service.store_answer(entry).await.map_err(ApiError::internal)?;
     // The claim is now a stored response; dropping it releases nothing.
     drop(claim);
     Ok(respond(status, body))

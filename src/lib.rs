@@ -5,16 +5,16 @@
 //! - [`config`]: command line and environment.
 //! - [`server`]: start-up (recovery, seeding), the two listeners, graceful stop.
 //! - [`middleware`]: request ids, rate limiting, panics, the error envelope, request logs.
-//! - [`auth`]: bearer keys and the one authorization function.
+//! - [`auth`]: bearer keys, the admin token, and the one authorization function.
 //! - [`error`]: the one API error type and its code table.
 //! - [`input`]: path, query and body parsing into the contract's 422 bodies.
 //! - [`cursor`]: the one cursor codec.
 //! - [`idempotency`]: `Idempotency-Key` on row writes.
 //! - [`rate_limit`]: the rolling-minute limiter.
 //! - [`routes`]: one file per resource, and the admin side.
-//! - [`views`]: response bodies.
+//! - [`views`]: response bodies, the public API's and the admin API's.
 //! - [`openapi`]: the OpenAPI 3.1 document derived from the handlers and views.
-//! - [`metrics`]: request counters for the admin metrics endpoint.
+//! - [`metrics`]: request counters, and everything the admin metrics endpoint exports.
 //! - [`prometheus`]: the text format the admin metrics endpoint speaks.
 //! - [`maintenance`]: background checkpoints and side-store housekeeping.
 //! - [`cli`]: the offline operator commands (`sheetd key ...`, `sheetd check`).

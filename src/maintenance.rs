@@ -14,9 +14,10 @@
 //!
 //! # Loop
 //!
-//! 1. Every [`POLL_EVERY`], measure the data dir's free space ([`wal::Wal::refresh_space`]: the
-//!    free-space floor's figure and edge log lines stay current while nothing is written) and
-//!    read [`wal::Wal::stats`] (atomics and two short locks).
+//! 1. Every [`POLL_EVERY`], measure the data dir's free space
+//!    ([`actors::Service::refresh_free_space`]: the free-space floor's figure and edge log lines
+//!    stay current while nothing is written) and read [`actors::Service::log_stats`] (atomics
+//!    and two short locks).
 //! 2. When anything was logged after the checkpoint and a trigger is crossed, take a
 //!    checkpoint ([`actors::Service::checkpoint`]: copy the parts, write the snapshot, truncate
 //!    the log behind it). Every checkpoint leaves exactly one record of its own after it (the
@@ -145,10 +146,10 @@ impl Maintenance {
                 }
                 // Keeps the free-space figure (health, metrics) and the floor's edge log lines
                 // current while nothing is written.
-                if let Err(e) = state.service.shared.wal.refresh_space() {
+                if let Err(e) = state.service.refresh_free_space() {
                     tracing::warn!(error = %e, "cannot measure the data dir's free space");
                 }
-                if state.service.shared.wal.is_failed() {
+                if state.service.storage_failed() {
                     heal_if_due(&state, &mut schedule).await;
                     continue;
                 }
@@ -178,7 +179,7 @@ async fn checkpoint_if_due(state: &AppState, policy: CheckpointPolicy, schedule:
     if schedule.not_before.is_some_and(|t| Instant::now() < t) {
         return;
     }
-    let stats = state.service.shared.wal.stats();
+    let stats = state.service.log_stats();
     // The checkpoint's own marker follows it; a log recovered at start-up counts like any other.
     let own_marker = u64::from(stats.checkpoint_lsn > 0);
     let logged_since = stats.records_since_checkpoint > own_marker;
@@ -218,7 +219,7 @@ async fn checkpoint_if_due(state: &AppState, policy: CheckpointPolicy, schedule:
 async fn heal_if_due(state: &web::Data<AppState>, schedule: &mut Schedule) {
     let (at, wait) = *schedule.heal.get_or_insert_with(|| {
         tracing::error!(
-            reason = state.service.shared.wal.unwritable_reason().unwrap_or_default(),
+            reason = state.service.unwritable_reason().unwrap_or_default(),
             "the data dir failed: writes get 503 storage_unavailable, reads go on; re-opening \
              the log from disk when the cause is gone"
         );
@@ -260,16 +261,13 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 /// Step 3 of the loop.
 fn sweep(state: &AppState) {
-    let now = state.service.shared.clock.now();
-    let purged = state.service.shared.idem.purge(now);
-    state.limiter.prune(now);
-    let events =
-        state.service.shared.outbox.purge(now - actors::shared::EVENT_RETENTION.as_millis() as i64);
-    if events > 0 {
-        tracing::debug!(events, "events past their retention dropped");
+    let purged = state.service.purge_expired();
+    state.limiter.prune(state.service.now());
+    if purged.events > 0 {
+        tracing::debug!(events = purged.events, "events past their retention dropped");
     }
-    if purged > 0 {
-        tracing::debug!(purged, "expired idempotency records dropped");
+    if purged.idempotency > 0 {
+        tracing::debug!(purged = purged.idempotency, "expired idempotency records dropped");
     }
 }
 

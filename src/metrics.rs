@@ -1,10 +1,17 @@
-//! Request metrics for `GET /admin/v1/metrics`: counts by route and status, and a latency
-//! histogram. Sharded maps and atomics only: recording a request takes no global lock.
+//! What `GET /admin/v1/metrics` exports: the server's own request counters (counts by route
+//! and status, a latency histogram), and [`exposition`], which renders them with the log's and
+//! the domain's figures into Prometheus text.
+//!
+//! Recording a request touches sharded maps and atomics only, never a global lock. Rendering
+//! reads one snapshot of each source per scrape; the format itself is [`crate::prometheus`]'s.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use actors::Service;
 use dashmap::DashMap;
+
+use crate::prometheus::Exposition;
 
 /// Upper bounds of the latency buckets, in seconds.
 pub const LATENCY_BUCKETS: &[f64] =
@@ -48,4 +55,107 @@ impl Metrics {
             self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6,
         )
     }
+}
+
+/// Every metric of a scrape, as Prometheus text: the requests this server counted, the log's
+/// group commits, LSNs and space, and the sizes of the domain and its side stores.
+pub fn exposition(metrics: &Metrics, service: &Service) -> String {
+    let counts = service.counts();
+    let wal = service.log_stats();
+    let sides = service.side_store_sizes();
+    let mut e = Exposition::new();
+
+    let requests = metrics.requests();
+    let statuses: Vec<String> = requests.iter().map(|((_, s), _)| s.to_string()).collect();
+    let labels: Vec<[(&str, &str); 2]> = requests
+        .iter()
+        .zip(&statuses)
+        .map(|(((route, _), _), status)| [("route", route.as_str()), ("status", status.as_str())])
+        .collect();
+    e.counters(
+        "sheetd_http_requests_total",
+        "HTTP requests served, by route pattern and status.",
+        labels.iter().zip(&requests).map(|(l, (_, n))| (&l[..], *n as f64)),
+    );
+    let (buckets, count, sum) = metrics.latency();
+    e.histogram(
+        "sheetd_http_request_duration_seconds",
+        "Time from a request's arrival to its response.",
+        LATENCY_BUCKETS,
+        &buckets,
+        count,
+        sum,
+    );
+
+    e.histogram(
+        "sheetd_wal_flush_duration_seconds",
+        "Time of one group commit of the log (write, flush and fsync).",
+        actors::FLUSH_LATENCY_BUCKETS_SECONDS,
+        &wal.flush_latency_buckets,
+        wal.flushes,
+        wal.flush_seconds_total,
+    );
+    e.counter("sheetd_wal_flushes_total", "Group commits of the log.", wal.flushes as f64);
+    e.counter(
+        "sheetd_wal_records_flushed_total",
+        "Records made durable by group commits (divide by flushes for the mean batch size).",
+        wal.records_flushed as f64,
+    );
+    e.gauge(
+        "sheetd_wal_flush_batch_size_max",
+        "Most records made durable by one group commit.",
+        wal.batch_size_max as f64,
+    );
+    e.gauge("sheetd_wal_last_lsn", "Highest LSN assigned.", wal.last_lsn as f64);
+    e.gauge("sheetd_wal_durable_lsn", "Highest LSN known durable.", wal.durable_lsn as f64);
+    e.gauge(
+        "sheetd_wal_checkpoint_lsn",
+        "LSN of the current checkpoint.",
+        wal.checkpoint_lsn as f64,
+    );
+    e.gauge(
+        "sheetd_wal_records_since_checkpoint",
+        "Records after the checkpoint: what a restart would replay.",
+        wal.records_since_checkpoint as f64,
+    );
+    e.gauge(
+        "sheetd_wal_bytes_since_checkpoint",
+        "Payload bytes after the checkpoint.",
+        wal.bytes_since_checkpoint as f64,
+    );
+    e.gauge(
+        "sheetd_storage_writable",
+        "1 while the data dir takes writes; 0 while they get 503 storage_unavailable.",
+        f64::from(u8::from(wal.writable)),
+    );
+    e.gauge(
+        "sheetd_disk_free_bytes",
+        "Free bytes on the data dir's file system at the last measurement.",
+        wal.free_bytes as f64,
+    );
+    e.gauge(
+        "sheetd_disk_min_free_bytes",
+        "The free-space floor below which writes are refused (0: none).",
+        wal.min_free_bytes as f64,
+    );
+    e.gauge(
+        "sheetd_wal_disk_bytes",
+        "Bytes the log store uses on disk.",
+        wal.log_bytes_on_disk as f64,
+    );
+
+    e.gauge("sheetd_users", "Users.", counts.users as f64);
+    e.gauge("sheetd_projects", "Projects.", counts.projects as f64);
+    e.gauge("sheetd_sheets", "Sheets.", counts.sheets as f64);
+    e.gauge("sheetd_rows", "Rows in every sheet.", counts.rows as f64);
+    e.gauge("sheetd_attachments", "Attachments of live rows.", counts.attachments as f64);
+    e.gauge("sheetd_keys", "API keys (any state).", counts.keys as f64);
+    e.gauge(
+        "sheetd_idempotency_records",
+        "Idempotency keys held (completed within the replay window, or in progress).",
+        sides.idempotency as f64,
+    );
+    e.gauge("sheetd_events", "Internal events held in the outbox.", sides.events as f64);
+
+    e.finish()
 }

@@ -103,7 +103,7 @@ pub async fn request_context(
     let mut decision = None;
     let mut key_id = None;
     if let (Some(state), true) = (&state, public) {
-        let now = state.service.shared.clock.now();
+        let now = state.service.now();
         let directory = state.service.directory();
         let header = req.headers().get("authorization").and_then(|v| v.to_str().ok());
         let key = resolve_key(header, &directory, now);

@@ -1,8 +1,9 @@
 //! The Prometheus text exposition format (version 0.0.4), as `GET /admin/v1/metrics` serves it.
 //!
 //! A small writer rather than a metrics library: the server already keeps its counters (request
-//! counts and latencies in [`crate::metrics`], flush statistics in [`wal::WalStats`], sizes in
-//! the domain), so exporting them is a matter of formatting one snapshot per scrape. Each family
+//! counts and latencies in [`crate::metrics`], flush statistics in [`actors::WalStats`], sizes in
+//! the domain), so exporting them is a matter of formatting one snapshot per scrape
+//! ([`crate::metrics::exposition`] says what is exported; this module only how). Each family
 //! gets its `# HELP` and `# TYPE` lines once, before its samples; histograms take cumulative
 //! bucket counts and add the `+Inf` bucket, `_sum` and `_count`.
 

@@ -6,13 +6,15 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 
 use actix_web::{middleware::from_fn, web, App, HttpServer};
+use actors::directory::fixture::Fixture;
+use actors::directory::keys;
 use actors::directory::{Import, ImportReport};
-use actors::fixture::Fixture;
 use actors::shared::Clock;
 use actors::{Service, ServiceConfig};
 use anyhow::Context;
 use rand::RngCore;
 
+use crate::auth::AdminToken;
 use crate::config::ServeArgs;
 use crate::cursor::CursorCodec;
 use crate::maintenance::{CheckpointPolicy, Maintenance};
@@ -33,8 +35,6 @@ pub struct AppState {
     pub limiter: RateLimiter,
     /// Largest request body.
     pub max_body_bytes: usize,
-    /// The admin token.
-    pub admin_token: String,
     /// Request metrics.
     pub metrics: Metrics,
     /// Caps of one report run (`--report-max-sources`, `--report-max-scanned-rows`).
@@ -178,7 +178,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
     let admin_token = match &args.admin_token {
         Some(t) => t.clone(),
         None => {
-            let t = actors::fixture::generate_secret().replacen("svc_live_", "adm_", 1);
+            let t = keys::generate_admin_token();
             if opts.print_secrets {
                 println!("Admin token (shown once): {t}");
             }
@@ -190,7 +190,6 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         cursors: CursorCodec::new(cursor_key(&args.data_dir)?),
         limiter: RateLimiter::new(args.rate_limit_per_minute),
         max_body_bytes: args.max_body_bytes,
-        admin_token,
         metrics: Metrics::default(),
         report_caps: actors::report::Caps {
             max_sources: args.report_max_sources,
@@ -216,9 +215,11 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
     .listen(public)?
     .run();
     let admin_state = state.clone();
+    let admin_token = web::Data::new(AdminToken::new(&admin_token));
     let admin = HttpServer::new(move || {
         App::new()
             .app_data(admin_state.clone())
+            .app_data(admin_token.clone())
             .wrap(from_fn(request_context))
             .configure(crate::routes::admin::configure)
     })
@@ -244,7 +245,7 @@ pub async fn stop(running: Running) -> anyhow::Result<()> {
     running.maintenance.stop().await;
     let report = running.state.service.checkpoint().await.context("final checkpoint")?;
     tracing::info!(lsn = report.lsn, bytes = report.bytes, "final checkpoint written");
-    running.state.service.shared.wal.shutdown().context("closing the log")?;
+    running.state.service.close().context("closing the log")?;
     Ok(())
 }
 

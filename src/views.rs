@@ -1,10 +1,17 @@
-//! Response bodies (`*View`) in the API's camelCase shapes.
+//! Response bodies (`*View`) in the API's camelCase shapes, the public API's and the admin
+//! API's.
 //!
 //! Views are built from domain types field by field, so what the API shows is exactly what is
 //! listed here: no folder id, parent id, attachments, key hash or report definition can leak by
 //! a derive.
 
-use actors::model::{Column, Grant, Millis, Report, Row, SheetMeta};
+use std::collections::BTreeMap;
+
+use actors::directory::fixture::IssuedSecret;
+use actors::directory::ImportReport;
+use actors::model::{ApiKey, Column, Grant, Millis, Plan, Report, Row, SheetMeta, UserId};
+use actors::service::Counts;
+use actors::shared::Event;
 use actors::sheet::SheetState;
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -449,6 +456,221 @@ pub struct ReportRunView {
     pub next_cursor: Option<String>,
     /// Request id.
     pub request_id: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The admin API's bodies. Fields are listed in alphabetical order where the admin API has always
+// written them that way, so its bytes stay as they were.
+// ---------------------------------------------------------------------------------------------
+
+/// A list on the admin API: `{"data": [...]}`, no paging cursor.
+#[derive(Serialize)]
+pub struct AdminListView<T> {
+    /// Items.
+    pub data: Vec<T>,
+}
+
+/// `GET /admin/v1/health`.
+#[derive(Serialize)]
+pub struct HealthView {
+    /// Why the data dir takes no writes; absent while it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `ok`, or `degraded` while the data dir takes no writes.
+    pub status: &'static str,
+}
+
+impl HealthView {
+    /// `ok` without a reason, `degraded` with one.
+    pub fn new(unwritable_reason: Option<String>) -> Self {
+        let status = if unwritable_reason.is_some() { "degraded" } else { "ok" };
+        HealthView { reason: unwritable_reason, status }
+    }
+}
+
+/// `POST /admin/v1/import`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportView {
+    /// Objects added, by kind.
+    pub imported: BTreeMap<&'static str, usize>,
+    /// Secrets generated for keys that came without one: shown here once, never again.
+    pub issued_keys: Vec<IssuedKeyView>,
+}
+
+impl From<&ImportReport> for ImportView {
+    fn from(report: &ImportReport) -> Self {
+        ImportView {
+            imported: report.counts.iter().copied().collect(),
+            issued_keys: report.issued.iter().map(IssuedKeyView::from).collect(),
+        }
+    }
+}
+
+/// A key an import generated a secret for.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IssuedKeyView {
+    /// Key id.
+    pub key_id: u64,
+    /// Name.
+    pub name: String,
+    /// Owner.
+    pub owner_id: u64,
+    /// The secret.
+    pub secret: String,
+}
+
+impl From<&IssuedSecret> for IssuedKeyView {
+    fn from(k: &IssuedSecret) -> Self {
+        IssuedKeyView {
+            key_id: k.key_id,
+            name: k.name.clone(),
+            owner_id: k.owner_id,
+            secret: k.secret.clone(),
+        }
+    }
+}
+
+/// `POST /admin/v1/keys` (201): the one response that shows the secret.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreatedKeyView {
+    /// Expiry, null for never.
+    pub expires_at: Option<String>,
+    /// Key id.
+    pub key_id: u64,
+    /// `svc_live_` and the first characters of the secret.
+    pub prefix: String,
+    /// The secret.
+    pub secret: String,
+}
+
+impl CreatedKeyView {
+    /// The view of a key just created with `secret`.
+    pub fn new(key: &ApiKey, secret: String) -> Self {
+        CreatedKeyView {
+            expires_at: key.expires_at.and_then(timestamp),
+            key_id: key.id,
+            prefix: key.prefix.clone(),
+            secret,
+        }
+    }
+}
+
+/// A key as the admin side shows it: never its secret or hash, only the visible prefix.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyView {
+    /// Key id.
+    pub key_id: u64,
+    /// Owner.
+    pub owner_id: UserId,
+    /// Name.
+    pub name: String,
+    /// `svc_live_` and the first characters of the secret.
+    pub prefix: String,
+    /// Grants.
+    pub grants: Vec<GrantView>,
+    /// `active`, `revoked` or `expired`.
+    pub state: &'static str,
+    /// Creation time.
+    pub created_at: Option<String>,
+    /// Expiry, null for never.
+    pub expires_at: Option<String>,
+}
+
+impl KeyView {
+    /// The view of `key` at `now`.
+    pub fn new(key: &ApiKey, now: Millis) -> Self {
+        KeyView {
+            key_id: key.id,
+            owner_id: key.owner_id,
+            name: key.name.clone(),
+            prefix: key.prefix.clone(),
+            grants: key.grants.iter().map(GrantView::from).collect(),
+            state: key.state(now).as_str(),
+            created_at: timestamp(key.created_at),
+            expires_at: key.expires_at.and_then(timestamp),
+        }
+    }
+}
+
+/// `PUT /admin/v1/users/{id}/plan`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanView {
+    /// The plan now.
+    pub plan: Plan,
+    /// The user.
+    pub user_id: UserId,
+}
+
+/// One internal event (`GET /admin/v1/events`).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventView {
+    /// When it happened.
+    pub at: Option<String>,
+    /// The row deleted.
+    pub row_id: u64,
+    /// Position in the outbox; pass the last one seen as `after` to resume.
+    pub seq: u64,
+    /// The sheet the row belonged to.
+    pub sheet_id: u64,
+    /// `ROW_DELETED`.
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+impl From<&Event> for EventView {
+    fn from(e: &Event) -> Self {
+        EventView {
+            at: timestamp(e.at),
+            row_id: e.row_id,
+            seq: e.seq,
+            sheet_id: e.sheet_id,
+            kind: e.kind.clone(),
+        }
+    }
+}
+
+/// `GET /admin/v1/stats`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatsView {
+    /// Bytes of attachments of live rows.
+    pub attachment_bytes: u64,
+    /// Attachments of live rows.
+    pub attachments: u64,
+    /// API keys, in any state.
+    pub keys: usize,
+    /// Projects.
+    pub projects: usize,
+    /// Rows in every sheet.
+    pub rows: u64,
+    /// Sheets.
+    pub sheets: usize,
+    /// Users.
+    pub users: usize,
+    /// The last durable LSN.
+    pub wal_lsn: u64,
+}
+
+impl StatsView {
+    /// From the service's counts and its durable LSN.
+    pub fn new(c: &Counts, durable_lsn: u64) -> Self {
+        StatsView {
+            attachment_bytes: c.attachment_bytes,
+            attachments: c.attachments,
+            keys: c.keys,
+            projects: c.projects,
+            rows: c.rows,
+            sheets: c.sheets,
+            users: c.users,
+            wal_lsn: durable_lsn,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,9 @@
 //! (keys are column ids as decimal strings) onto the sheet's columns. A report filter's operand
 //! is a cell value too: [`coerce_operand`] coerces it by the same rules, so a filter compares
 //! like with like, and [`cmp_stored_datetimes`] orders stored datetimes by the instants they
-//! denote.
+//! denote. A key's expiry is an instant sent to the service like a `datetime` cell, so
+//! [`parse_instant`] reads it by the same rules: there is one RFC 3339 parser, not two that
+//! disagree on edge cases.
 //!
 //! It is pure: no I/O, no clock, no shared state, only functions of their arguments. That keeps
 //! the sheet actor, the HTTP layer and the fixture loader agreeing on one set of rules, makes
@@ -20,7 +22,7 @@ use std::collections::{BTreeMap, HashSet};
 use chrono::{Datelike, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, Timelike};
 use serde_json::{Map, Number, Value};
 
-use crate::model::{Column, ColumnId, ColumnType, Json};
+use crate::model::{Column, ColumnId, ColumnType, Json, Millis};
 
 /// The longest text cell, in characters (Unicode scalar values, not bytes).
 pub const MAX_TEXT_CHARS: usize = 4000;
@@ -448,6 +450,35 @@ fn coerce_datetime(raw: &Value) -> Result<Value, String> {
 /// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|+hh:mm|-hh:mm)` (`t`/`z` also accepted, as RFC 3339 allows)
 /// to `YYYY-MM-DDTHH:MM:SS[.fraction]Z` in UTC, the fraction digits kept as sent.
 fn normalize_datetime(s: &str) -> Result<String, &'static str> {
+    let (utc, fraction) = parse_rfc3339(s)?;
+    Ok(format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{fraction}Z",
+        utc.year(),
+        utc.month(),
+        utc.day(),
+        utc.hour(),
+        utc.minute(),
+        utc.second()
+    ))
+}
+
+/// An RFC 3339 date-time with an offset, by the rules of a `datetime` cell, as milliseconds
+/// since the epoch (the fraction beyond milliseconds is dropped).
+///
+/// This is the one parser of instants sent to the service: a cell, a key's `expiresAt` in a
+/// fixture, the admin API and the CLI all follow it, so a time one of them accepts is accepted
+/// by all. It refuses what the cell rules refuse: a space for the `T`, a leap second (`:60`),
+/// a missing offset, an instant outside the years 0000-9999 in UTC.
+///
+/// # Errors
+/// Why the text is not such a time, as a phrase.
+pub fn parse_instant(s: &str) -> Result<Millis, &'static str> {
+    parse_rfc3339(s).map(|(utc, _)| utc.and_utc().timestamp_millis())
+}
+
+/// The instant of `s` in UTC (with its fraction as nanoseconds), and the fraction as sent
+/// (with its leading `.`, or empty).
+fn parse_rfc3339(s: &str) -> Result<(NaiveDateTime, &str), &'static str> {
     const SHAPE: &str = "not of the form YYYY-MM-DDTHH:MM:SS[.fraction] followed by Z or ±hh:mm";
     let b = s.as_bytes();
     if b.len() < 20 || !matches!(b[10], b'T' | b't') {
@@ -470,10 +501,10 @@ fn normalize_datetime(s: &str) -> Result<String, &'static str> {
     if second == 60 {
         return Err("leap seconds are not accepted");
     }
-    let time = NaiveTime::from_hms_opt(hour, minute, second).ok_or("not a real time of day")?;
 
     let mut rest = &b[19..];
     let mut fraction = "";
+    let mut nanos = 0;
     if rest.first() == Some(&b'.') {
         let len = rest[1..].iter().take_while(|c| c.is_ascii_digit()).count();
         if len == 0 {
@@ -484,8 +515,12 @@ fn normalize_datetime(s: &str) -> Result<String, &'static str> {
         }
         // The digits are ASCII, so this slice sits on character boundaries.
         fraction = s.get(19..20 + len).ok_or(SHAPE)?;
+        let digits = &rest[1..1 + len];
+        nanos = digits_value(digits) * 10u32.pow((MAX_DATETIME_FRACTION_DIGITS - len) as u32);
         rest = &rest[1 + len..];
     }
+    let time = NaiveTime::from_hms_nano_opt(hour, minute, second, nanos)
+        .ok_or("not a real time of day")?;
     let offset_minutes = match rest {
         [b'Z' | b'z'] => 0,
         [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2]
@@ -509,15 +544,7 @@ fn normalize_datetime(s: &str) -> Result<String, &'static str> {
         .and_then(|offset| NaiveDateTime::new(date, time).checked_sub_signed(offset))
         .filter(|utc| (0..=9999).contains(&utc.year()))
         .ok_or("the instant falls outside the years 0000-9999 in UTC")?;
-    Ok(format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{fraction}Z",
-        utc.year(),
-        utc.month(),
-        utc.day(),
-        utc.hour(),
-        utc.minute(),
-        utc.second()
-    ))
+    Ok((utc, fraction))
 }
 
 fn coerce_contact(raw: &Value) -> Result<Value, String> {
@@ -886,6 +913,17 @@ mod tests {
         ];
         for (sent, stored) in cases {
             assert_eq!(set(Datetime, json!(sent)), json!(stored), "{sent}");
+        }
+    }
+
+    #[test]
+    fn instants_parse_by_the_cell_rules() {
+        assert_eq!(parse_instant("1970-01-01T00:00:01.5Z"), Ok(1500));
+        assert_eq!(parse_instant("1970-01-01T01:00:00.123456789+01:00"), Ok(123));
+        assert_eq!(parse_instant("2026-01-02t03:04:05z"), Ok(1_767_323_045_000));
+        for refused in ["2026-01-02 03:04:05Z", "2026-01-02T23:59:60Z", "2026-01-02T03:04:05"] {
+            assert!(parse_instant(refused).is_err(), "{refused}");
+            assert!(normalize_datetime(refused).is_err(), "{refused}");
         }
     }
 

@@ -54,7 +54,7 @@ pub enum Error {
     #[error("{message}")]
     Report {
         /// Compile failure or cap.
-        kind: crate::report::ReportErrorKind,
+        kind: ReportErrorKind,
         /// A sentence for the report's author, naming the problem.
         message: String,
         /// Where and what: `{"path", "column", "reason"}` or `{"cap", "limit", "value"}`.
@@ -62,10 +62,28 @@ pub enum Error {
     },
 }
 
+/// Why a report cannot run (the HTTP layer maps each to one error code).
+///
+/// It lives here, not in [`crate::report`], so this module depends on nothing that depends on
+/// it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportErrorKind {
+    /// The definition cannot be compiled (`report_compile_failed`, 422).
+    CompileFailed,
+    /// The run exceeds a cap (`report_cap_exceeded`, 413).
+    CapExceeded,
+}
+
 impl Error {
     /// Shorthand for [`Error::Invalid`] without detail.
     pub fn invalid(message: impl Into<String>) -> Self {
         Error::Invalid { message: message.into(), detail: None }
+    }
+
+    /// Whether the data dir cannot take the write now (below the free-space floor, or the disk
+    /// refused it) while the log stays healthy: nothing was written and a retry may succeed.
+    pub fn is_storage_unavailable(&self) -> bool {
+        matches!(self, Error::Wal(e) if e.is_storage_unavailable())
     }
 }
 

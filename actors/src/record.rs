@@ -9,7 +9,7 @@
 //! | [`Record::Import`] | directory actor (metadata) + the sheets it creates | none |
 //! | [`Record::Directory`] | directory actor | none |
 //! | [`Record::Sheet`] | one sheet actor | idempotency store, event outbox |
-//! | [`Record::Idempotency`] | any request handler | idempotency store |
+//! | [`Record::Idempotency`] | [`crate::Service::store_answer`], for an answer decided before a sheet | idempotency store |
 //! | [`Record::Marker`] | the checkpointer | none (it snapshots the side stores) |
 //!
 //! A write's rows, its idempotency response, its counters and its `ROW_DELETED` events are one

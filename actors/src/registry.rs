@@ -37,7 +37,7 @@ impl SheetRegistry {
 
     /// Start the actor of a sheet whose `state` reflects every record up to `applied_lsn` that
     /// touched it; the state is published as the sheet's first snapshot.
-    pub fn spawn(&self, state: SheetState, shared: Shared, applied_lsn: Lsn) {
+    pub(crate) fn spawn(&self, state: SheetState, shared: Shared, applied_lsn: Lsn) {
         let id = state.id;
         let published: PublishedSheet = Arc::new(ArcSwap::from_pointee(SheetSnapshot {
             state: state.clone(),

@@ -21,6 +21,14 @@
 //!    write the log could still lose.
 //! 3. Write the checkpoint at the **oldest** tag and truncate the log behind it. Records between
 //!    the oldest and a part's own tag are replayed and skipped by that part.
+//!
+//! # What the layers above reach
+//!
+//! [`Service`] is the only way into the domain from the HTTP server and the CLI: the log and the
+//! side stores stay inside this crate, and the service offers the few operations those layers
+//! need (claim and store an idempotent answer, read durable events, the log's counters and
+//! health, the clock, checkpoint, close). So every record has its owner here, and nothing above
+//! can append behind an actor's back.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,17 +37,17 @@ use std::time::Duration;
 use actix::prelude::*;
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
-use wal::{codec, Lsn, RecoveryReport, Wal};
+use wal::{codec, Lsn, RecoveryReport, Wal, WalStats};
 
 use crate::directory::{
-    DirectoryActor, DirectoryState, Published, PublishedDirectory, SnapshotDirectory,
+    CopyDirectoryForCheckpoint, DirectoryActor, DirectoryState, Published, PublishedDirectory,
 };
 use crate::error::{Error, Result};
-use crate::model::{RowId, SheetId};
+use crate::model::{KeyId, Millis, RowId, SheetId};
 use crate::record::{IdemEntry, Record};
 use crate::registry::SheetRegistry;
 use crate::report::ReportRunner;
-use crate::shared::{Clock, Event, IdemStore, Outbox, RowIds, Shared};
+use crate::shared::{Claim, Clock, Event, IdemStore, Outbox, RowIds, Shared, EVENT_RETENTION};
 use crate::sheet::{CopyForCheckpoint, SheetActor, SheetState};
 
 /// How long an idempotent response is replayed.
@@ -219,11 +227,29 @@ pub struct Counts {
     pub reports: usize,
 }
 
+/// What [`Service::purge_expired`] dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Purged {
+    /// Idempotency records past their window, and claims whose request never finished.
+    pub idempotency: usize,
+    /// Events past [`EVENT_RETENTION`].
+    pub events: usize,
+}
+
+/// How much the side stores hold, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SideStoreSizes {
+    /// Idempotency keys held (completed within the window, or in progress).
+    pub idempotency: usize,
+    /// Events held in the outbox.
+    pub events: usize,
+}
+
 /// The running domain: the directory, the sheet actors and the shared stores.
 #[derive(Clone)]
 pub struct Service {
-    /// What the actors share (log, clock, side stores).
-    pub shared: Shared,
+    /// What the actors share (log, clock, side stores); never handed out, see the module docs.
+    shared: Shared,
     directory: Addr<DirectoryActor>,
     published: PublishedDirectory,
     sheets: SheetRegistry,
@@ -365,9 +391,98 @@ impl Service {
         })?)
     }
 
+    /// Now, by the service clock (tests move it forward).
+    pub fn now(&self) -> Millis {
+        self.shared.clock.now()
+    }
+
+    /// Look up an `Idempotency-Key` of `key_id` and take it when free (see [`Claim`]). A
+    /// [`Claim::Fresh`] must end in a stored answer (a write message's idempotency part, or
+    /// [`Service::store_answer`]) or in [`Service::release_idempotency_key`].
+    pub fn claim_idempotency_key(&self, key_id: KeyId, key: &str, fingerprint: [u8; 32]) -> Claim {
+        self.shared.idem.claim(key_id, key, fingerprint, self.shared.clock.now())
+    }
+
+    /// Give back a claimed key whose request ended without a stored answer, so a retry runs
+    /// again. A no-op once the answer is stored.
+    pub fn release_idempotency_key(&self, key_id: KeyId, key: &str) {
+        self.shared.idem.release(key_id, key);
+    }
+
+    /// Store an answer decided before any sheet was reached (a 404 or 403 of an idempotent
+    /// write) in a record of its own; resolves once it is durable, so the answer can leave.
+    pub async fn store_answer(&self, entry: IdemEntry) -> Result<()> {
+        let commit = self
+            .shared
+            .append_with_side_effects(&Record::Idempotency(entry), Default::default())?;
+        commit.await?;
+        Ok(())
+    }
+
+    /// Up to `limit` events after sequence number `after`, only those whose record is durable
+    /// (a reader never sees an event a crash could take back).
+    pub fn events(&self, after: u64, limit: usize) -> Vec<Event> {
+        self.shared.outbox.read(after, limit, self.shared.wal.durable_lsn())
+    }
+
+    /// Drop idempotency records past their window and events past [`EVENT_RETENTION`].
+    pub fn purge_expired(&self) -> Purged {
+        let now = self.shared.clock.now();
+        Purged {
+            idempotency: self.shared.idem.purge(now),
+            events: self.shared.outbox.purge(now - EVENT_RETENTION.as_millis() as i64),
+        }
+    }
+
+    /// How much the side stores hold.
+    pub fn side_store_sizes(&self) -> SideStoreSizes {
+        SideStoreSizes { idempotency: self.shared.idem.len(), events: self.shared.outbox.len() }
+    }
+
+    /// The log's counters (LSNs, group commits, sizes, free space); atomics and short locks.
+    pub fn log_stats(&self) -> WalStats {
+        self.shared.wal.stats()
+    }
+
+    /// The highest LSN known durable.
+    pub fn durable_lsn(&self) -> Lsn {
+        self.shared.wal.durable_lsn()
+    }
+
+    /// Measure the data dir's free space again, so the free-space floor, its log lines and
+    /// [`Service::unwritable_reason`] stay current while nothing is written.
+    pub fn refresh_free_space(&self) -> Result<()> {
+        Ok(self.shared.wal.refresh_space()?)
+    }
+
+    /// Whether the log has failed (a write, flush or fsync error) and takes nothing until
+    /// [`Service::heal`] re-opens it.
+    pub fn storage_failed(&self) -> bool {
+        self.shared.wal.is_failed()
+    }
+
+    /// Why the data dir takes no writes now, as a sentence; `None` while it does.
+    pub fn unwritable_reason(&self) -> Option<String> {
+        self.shared.wal.unwritable_reason()
+    }
+
+    /// Close the log: drain what is queued, flush, stop the commit thread. Writes after this
+    /// fail; a later call is a no-op.
+    pub fn close(&self) -> Result<()> {
+        Ok(self.shared.wal.shutdown()?)
+    }
+
+    /// Test hook: hold the log's commit thread, so nothing becomes durable until the guard is
+    /// dropped.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn hold_commits(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.shared.wal.hold_commits()
+    }
+
     /// Take a checkpoint and truncate the log behind it.
     pub async fn checkpoint(&self) -> Result<CheckpointReport> {
-        let (directory, directory_lsn) = self.directory.send(SnapshotDirectory).await?;
+        let (directory, directory_lsn) = self.directory.send(CopyDirectoryForCheckpoint).await?;
         let mut sheets = Vec::new();
         for (_, addr) in self.sheets.all() {
             let copy = addr.send(CopyForCheckpoint).await?;

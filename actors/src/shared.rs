@@ -1,6 +1,10 @@
 //! What every actor shares: the log, the clock, the global row-id counter, and the two side
 //! stores written by many sheets (idempotency responses and the event outbox).
 //!
+//! The log handle stays inside this crate: the HTTP layer reaches the log only through the
+//! narrow operations of [`crate::Service`], so every record and every side-store change has
+//! its owner here.
+//!
 //! # Why the side stores change inside the append lock
 //!
 //! The side stores are global while their records come from many actors. Each change to them is
@@ -9,6 +13,10 @@
 //! a checkpoint copies them at an exact LSN by appending a [`crate::record::Record::Marker`]
 //! and copying inside that closure, and a reader that only trusts entries at or below the
 //! durable LSN sees a gap-free prefix (event sequence numbers follow LSN order).
+//!
+//! `Shared::append_with_side_effects` is the one place that happens for writes: a sheet
+//! write's record carries its own stored response and deletions, and an answer decided before
+//! any sheet was reached gets a [`Record::Idempotency`] of its own through the same call.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -18,10 +26,11 @@ use std::time::Duration;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
-use wal::{Lsn, Wal};
+use wal::{codec, AppendOptions, Commit, Lsn, Wal};
 
+use crate::error::Result;
 use crate::model::{KeyId, Millis, RowId, SheetId};
-use crate::record::IdemEntry;
+use crate::record::{IdemEntry, Record};
 
 /// The service clock: system time plus an offset, so tests can move time forward (for the
 /// idempotency window) without sleeping.
@@ -282,17 +291,50 @@ impl Outbox {
 
 /// Everything the actors share. Cheap to clone.
 #[derive(Clone)]
-pub struct Shared {
+pub(crate) struct Shared {
     /// The write-ahead log.
-    pub wal: Wal,
+    pub(crate) wal: Wal,
     /// The service clock.
-    pub clock: Clock,
+    pub(crate) clock: Clock,
     /// The global row-id allocator.
-    pub row_ids: Arc<RowIds>,
+    pub(crate) row_ids: Arc<RowIds>,
     /// Idempotency responses.
-    pub idem: Arc<IdemStore>,
+    pub(crate) idem: Arc<IdemStore>,
     /// Internal events.
-    pub outbox: Arc<Outbox>,
+    pub(crate) outbox: Arc<Outbox>,
+}
+
+impl Shared {
+    /// Append a record that may change the side stores, and make those changes inside the
+    /// log's append lock at the record's LSN: the stored response of a [`Record::Sheet`] or a
+    /// [`Record::Idempotency`] goes to the idempotency store, a sheet write's deletions to the
+    /// outbox. Other records change no side store and pass through unchanged.
+    ///
+    /// # Errors
+    /// The log refuses the record (no space, failed, shut down) or it cannot be encoded; then
+    /// no side store changed.
+    pub(crate) fn append_with_side_effects(
+        &self,
+        record: &Record,
+        options: AppendOptions,
+    ) -> Result<Commit> {
+        let bytes = codec::encode(record)?;
+        let (answer, deleted) = match record {
+            Record::Sheet(w) => (w.idem.clone(), Some((w.sheet_id, w.deleted.clone(), w.at))),
+            Record::Idempotency(entry) => (Some(entry.clone()), None),
+            Record::Import(_) | Record::Directory(_) | Record::Marker => (None, None),
+        };
+        let (idem, outbox) = (self.idem.clone(), self.outbox.clone());
+        Ok(self.wal.append_with_options(options, move |lsn| {
+            if let Some(entry) = answer {
+                idem.complete(entry, lsn);
+            }
+            if let Some((sheet_id, rows, at)) = deleted {
+                outbox.row_deleted(sheet_id, &rows, at, lsn);
+            }
+            bytes
+        })?)
+    }
 }
 
 #[cfg(test)]

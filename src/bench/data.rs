@@ -51,7 +51,7 @@ fn column_spec(index: u64) -> (String, &'static str, Option<Vec<&'static str>>) 
 
 /// The API key secret of the own server's generated workspace.
 pub fn own_key() -> String {
-    actors::fixture::generate_secret()
+    actors::directory::keys::generate_secret()
 }
 
 /// The id of the summary report in [`fixture`].
@@ -197,6 +197,6 @@ mod tests {
             .collect();
         let fixture = crate::server::parse_fixture(&with_rows.to_string(), "test").unwrap();
         let state = actors::directory::DirectoryState::default();
-        actors::fixture::prepare(fixture, &state, 1, 0).expect("generated cells coerce");
+        actors::directory::fixture::prepare(fixture, &state, 1, 0).expect("generated cells coerce");
     }
 }

@@ -205,7 +205,7 @@ impl Target {
         let key = data::own_key();
         let seed = dir.path().join("seed.json");
         std::fs::write(&seed, data::fixture(args.sheets, args.columns, &key).to_string())?;
-        let admin_token = actors::fixture::generate_secret().replacen("svc_live_", "adm_", 1);
+        let admin_token = actors::directory::keys::generate_admin_token();
         let serve = ServeArgs {
             addr: "127.0.0.1:0".parse().expect("address"),
             admin_addr: "127.0.0.1:0".parse().expect("address"),

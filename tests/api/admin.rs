@@ -468,21 +468,21 @@ async fn background_checkpoints_run_by_size_and_by_time_and_not_while_idle() {
         a.checkpoint_every_secs = 0;
     })
     .await;
-    let wal = s.running().state.service.shared.wal.clone();
+    let service = s.running().state.service.clone();
     let body = json!({"rows": [{"cells": {"110": "a"}}, {"cells": {"110": "b"}}]});
     assert_eq!(s.post("/sheets/11/rows:bulkAdd", ADA_WRITE, &body).await.0, 200);
     // The seed is LSN 1, the write is 2 or later; once checkpointed, only the checkpoint's own
     // marker record is left in the log.
     let covered = || {
-        let stats = wal.stats();
+        let stats = service.log_stats();
         stats.checkpoint_lsn >= 2 && stats.records_since_checkpoint == 1
     };
-    assert!(eventually(5, covered).await, "{:?}", wal.stats());
-    let stats = wal.stats();
+    assert!(eventually(5, covered).await, "{:?}", service.log_stats());
+    let stats = service.log_stats();
     // Idle: the checkpoint's own marker record does not trigger another one.
     let settled = (stats.checkpoint_lsn, stats.last_lsn);
     actix_rt::time::sleep(Duration::from_millis(2500)).await;
-    let idle = wal.stats();
+    let idle = service.log_stats();
     assert_eq!((idle.checkpoint_lsn, idle.last_lsn), settled);
 
     // By time: the seed import is checkpointed within a second or two with no size trigger.
@@ -491,8 +491,9 @@ async fn background_checkpoints_run_by_size_and_by_time_and_not_while_idle() {
         a.checkpoint_every_secs = 1;
     })
     .await;
-    let wal = t.running().state.service.shared.wal.clone();
-    assert!(eventually(5, || wal.stats().checkpoint_lsn >= 1).await, "{:?}", wal.stats());
+    let service = t.running().state.service.clone();
+    let checkpointed = || service.log_stats().checkpoint_lsn >= 1;
+    assert!(eventually(5, checkpointed).await, "{:?}", service.log_stats());
     // And the data is whole after a restart from it.
     let mut t = t;
     t.restart().await;

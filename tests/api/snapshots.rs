@@ -17,15 +17,15 @@ fn texts(page: &Value) -> Vec<String> {
 #[allow(clippy::await_holding_lock)]
 async fn a_read_never_shows_a_write_whose_record_is_not_durable() {
     let s = TestServer::start().await;
-    let wal = s.running().state.service.shared.wal.clone();
-    let before = wal.last_lsn();
-    let held = wal.hold_commits();
+    let service = s.running().state.service.clone();
+    let before = service.log_stats().last_lsn;
+    let held = service.hold_commits();
     let url = format!("{}/sheets/11/rows:bulkAdd", s.base);
     let body = json!({"rows": [{"cells": {"110": "pending"}}]}).to_string().into_bytes();
     let write =
         actix_rt::spawn(async move { send("POST", &url, Some(ADA_WRITE), &[], Some(body)).await });
     let deadline = Instant::now() + Duration::from_secs(10);
-    while wal.last_lsn() == before {
+    while service.log_stats().last_lsn == before {
         assert!(Instant::now() < deadline, "the write never reached the log");
         actix_rt::time::sleep(Duration::from_millis(5)).await;
     }

@@ -213,8 +213,7 @@ async fn delete_removes_the_subtree_counters_attachments_and_emits_events() {
         (0, 0),
         "the subtree's attachments are freed"
     );
-    let durable = service.shared.wal.durable_lsn();
-    let events = service.shared.outbox.read(0, 100, durable);
+    let events = service.events(0, 100);
     let deleted: Vec<(u64, u64, &str)> =
         events.iter().map(|e| (e.sheet_id, e.row_id, e.kind.as_str())).collect();
     assert_eq!(
@@ -313,7 +312,7 @@ async fn concurrent_writers_to_one_row_never_silently_overwrite() {
 async fn a_write_the_log_refused_is_never_revealed() {
     let s = TestServer::start().await;
     // The log goes away under a running server (as after a disk failure).
-    s.running().state.service.shared.wal.shutdown().unwrap();
+    s.running().state.service.close().unwrap();
     let r = s
         .post("/sheets/11/rows:bulkAdd", ADA_WRITE, &json!({"rows": [{"cells": {"110": "ghost"}}]}))
         .await;

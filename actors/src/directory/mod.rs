@@ -6,7 +6,20 @@
 //! durable**, so authorization is lock-free, always sees one consistent state, and never acts
 //! on a change a crash could take back. A revoked key or a removed share counts from the next
 //! request that starts after the revoke is acknowledged.
+//!
+//! # Inside
+//!
+//! Dependencies point one way, from the actor down to plain data:
+//!
+//! - `state`: [`DirectoryState`] and [`Target`], the data and the one access rule. Pure.
+//! - [`keys`]: secrets, hashing, grant checks and expiry defaults, over the state.
+//! - [`fixture`]: the fixture format, validated against the state into an import (its keys
+//!   through [`keys`]).
+//! - this module: the actor and its messages, which run [`fixture::prepare`] and [`keys`] in
+//!   mailbox order, log the result and publish the new state.
 
+pub mod fixture;
+pub mod keys;
 mod state;
 
 use std::sync::Arc;
@@ -15,8 +28,9 @@ use actix::prelude::*;
 use arc_swap::ArcSwap;
 use wal::{codec, Lsn};
 
+use self::fixture::{Fixture, IssuedSecret};
+use self::keys::GrantSpec;
 use crate::error::{Error, Result};
-use crate::fixture::{self, Fixture, GrantSpec, IssuedSecret};
 use crate::model::{ApiKey, KeyId, Millis, Plan, Role, ScopeType, Share, UserId};
 use crate::record::{DirectoryChange, Record};
 use crate::registry::SheetRegistry;
@@ -93,10 +107,11 @@ pub struct SetPlan {
     pub plan: Plan,
 }
 
-/// The state and the LSN every directory record at or below it is reflected in (checkpoints).
+/// The whole state, for a checkpoint, with the LSN every directory record at or below it is
+/// reflected in. Not a published snapshot: it may be ahead of what readers see.
 #[derive(Message)]
 #[rtype(result = "(Arc<DirectoryState>, Lsn)")]
-pub struct SnapshotDirectory;
+pub struct CopyDirectoryForCheckpoint;
 
 /// The one writer of the directory.
 pub struct DirectoryActor {
@@ -114,7 +129,7 @@ pub struct DirectoryActor {
 
 impl DirectoryActor {
     /// An actor over recovered state, already published at `lsn`.
-    pub fn new(
+    pub(crate) fn new(
         state: Arc<DirectoryState>,
         published: PublishedDirectory,
         shared: Shared,
@@ -252,53 +267,17 @@ impl Handler<CreateKey> for DirectoryActor {
 
     fn handle(&mut self, msg: CreateKey, _: &mut Self::Context) -> Self::Result {
         let build = || -> Result<(ApiKey, String)> {
-            let state = &self.state;
-            if !state.users.contains_key(&msg.owner_id) {
-                return Err(Error::invalid(format!("user {} does not exist", msg.owner_id)));
-            }
-            if msg.grants.is_empty() {
-                return Err(Error::invalid("a key needs at least one grant"));
-            }
-            let mut grants = Vec::new();
-            for (i, g) in msg.grants.iter().enumerate() {
-                let grant = fixture::check_grant(state, *g, &format!("grants[{i}]"))?;
-                if let Some(id) = grant.scope_id {
-                    let target = match grant.scope_type {
-                        ScopeType::Project => Target::Project(id),
-                        ScopeType::Folder => Target::Folder(id),
-                        _ => Target::Sheet(id),
-                    };
-                    let held = state.user_role(msg.owner_id, target);
-                    if held < Some(grant.verb.ceiling()) {
-                        return Err(Error::Invalid {
-                            message: format!(
-                                "grants[{i}]: user {} cannot grant {:?} on {:?} {id}: they hold {}",
-                                msg.owner_id,
-                                grant.verb,
-                                grant.scope_type,
-                                held.map_or("no role".to_string(), |r| format!("{r:?}"))
-                            )
-                            .to_lowercase(),
-                            detail: Some(serde_json::json!({
-                                "scopeId": id,
-                                "reason": "the owner does not hold this level on the object"
-                            })),
-                        });
-                    }
-                }
-                grants.push(grant);
-            }
+            let grants = keys::check_new_key(&self.state, msg.owner_id, &msg.grants)?;
             let now = self.shared.clock.now();
-            let expires = msg.expires_at.unwrap_or(now + fixture::DEFAULT_KEY_LIFETIME_MS);
-            let secret = fixture::generate_secret();
-            let key = fixture::new_key(
-                state.next_key_id(),
+            let secret = keys::generate_secret();
+            let key = keys::new_key(
+                self.state.next_key_id(),
                 msg.owner_id,
                 msg.name.clone(),
                 &secret,
                 grants,
                 now,
-                Some(expires),
+                Some(msg.expires_at.unwrap_or_else(|| keys::default_expiry(now))),
             );
             Ok((key, secret))
         };
@@ -377,10 +356,10 @@ impl Handler<SetPlan> for DirectoryActor {
     }
 }
 
-impl Handler<SnapshotDirectory> for DirectoryActor {
-    type Result = MessageResult<SnapshotDirectory>;
+impl Handler<CopyDirectoryForCheckpoint> for DirectoryActor {
+    type Result = MessageResult<CopyDirectoryForCheckpoint>;
 
-    fn handle(&mut self, _: SnapshotDirectory, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, _: CopyDirectoryForCheckpoint, _: &mut Self::Context) -> Self::Result {
         // Every directory record is appended and applied inside one handler of this actor, so
         // all of them up to the log's last LSN are in `state`.
         MessageResult((self.state.clone(), self.shared.wal.last_lsn()))

@@ -1,5 +1,5 @@
 //! Compiling a parsed [`Definition`] against the columns of its readable sources into a
-//! [`Plan`]: which column id each named column is in each source, the output columns and their
+//! [`QueryPlan`]: which column id each named column is in each source, the output columns and their
 //! types, and the filter with its operands normalized to the columns' types.
 //!
 //! A plan is compiled once per run, before any row is read, so every problem with the
@@ -36,14 +36,28 @@
 //! - Row reports may sort by any column of the sources; summary reports sort by their output
 //!   columns (a `groupBy` column or an aggregate such as `sum(Hours)`).
 
+use std::sync::Arc;
+
+use imbl::OrdMap;
 use serde_json::{json, Value};
 
-use super::compile_error;
-use super::definition::{AggFn, Condition, Definition, Direction, Filter, Named, Op, ReportType};
-use super::run::Source;
+use super::definition::{
+    compile_error, AggFn, Condition, Definition, Direction, Filter, Named, Op, ReportType,
+};
 use crate::coerce::coerce_operand;
 use crate::error::Result;
-use crate::model::{Column, ColumnId, ColumnType};
+use crate::model::{Column, ColumnId, ColumnType, Row, RowId, SheetId};
+
+/// One readable source: a copy of a sheet's columns and rows.
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// The sheet.
+    pub sheet_id: SheetId,
+    /// Its columns, by position.
+    pub columns: Arc<[Column]>,
+    /// Its rows by id (a persistent map: cloning it is O(1)).
+    pub rows: OrdMap<RowId, Arc<Row>>,
+}
 
 /// How the result is shaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,7 +96,7 @@ pub enum Predicate {
     Any(Vec<Predicate>),
     /// One test on one field.
     Test {
-        /// Index into [`Plan::fields`].
+        /// Index into [`QueryPlan::fields`].
         field: usize,
         /// The operator.
         op: Op,
@@ -97,7 +111,7 @@ pub enum Predicate {
     },
 }
 
-/// What to compute, per result shape. Field numbers index [`Plan::fields`].
+/// What to compute, per result shape. Field numbers index [`QueryPlan::fields`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Shape {
     /// Row reports.
@@ -120,7 +134,7 @@ pub enum Shape {
 
 /// A compiled report.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
+pub struct QueryPlan {
     /// Flat or aggregated.
     pub mode: Mode,
     /// Output columns, in order.
@@ -191,7 +205,7 @@ impl<'s> Fields<'s> {
 ///
 /// `report_compile_failed` for an unknown column, `sum`/`avg` of a non-number column, an
 /// operand the column's type cannot match, or a summary sort key that is not an output column.
-pub fn compile(def: &Definition, sources: &[Source]) -> Result<Plan> {
+pub fn compile(def: &Definition, sources: &[Source]) -> Result<QueryPlan> {
     let mut fields = Fields { sources, names: Vec::new() };
     let (mode, columns, shape) = match def.ty {
         ReportType::Row => {
@@ -266,7 +280,7 @@ pub fn compile(def: &Definition, sources: &[Source]) -> Result<Plan> {
         .iter()
         .map(|s| fields.names.iter().map(|n| find(s, n).map(|c| c.id)).collect())
         .collect();
-    Ok(Plan { mode, columns, fields: fields.names, lookup, filter, shape })
+    Ok(QueryPlan { mode, columns, fields: fields.names, lookup, filter, shape })
 }
 
 /// `sum`/`avg` need a number column in every readable source that has it.
@@ -378,9 +392,9 @@ mod tests {
 
     use super::*;
     use crate::error::Error;
+    use crate::error::ReportErrorKind;
     use crate::model::SheetId;
     use crate::report::definition::parse;
-    use crate::report::ReportErrorKind;
 
     fn source(sheet_id: SheetId, cols: &[(ColumnId, &str, ColumnType)]) -> Source {
         Source {
@@ -436,7 +450,7 @@ mod tests {
         ]
     }
 
-    fn plan(def: Value) -> Result<Plan> {
+    fn plan(def: Value) -> Result<QueryPlan> {
         compile(&parse(&def).unwrap(), &sources())
     }
 

@@ -36,9 +36,14 @@
 
 use serde_json::{json, Map, Value};
 
-use super::compile_error;
-use crate::error::{Error, Result};
+use crate::error::{Error, ReportErrorKind, Result};
 use crate::model::SheetId;
+
+/// A `report_compile_failed` error. Defined here, at the bottom of the report modules, so the
+/// definition and the compiler share it without depending on the runner above them.
+pub(crate) fn compile_error(message: impl Into<String>, detail: Value) -> Error {
+    Error::Report { kind: ReportErrorKind::CompileFailed, message: message.into(), detail }
+}
 
 /// `row` (one output row per matching source row) or `summary` (one per group).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -596,7 +601,7 @@ fn parse_sort(raw: Option<&Value>) -> Result<Vec<SortKey>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::ReportErrorKind;
+    use crate::error::ReportErrorKind;
 
     fn detail_of(raw: Value) -> Value {
         match parse(&raw) {

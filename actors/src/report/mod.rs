@@ -10,7 +10,7 @@
 //! 3. **Snapshot** every readable source: its latest published [`SheetSnapshot`], an O(1) copy
 //!    of its persistent row map as of a durable LSN. No sheet actor is asked or held while rows
 //!    are scanned; writers keep going on their own copy.
-//! 4. **Compile** the definition against the readable sources' columns into a [`Plan`]
+//! 4. **Compile** the definition against the readable sources' columns into a [`QueryPlan`]
 //!    ([`compile`]): unknown columns, `sum` of text and the like fail here, before a row is read.
 //! 5. **Caps**: more sources listed than [`Caps::max_sources`], or more rows in the readable
 //!    sources than [`Caps::max_scanned_rows`], fail with `report_cap_exceeded`. Both are decided
@@ -46,6 +46,12 @@
 //! with the sheet's persistent map), so an entry costs little beyond what the sheets already
 //! hold, except that it keeps the snapshot's version of rows written since alive until it
 //! expires. Aggregated results hold their (few) output rows.
+//!
+//! # Inside
+//!
+//! Each step depends only on the steps before it: [`definition`] (the saved JSON, and the
+//! `report_compile_failed` error every step shares) ← [`compile`] (a definition against its
+//! [`Source`]s) ← [`run`] (a plan over the sources) ← this module (the actor and its cache).
 
 pub mod compile;
 pub mod definition;
@@ -60,32 +66,19 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use wal::Lsn;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ReportErrorKind, Result};
 use crate::model::{KeyId, ReportId, SheetId};
 use crate::registry::SheetRegistry;
 use crate::sheet::SheetSnapshot;
-pub use compile::{Mode, OutputColumn, Plan};
+pub use compile::Source;
+pub use compile::{Mode, OutputColumn, QueryPlan};
 pub use definition::Definition;
-pub use run::{RunResult, Source};
+pub use run::RunResult;
 
 /// How long a run's result is reused for later pages.
 pub const CACHE_TTL: Duration = Duration::from_secs(30);
 /// Most results kept at once.
 pub const CACHE_ENTRIES: usize = 16;
-
-/// Why a report cannot run (the HTTP layer maps each to one error code).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReportErrorKind {
-    /// The definition cannot be compiled (`report_compile_failed`, 422).
-    CompileFailed,
-    /// The run exceeds a cap (`report_cap_exceeded`, 413).
-    CapExceeded,
-}
-
-/// A `report_compile_failed` error.
-pub(crate) fn compile_error(message: impl Into<String>, detail: Value) -> Error {
-    Error::Report { kind: ReportErrorKind::CompileFailed, message: message.into(), detail }
-}
 
 /// The limits of one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -563,7 +556,7 @@ mod tests {
         let narrowed = reports.send(go(0, &[10], Some(first.run))).await.unwrap().unwrap();
         assert_eq!((narrowed.total_matched, narrowed.sources_omitted), (2, 2));
         assert_ne!(narrowed.run, first.run);
-        service.shared.wal.shutdown().unwrap();
+        service.close().unwrap();
     }
 
     fn key(n: u64) -> CacheKey {

@@ -1,4 +1,4 @@
-//! Running a compiled [`Plan`] over copies of its sources: scan, filter, sort, group, aggregate.
+//! Running a compiled [`QueryPlan`] over copies of its sources: scan, filter, sort, group, aggregate.
 //!
 //! Everything here is a pure function of the plan and the sources' rows (persistent copies
 //! taken by the sheet actors in O(1)), so it runs on a blocking thread, outside every actor, and
@@ -50,21 +50,10 @@ use std::sync::Arc;
 use imbl::OrdMap;
 use serde_json::Value;
 
-use super::compile::{Mode, OutputColumn, Plan, Predicate, Shape};
+use super::compile::{Mode, OutputColumn, Predicate, QueryPlan, Shape, Source};
 use super::definition::{AggFn, Direction, Op};
 use crate::coerce::cmp_stored_datetimes;
-use crate::model::{Column, ColumnId, Row, RowId, SheetId};
-
-/// One readable source: a copy of a sheet's columns and rows.
-#[derive(Clone, Debug)]
-pub struct Source {
-    /// The sheet.
-    pub sheet_id: SheetId,
-    /// Its columns, by position.
-    pub columns: Arc<[Column]>,
-    /// Its rows by id (a persistent map: cloning it is O(1)).
-    pub rows: OrdMap<RowId, Arc<Row>>,
-}
+use crate::model::{ColumnId, Row, RowId};
 
 /// The whole ordered result of a run; pages are cut from it.
 #[derive(Clone, Debug)]
@@ -347,7 +336,7 @@ impl Predicate {
 
 /// Run `plan` over `sources` (the readable sources, in definition order, as given to
 /// [`super::compile::compile`]).
-pub fn execute(plan: &Plan, sources: &[Source]) -> RunResult {
+pub fn execute(plan: &QueryPlan, sources: &[Source]) -> RunResult {
     let scanned_rows: u64 = sources.iter().map(|s| s.rows.len() as u64).sum();
     let (total_matched, output) = match &plan.shape {
         Shape::Flat { select, sort } => {
@@ -371,7 +360,7 @@ pub fn execute(plan: &Plan, sources: &[Source]) -> RunResult {
 /// Call `visit(source index, row, read)` for every row passing the filter, in source order then
 /// row id order; `read(field)` gives the row's cell of a plan field.
 fn scan<'a>(
-    plan: &Plan,
+    plan: &QueryPlan,
     sources: &'a [Source],
     mut visit: impl FnMut(usize, &'a Row, &dyn Fn(usize) -> &'a Value),
 ) {
@@ -390,7 +379,7 @@ fn scan<'a>(
 type FlatParts = (Vec<OrdMap<RowId, Arc<Row>>>, Vec<Vec<Option<ColumnId>>>, Vec<(u32, RowId)>);
 
 fn flat(
-    plan: &Plan,
+    plan: &QueryPlan,
     sources: &[Source],
     select: &[usize],
     sort: &[(usize, Direction)],
@@ -491,7 +480,7 @@ struct Group<'a> {
 }
 
 fn grouped<'a>(
-    plan: &Plan,
+    plan: &QueryPlan,
     sources: &'a [Source],
     group_by: &[usize],
     aggregates: &[(AggFn, Option<usize>)],
@@ -560,7 +549,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::{ColumnType, Json, SOURCE_IMPORT};
+    use crate::model::{Column, ColumnType, Json, SheetId, SOURCE_IMPORT};
     use crate::report::compile::compile;
     use crate::report::definition::parse;
 

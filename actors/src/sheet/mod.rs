@@ -22,9 +22,9 @@ use std::sync::Arc;
 use actix::prelude::*;
 use arc_swap::ArcSwap;
 use serde_json::{Map, Value};
-use wal::{codec, AppendOptions, Lsn};
+use wal::{AppendOptions, Lsn};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{Row, RowId, SheetId};
 use crate::record::{IdemEntry, Record, SheetWrite};
 use crate::shared::Shared;
@@ -175,7 +175,7 @@ pub struct SheetActor {
 impl SheetActor {
     /// An actor over `state`, which reflects every record up to `applied_lsn` that touched it,
     /// and the place its snapshots are published (holding `state` already).
-    pub fn new(
+    pub(crate) fn new(
         state: SheetState,
         shared: Shared,
         applied_lsn: Lsn,
@@ -265,21 +265,10 @@ impl SheetActor {
                 }
             });
         }
-        let write = SheetWrite { sheet_id: self.state.id, at, put, deleted, idem: entry };
-        let (sheet_id, deleted, idem_entry) =
-            (write.sheet_id, write.deleted.clone(), write.idem.clone());
-        let record = Record::Sheet(write);
-        let appended = codec::encode(&record).map_err(Error::from).and_then(|bytes| {
-            let (idem_store, outbox) = (self.shared.idem.clone(), self.shared.outbox.clone());
-            let options = AppendOptions { reserve: false, epoch: Some(self.epoch) };
-            Ok(self.shared.wal.append_with_options(options, move |lsn| {
-                if let Some(e) = idem_entry {
-                    idem_store.complete(e, lsn);
-                }
-                outbox.row_deleted(sheet_id, &deleted, at, lsn);
-                bytes
-            })?)
-        });
+        let sheet_id = self.state.id;
+        let record = Record::Sheet(SheetWrite { sheet_id, at, put, deleted, idem: entry });
+        let options = AppendOptions { reserve: false, epoch: Some(self.epoch) };
+        let appended = self.shared.append_with_side_effects(&record, options);
         match (appended, record) {
             (Ok(commit), Record::Sheet(write)) => {
                 // Applied only once the log has taken the record: a refused append (no space,

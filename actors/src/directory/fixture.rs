@@ -1,9 +1,13 @@
-//! The fixture format (`--seed FILE`, `POST /admin/v1/import`): parsing, validation against the
-//! current directory, cell coercion, and key secrets.
+//! The fixture format (`--seed FILE`, `POST /admin/v1/import`) and its validation against the
+//! current directory.
 //!
 //! [`prepare`] turns a fixture into an [`ImportBatch`] or refuses it whole with a sentence naming
 //! the offending object (`rows[3] (id 1003): ...`). Nothing is applied until the whole fixture
-//! is known to be good.
+//! is known to be good. Cells follow [`crate::coerce`] and keys follow [`super::keys`], the same
+//! rules as writes and keys made through the API.
+//!
+//! It sits below the directory actor, which runs [`prepare`] in mailbox order against its
+//! current state, and above the directory's state: it reads that state, never the actor.
 //!
 //! Rules beyond the format itself: ids must not clash with each other or with existing objects;
 //! columns and rows belong to sheets of the same fixture; row ids must be above every row id the
@@ -12,24 +16,15 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use rand::distributions::Alphanumeric;
-use rand::Rng;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
-use crate::coerce::{apply_writes, coerce_cells};
-use crate::directory::DirectoryState;
+use super::keys::{self, GrantSpec};
+use super::state::DirectoryState;
+use crate::coerce::{apply_writes, coerce_cells, parse_instant};
 use crate::error::{Error, Result};
 use crate::model::*;
 use crate::record::{ImportBatch, SheetImport};
-
-/// The prefix of every key secret.
-pub const SECRET_PREFIX: &str = "svc_live_";
-/// How many characters of a secret stay visible as its prefix.
-const VISIBLE_PREFIX_LEN: usize = SECRET_PREFIX.len() + 4;
-/// Default key lifetime: one year.
-pub const DEFAULT_KEY_LIFETIME_MS: Millis = 365 * 24 * 3600 * 1000;
 
 /// A fixture as sent. Every section is optional.
 #[derive(Debug, Default, Deserialize)]
@@ -221,19 +216,6 @@ pub struct FixtureReport {
     pub definition: Value,
 }
 
-/// A grant as JSON.
-#[derive(Clone, Copy, Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct GrantSpec {
-    /// `read` or `write`.
-    pub verb: Verb,
-    /// Scope type.
-    pub scope_type: ScopeType,
-    /// Scope id (null for `account`).
-    #[serde(default)]
-    pub scope_id: Option<u64>,
-}
-
 /// A key.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -266,75 +248,6 @@ pub struct IssuedSecret {
     pub owner_id: UserId,
     /// The secret.
     pub secret: String,
-}
-
-/// A fresh high-entropy secret: `svc_live_` + 40 alphanumerics (~238 bits).
-pub fn generate_secret() -> String {
-    let tail: String =
-        rand::thread_rng().sample_iter(&Alphanumeric).take(40).map(char::from).collect();
-    format!("{SECRET_PREFIX}{tail}")
-}
-
-/// Whether a string has the key format: `svc_live_` then at least 32 of `[A-Za-z0-9]`.
-pub fn is_valid_secret(secret: &str) -> bool {
-    secret
-        .strip_prefix(SECRET_PREFIX)
-        .is_some_and(|t| t.len() >= 32 && t.bytes().all(|b| b.is_ascii_alphanumeric()))
-}
-
-/// SHA-256 of a secret: what is stored and looked up.
-pub fn hash_secret(secret: &str) -> [u8; 32] {
-    Sha256::digest(secret.as_bytes()).into()
-}
-
-/// Build a key record from its parts (the secret itself is not kept).
-pub fn new_key(
-    id: KeyId,
-    owner_id: UserId,
-    name: String,
-    secret: &str,
-    grants: Vec<Grant>,
-    now: Millis,
-    expires_at: Option<Millis>,
-) -> ApiKey {
-    ApiKey {
-        id,
-        owner_id,
-        name,
-        prefix: secret.chars().take(VISIBLE_PREFIX_LEN).collect(),
-        secret_hash: hash_secret(secret),
-        grants,
-        created_at: now,
-        expires_at,
-        revoked: false,
-    }
-}
-
-/// Parse an RFC 3339 time into milliseconds.
-pub fn parse_time(text: &str) -> Option<Millis> {
-    chrono::DateTime::parse_from_rfc3339(text).ok().map(|t| t.timestamp_millis())
-}
-
-/// Check a grant's shape and that its object exists; `what` names it in messages.
-pub fn check_grant(state: &DirectoryState, g: GrantSpec, what: &str) -> Result<Grant> {
-    let ok = match (g.scope_type, g.scope_id) {
-        (ScopeType::Account, None) => true,
-        (ScopeType::Account, Some(_)) => {
-            return Err(Error::invalid(format!("{what}: an account grant takes a null scopeId")))
-        }
-        (_, None) => return Err(Error::invalid(format!("{what}: scopeId is required"))),
-        (ScopeType::Project, Some(id)) => state.projects.contains_key(&id),
-        (ScopeType::Folder, Some(id)) => state.folders.contains_key(&id),
-        (ScopeType::Sheet, Some(id)) => state.sheets.contains_key(&id),
-    };
-    if !ok {
-        let id = g.scope_id.unwrap_or_default();
-        return Err(Error::Invalid {
-            message: format!("{what}: no {:?} with id {id}", g.scope_type).to_lowercase(),
-            detail: Some(serde_json::json!({"scopeId": id, "reason": "no such object"})),
-        });
-    }
-    Ok(Grant { verb: g.verb, scope_type: g.scope_type, scope_id: g.scope_id })
 }
 
 fn unique<T: Copy + Eq + std::hash::Hash + std::fmt::Display>(
@@ -600,31 +513,31 @@ pub fn prepare(
             .grants
             .iter()
             .enumerate()
-            .map(|(j, g)| check_grant(&next, *g, &format!("{what} grants[{j}]")))
+            .map(|(j, g)| keys::check_grant(&next, *g, &format!("{what} grants[{j}]")))
             .collect::<Result<Vec<_>>>()?;
         if grants.is_empty() {
             return Err(Error::invalid(format!("{what}: a key needs at least one grant")));
         }
         let expires_at = match k.expires_at.as_deref() {
-            None => Some(now + DEFAULT_KEY_LIFETIME_MS),
-            Some(text) => Some(parse_time(text).ok_or_else(|| {
+            None => Some(keys::default_expiry(now)),
+            Some(text) => Some(parse_instant(text).map_err(|_| {
                 Error::invalid(format!("{what}: expiresAt is not an RFC 3339 time"))
             })?),
         };
         let secret = match k.secret {
-            Some(s) if is_valid_secret(&s) => s,
+            Some(s) if keys::is_valid_secret(&s) => s,
             Some(_) => {
                 return Err(Error::invalid(format!(
                     "{what}: secret must be `svc_live_` followed by at least 32 characters of [A-Za-z0-9]"
                 )))
             }
             None => {
-                let s = generate_secret();
+                let s = keys::generate_secret();
                 issued.push(IssuedSecret { key_id: id, name: k.name.clone(), owner_id: k.owner_id, secret: s.clone() });
                 s
             }
         };
-        let key = new_key(id, k.owner_id, k.name, &secret, grants, now, expires_at);
+        let key = keys::new_key(id, k.owner_id, k.name, &secret, grants, now, expires_at);
         if !hashes.insert(key.secret_hash) || current.key_by_hash(&key.secret_hash).is_some() {
             return Err(Error::invalid(format!(
                 "{what}: this secret is already used by another key"
@@ -634,4 +547,245 @@ pub fn prepare(
     }
     batch.sheets = sheet_order.into_iter().filter_map(|id| sheets.remove(&id)).collect();
     Ok((batch, issued))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const SECRET: &str = "svc_live_FixtureTestKey000000000000000000001";
+    const NOW: Millis = 1_000_000;
+
+    /// A small workspace touching every section: ada owns project 1 (folder 5, sheets 10 and
+    /// 11), bob views folder 5; sheet 10 has a row subtree 100 → 101.
+    fn good() -> Value {
+        json!({
+            "plans": {"free": {"maxRowsPerSheet": 7}},
+            "users": [{"id": 1, "name": "ada", "plan": "paid"}, {"id": 2, "name": "bob"}],
+            "projects": [{"id": 1, "name": "Ops", "ownerId": 1}],
+            "folders": [{"id": 5, "projectId": 1, "name": "Q3"}],
+            "sheets": [{"id": 10, "projectId": 1, "folderId": 5, "name": "Tasks"},
+                       {"id": 11, "projectId": 1, "name": "Stock"}],
+            "columns": [{"id": 1, "sheetId": 10, "name": "Task", "type": "text"},
+                        {"id": 2, "sheetId": 10, "name": "Seen", "type": "datetime"},
+                        {"id": 3, "sheetId": 11, "name": "Status", "type": "dropdown",
+                         "options": ["Open"]}],
+            "rows": [{"id": 100, "sheetId": 10, "cells": {"1": "root", "2": "2026-01-02T03:04:05+01:00"}},
+                     {"id": 101, "sheetId": 10, "parentId": 100, "cells": {"1": "child"},
+                      "attachments": [{"name": "a.pdf", "bytes": 3}]},
+                     {"id": 110, "sheetId": 11, "cells": {"3": "Open"}}],
+            "shares": [{"userId": 2, "scopeType": "folder", "scopeId": 5, "role": "viewer"}],
+            "reports": [{"id": 7, "projectId": 1, "ownerId": 1, "name": "All",
+                         "definition": {"type": "row", "sources": [10]}}],
+            "keys": [{"id": 3, "ownerId": 1, "name": "given", "secret": SECRET,
+                      "grants": [{"verb": "write", "scopeType": "project", "scopeId": 1}],
+                      "expiresAt": "2030-01-01T00:00:00Z"},
+                     {"ownerId": 2, "name": "generated",
+                      "grants": [{"verb": "read", "scopeType": "account"}]}]
+        })
+    }
+
+    fn fixture(v: Value) -> Fixture {
+        serde_json::from_value(v).expect("a fixture of the format")
+    }
+
+    fn prepare_on(current: &DirectoryState, v: Value) -> Result<(ImportBatch, Vec<IssuedSecret>)> {
+        prepare(fixture(v), current, 1, NOW)
+    }
+
+    /// The sentence a fixture is refused with.
+    fn refusal(v: Value) -> String {
+        match prepare_on(&DirectoryState::default(), v) {
+            Err(Error::Invalid { message, .. }) => message,
+            Err(other) => panic!("refused as {other:?}, not as invalid input"),
+            Ok(_) => panic!("accepted"),
+        }
+    }
+
+    /// `good()` with `section` replaced.
+    fn with(section: &str, value: Value) -> Value {
+        let mut v = good();
+        v[section] = value;
+        v
+    }
+
+    #[test]
+    fn a_good_fixture_becomes_one_batch() {
+        let (batch, issued) = prepare_on(&DirectoryState::default(), good()).unwrap();
+        assert_eq!(batch.plan_caps.map(|c| c.free_max_rows), Some(7));
+        assert_eq!((batch.users.len(), batch.projects.len(), batch.folders.len()), (2, 1, 1));
+        assert_eq!(batch.users[1].plan, Plan::Free, "the default plan");
+        let sheets: Vec<(SheetId, usize, usize)> =
+            batch.sheets.iter().map(|s| (s.meta.id, s.columns.len(), s.rows.len())).collect();
+        assert_eq!(sheets, [(10, 2, 2), (11, 1, 1)]);
+        let positions: Vec<i64> = batch.sheets[0].columns.iter().map(|c| c.position).collect();
+        assert_eq!(positions, [0, 1], "order of appearance");
+        let root = &batch.sheets[0].rows[0];
+        assert_eq!(root.cells[&2].0, json!("2026-01-02T02:04:05Z"), "cells are coerced");
+        assert_eq!(batch.sheets[0].rows[1].parent_id, Some(100));
+        assert_eq!((batch.shares.len(), batch.reports.len()), (1, 1));
+
+        let keys: Vec<(KeyId, &str)> = batch.keys.iter().map(|k| (k.id, k.name.as_str())).collect();
+        assert_eq!(keys, [(3, "given"), (4, "generated")], "a missing id is the next free one");
+        assert_eq!(batch.keys[0].secret_hash, keys::hash_secret(SECRET));
+        assert_eq!(batch.keys[0].expires_at, parse_instant("2030-01-01T00:00:00Z").ok());
+        assert_eq!(batch.keys[1].expires_at, Some(keys::default_expiry(NOW)));
+        assert_eq!(issued.len(), 1, "only the key without a secret gets one");
+        assert_eq!((issued[0].key_id, issued[0].name.as_str()), (4, "generated"));
+        assert!(keys::is_valid_secret(&issued[0].secret));
+        assert_eq!(batch.keys[1].secret_hash, keys::hash_secret(&issued[0].secret));
+    }
+
+    #[test]
+    fn ids_clash_within_the_fixture_or_with_what_exists() {
+        let twice = with("users", json!([{"id": 1, "name": "a"}, {"id": 1, "name": "b"}]));
+        assert_eq!(refusal(twice), "users[1] (id 1): the id appears twice in the fixture");
+
+        let mut current = DirectoryState::default();
+        current.apply_import(&prepare_on(&DirectoryState::default(), good()).unwrap().0);
+        let again = json!({"projects": [{"id": 2, "name": "New", "ownerId": 1},
+                                         {"id": 1, "name": "Old", "ownerId": 1}]});
+        let Err(Error::Invalid { message, .. }) = prepare_on(&current, again) else {
+            panic!("an existing id was accepted")
+        };
+        assert_eq!(message, "projects[1] (id 1): an object with this id already exists");
+    }
+
+    #[test]
+    fn each_broken_reference_is_refused_naming_the_object() {
+        let cases = [
+            (
+                with("projects", json!([{"id": 1, "name": "Ops", "ownerId": 9}])),
+                "projects[0] (id 1): owner 9 does not exist",
+            ),
+            (
+                with("folders", json!([{"id": 5, "projectId": 9, "name": "Q3"}])),
+                "folders[0] (id 5): project 9 does not exist",
+            ),
+            (
+                with("sheets", json!([{"id": 10, "projectId": 1, "folderId": 6, "name": "T"}])),
+                "sheets[0] (id 10): folder 6 does not exist",
+            ),
+            (
+                with("columns", json!([{"id": 1, "sheetId": 12, "name": "T", "type": "text"}])),
+                "columns[0] (id 1): sheet 12 is not a sheet of this fixture",
+            ),
+            (
+                with(
+                    "columns",
+                    json!([{"id": 1, "sheetId": 10, "name": "T", "type": "text", "options": []}]),
+                ),
+                "columns[0] (id 1): a text column takes no options",
+            ),
+            (
+                with("rows", json!([{"id": 100, "sheetId": 12}])),
+                "rows[0] (id 100): sheet 12 is not a sheet of this fixture",
+            ),
+            (
+                with("rows", json!([{"id": 100, "sheetId": 10}, {"id": 110, "sheetId": 11, "parentId": 100}])),
+                "rows[1] (id 110): parent 100 is not a row of sheet 11",
+            ),
+            (
+                with("shares", json!([{"userId": 2, "scopeType": "sheet", "scopeId": 99, "role": "editor"}])),
+                "shares[0]: no sheet with id 99",
+            ),
+            (
+                with("shares", json!([{"userId": 2, "scopeType": "account", "scopeId": 1, "role": "editor"}])),
+                "shares[0]: shares are on a project, folder or sheet",
+            ),
+            (
+                with("reports", json!([{"id": 7, "projectId": 1, "ownerId": 9, "name": "R"}])),
+                "reports[0] (id 7): owner 9 does not exist",
+            ),
+            (
+                with("keys", json!([{"ownerId": 9, "name": "k", "grants": []}])),
+                "keys[0] (id 1): owner 9 does not exist",
+            ),
+            (
+                with("keys", json!([{"ownerId": 1, "name": "k", "grants": []}])),
+                "keys[0] (id 1): a key needs at least one grant",
+            ),
+            (
+                with(
+                    "keys",
+                    json!([{"ownerId": 1, "name": "k", "secret": "svc_live_short",
+                            "grants": [{"verb": "read", "scopeType": "account"}]}]),
+                ),
+                "keys[0] (id 1): secret must be `svc_live_` followed by at least 32 characters of [A-Za-z0-9]",
+            ),
+            (
+                with(
+                    "keys",
+                    json!([{"ownerId": 1, "name": "a", "secret": SECRET,
+                            "grants": [{"verb": "read", "scopeType": "account"}]},
+                           {"ownerId": 1, "name": "b", "secret": SECRET,
+                            "grants": [{"verb": "read", "scopeType": "account"}]}]),
+                ),
+                "keys[1] (id 2): this secret is already used by another key",
+            ),
+        ];
+        for (fixture, expected) in cases {
+            assert_eq!(refusal(fixture), expected);
+        }
+        let bad_cell =
+            refusal(with("rows", json!([{"id": 100, "sheetId": 11, "cells": {"3": "Gone"}}])));
+        assert!(bad_cell.starts_with("rows[0] (id 100): "), "{bad_cell}");
+        let reused = with("rows", json!([{"id": 100, "sheetId": 10}]));
+        let Err(Error::Invalid { message, .. }) =
+            prepare(fixture(reused), &DirectoryState::default(), 101, NOW)
+        else {
+            panic!("a row id below the next one was accepted")
+        };
+        assert_eq!(
+            message,
+            "rows[0] (id 100): row ids must be at least 101 (ids are never reused)"
+        );
+    }
+
+    #[test]
+    fn key_grants_must_name_objects_that_exist_and_expiries_follow_the_cell_rules() {
+        let missing = with(
+            "keys",
+            json!([{"ownerId": 1, "name": "k",
+                    "grants": [{"verb": "read", "scopeType": "folder", "scopeId": 6}]}]),
+        );
+        let Err(Error::Invalid { message, detail }) =
+            prepare_on(&DirectoryState::default(), missing)
+        else {
+            panic!("a grant on a missing folder was accepted")
+        };
+        assert_eq!(message, "keys[0] (id 1) grants[0]: no folder with id 6");
+        assert_eq!(detail, Some(json!({"scopeId": 6, "reason": "no such object"})));
+        for expires in ["2030-01-01 00:00:00Z", "2030-01-01T23:59:60Z", "tomorrow"] {
+            let key = with(
+                "keys",
+                json!([{"ownerId": 1, "name": "k", "expiresAt": expires,
+                        "grants": [{"verb": "read", "scopeType": "account"}]}]),
+            );
+            assert_eq!(refusal(key), "keys[0] (id 1): expiresAt is not an RFC 3339 time");
+        }
+    }
+
+    #[test]
+    fn parent_links_that_loop_are_refused() {
+        let cycle = with(
+            "rows",
+            json!([{"id": 100, "sheetId": 10},
+                   {"id": 101, "sheetId": 10, "parentId": 103},
+                   {"id": 102, "sheetId": 10, "parentId": 101},
+                   {"id": 103, "sheetId": 10, "parentId": 102}]),
+        );
+        assert_eq!(refusal(cycle), "rows[1] (id 101): its parent links form a cycle");
+        let own_parent = with("rows", json!([{"id": 100, "sheetId": 10, "parentId": 100}]));
+        assert_eq!(refusal(own_parent), "rows[0] (id 100): its parent links form a cycle");
+        let chain = with(
+            "rows",
+            json!([{"id": 102, "sheetId": 10, "parentId": 101},
+                   {"id": 101, "sheetId": 10, "parentId": 100},
+                   {"id": 100, "sheetId": 10}]),
+        );
+        assert!(prepare_on(&DirectoryState::default(), chain).is_ok(), "a long chain is no loop");
+    }
 }
