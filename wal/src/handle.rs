@@ -34,6 +34,10 @@ use crate::recovery::{self, Mode};
 use crate::space::{self, SpaceGuard};
 use crate::{Config, Lsn, RecoveryReport, Replayer, WalStats};
 
+/// A checkpoint rewrites the log store when its files exceed this plus four times the payload
+/// bytes after the checkpoint (see [`Wal::compact_if_bloated`]).
+const COMPACT_ABOVE_BYTES: u64 = 32 * 1024 * 1024;
+
 /// Locks a mutex, ignoring poisoning: every critical section here leaves its data consistent
 /// at each step (a panicking `build` closure, for one, runs before any state changes).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -268,6 +272,7 @@ impl Wal {
     pub fn recover(config: Config, replayer: &mut dyn Replayer) -> Result<(Wal, RecoveryReport)> {
         let started = Instant::now();
         fsutil::ensure_dir(&config.dir)?;
+        log::finish_interrupted_compaction(&config.dir)?;
         // Open sled first: its lock proves no live process owns `checkpoint.tmp` below.
         let store = LogStore::open(&config.dir, config.cache_capacity_bytes)?;
         if checkpoint::remove_leftover_tmp(&config.dir)? {
@@ -559,7 +564,70 @@ impl Wal {
             }
         };
         tracing::debug!(lsn, bytes = snapshot.len(), removed, "checkpoint written, log truncated");
-        Ok(())
+        self.compact_if_bloated()
+    }
+
+    /// Rewrites the log store with only its live records when its files have grown far beyond
+    /// them: sled reuses the space of truncated records but never gives it back, so after a
+    /// burst of writes its files would stay at their high-water mark for good.
+    ///
+    /// Appends wait (the append lock is held) while the commit thread drains, the live records
+    /// (those after the checkpoint: few, just after one) are copied into `log.next/` and made
+    /// durable, and the directories are swapped (`log` → `log.old`, `log.next` → `log`,
+    /// directory fsync, `log.old` removed). A crash at any step leaves a dir that
+    /// [`log::finish_interrupted_compaction`] completes or undoes at the next open.
+    fn compact_if_bloated(&self) -> Result<()> {
+        let core = &self.handle.core;
+        let log_dir = core.config.dir.join(log::DIR_NAME);
+        let on_disk = fsutil::tree_size(&log_dir)?;
+        let mut appender = lock(&core.appender);
+        let live = appender.bytes_since_checkpoint;
+        if on_disk <= COMPACT_ABOVE_BYTES + 4 * live || core.failure.get().is_some() {
+            return Ok(());
+        }
+        let Some(tx) = appender.tx.take() else { return Ok(()) };
+        drop(tx);
+        if let Some(thread) = lock(&core.thread).take() {
+            let _ = thread.join();
+        }
+        let old = core.store.write().unwrap_or_else(|p| p.into_inner()).take();
+        let rewritten = old.map_or(Ok(()), |old| log::rewrite_live(&core.config, old));
+        let reopened = LogStore::open(&core.config.dir, core.config.cache_capacity_bytes);
+        let result = match (rewritten, reopened) {
+            (Ok(()), Ok(store)) => {
+                *core.store.write().unwrap_or_else(|p| p.into_inner()) = Some(store);
+                let (tx, rx) = crossbeam_channel::unbounded();
+                appender.tx = Some(tx);
+                core.start_commit_thread(rx)
+            }
+            (Err(e), Ok(store)) => {
+                // The old store is intact: go on with it.
+                *core.store.write().unwrap_or_else(|p| p.into_inner()) = Some(store);
+                let (tx, rx) = crossbeam_channel::unbounded();
+                appender.tx = Some(tx);
+                core.start_commit_thread(rx)?;
+                Err(e)
+            }
+            (_, Err(e)) => Err(e),
+        };
+        match &result {
+            Ok(()) => tracing::info!(
+                before_bytes = on_disk,
+                after_bytes = fsutil::tree_size(&log_dir).unwrap_or(0),
+                "log store rewritten with its live records only"
+            ),
+            Err(e) if core.store.read().unwrap_or_else(|p| p.into_inner()).is_none() => {
+                // No store to write to: fail the log, so it heals (re-opens) from disk.
+                let shared = core.failure.set(Arc::new(Error::fs(
+                    "re-open the log after rewriting it".to_owned(),
+                )(std::io::Error::other(
+                    e.to_string(),
+                ))));
+                core.progress.send_modify(|p| p.failure = Some(Arc::clone(&shared)));
+            }
+            Err(_) => {}
+        }
+        result
     }
 
     /// Re-opens a failed log from disk and resumes taking records. Returns the durable LSN the
@@ -591,6 +659,7 @@ impl Wal {
         }
         drop(core.store.write().unwrap_or_else(|p| p.into_inner()).take());
         let durable = core.durable_lsn();
+        log::finish_interrupted_compaction(&core.config.dir)?;
         let store = LogStore::open(&core.config.dir, core.config.cache_capacity_bytes)?;
         let dropped = store.remove_after(durable)?;
         let checkpoint =

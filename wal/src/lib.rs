@@ -29,6 +29,10 @@
 //! - `checkpoint`: the latest snapshot: `[SHEETDCK][version u8][lsn u64][len u64][crc32][bytes]`
 //!   (`checkpoint.tmp` exists only while one is being written).
 //!
+//! `log.next/` and `log.old/` exist only while a checkpoint rewrites a bloated log store with
+//! its live records (sled never shrinks its files); a crash in between is completed or undone at
+//! the next open.
+//!
 //! # Write path
 //!
 //! 1. [`Wal::append_with`] / [`Wal::append`] / [`Wal::append_batch`] take the append mutex,

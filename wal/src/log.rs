@@ -27,6 +27,65 @@ use crate::{frame, fsutil, lock, Lsn};
 
 /// Name of the log directory inside the data dir.
 pub const DIR_NAME: &str = "log";
+/// Where a compaction builds the rewritten log before it replaces [`DIR_NAME`].
+const NEXT_DIR_NAME: &str = "log.next";
+/// Where a compaction moves the old log before removing it.
+const OLD_DIR_NAME: &str = "log.old";
+
+/// Copies every record of `old` into a new store in `log.next/`, makes it durable, closes
+/// both, and swaps it in for `log/` (see `Wal::compact_if_bloated`).
+pub(crate) fn rewrite_live(config: &crate::Config, old: LogStore) -> Result<()> {
+    let (dir, log) = (&config.dir, config.dir.join(DIR_NAME));
+    let (next, prev) = (dir.join(NEXT_DIR_NAME), dir.join(OLD_DIR_NAME));
+    remove_tree(&next)?;
+    let copied = (|| {
+        let new = LogStore::open_at(dir, &next, config.cache_capacity_bytes)?;
+        let mut batch = sled::Batch::default();
+        for item in old.db.iter() {
+            let (k, v) = item?;
+            batch.insert(k, v);
+        }
+        new.write(batch)?;
+        fsutil::sync_dir(&next)
+    })();
+    drop(old);
+    if let Err(e) = copied {
+        remove_tree(&next)?;
+        return Err(e);
+    }
+    std::fs::rename(&log, &prev).map_err(Error::fs(format!("rename {}", log.display())))?;
+    std::fs::rename(&next, &log).map_err(Error::fs(format!("rename {}", next.display())))?;
+    fsutil::sync_dir(dir)?;
+    remove_tree(&prev)
+}
+
+/// Completes or undoes a compaction a crash interrupted, before the log is opened: `log.next`
+/// beside `log` was never swapped in (removed); `log.next` without `log` is complete (the old
+/// one was already moved aside), so it becomes `log`; a leftover `log.old` is removed.
+pub(crate) fn finish_interrupted_compaction(dir: &Path) -> Result<()> {
+    let (log, next, prev) = (dir.join(DIR_NAME), dir.join(NEXT_DIR_NAME), dir.join(OLD_DIR_NAME));
+    if next.exists() {
+        if log.exists() {
+            tracing::warn!(dir = %next.display(), "removing an unfinished log rewrite");
+            remove_tree(&next)?;
+        } else {
+            tracing::warn!(dir = %next.display(), "completing an interrupted log rewrite");
+            std::fs::rename(&next, &log)
+                .map_err(Error::fs(format!("rename {}", next.display())))?;
+            fsutil::sync_dir(dir)?;
+        }
+    }
+    remove_tree(&prev)
+}
+
+/// Removes a directory tree if it exists.
+fn remove_tree(path: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::fs(format!("remove {}", path.display()))(e)),
+    }
+}
 
 /// sled's data file inside the log directory (sled 0.34 keeps the whole log in this one file,
 /// plus one file per large value under `blobs/`).
