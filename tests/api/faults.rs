@@ -504,3 +504,100 @@ async fn a_start_on_a_device_that_refuses_fsync_changes_nothing() {
     }
     assert!(bin.terminate().success());
 }
+
+/// Bytes of `pid`'s resident memory.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+/// Total bytes of the files under `dir`.
+fn disk_bytes(dir: &Path) -> u64 {
+    contents(dir).values().map(|b| b.len() as u64).sum()
+}
+
+/// A metric's value from the Prometheus text of `/admin/v1/metrics`.
+async fn metric(admin: &str, name: &str) -> f64 {
+    let (_, text, _) = send("GET", &format!("{admin}/metrics"), Some(ADMIN_TOKEN), &[], None).await;
+    let prefix = format!("{name} ");
+    text.as_str()
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name}"))
+}
+
+/// Mixed writes (patches, adds and deletes of the writers' own rows, so the sheet keeps its
+/// size) with a checkpoint every 2 seconds, for `SHEETD_SOAK_SECS` (300 under CI, 30
+/// otherwise): every second the data dir stays within twice the checkpoint plus the log's
+/// live bytes, plus the fixed room of an almost empty log store (sled's files before a
+/// checkpoint rewrites them: the 32 MiB threshold and its own segments); resident memory after
+/// the first quarter stays flat; and every acknowledged write reads back.
+#[actix_rt::test]
+async fn a_soak_of_mixed_writes_keeps_disk_and_memory_bounded() {
+    let default = if std::env::var_os("CI").is_some() { 300 } else { 30 };
+    let secs: u64 =
+        std::env::var("SHEETD_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(default);
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("seed.json");
+    std::fs::write(&seed, fixture().to_string()).unwrap();
+    let data = dir.path().join("data");
+    let flags = ["--seed", seed.to_str().unwrap(), "--checkpoint-every-secs", "2"];
+    let mut bin = Binary::start(&data, &flags).await;
+    let pid = bin.child.id();
+
+    let duration = format!("{secs}s");
+    let args = sheetd::config::BenchArgs::parse_flags([
+        "--url",
+        bin.base.as_str(),
+        "--key",
+        ADA_WRITE,
+        "--sheet-ids",
+        "11",
+        "--workload",
+        "mixed",
+        "--mix",
+        "patch=60,bulk-add=20,delete=20",
+        "--bulk-size",
+        "1",
+        "--concurrency",
+        "8",
+        "--duration",
+        duration.as_str(),
+        "--warmup",
+        "0s",
+        "--verify",
+    ])
+    .unwrap();
+    let load = actix_rt::spawn(async move { sheetd::bench::execute(&args).await });
+
+    const SLACK: u64 = 48 << 20;
+    let (mut worst, mut rss) = (0.0f64, Vec::new());
+    while !load.is_finished() {
+        actix_rt::time::sleep(Duration::from_secs(1)).await;
+        let live = metric(&bin.admin, "sheetd_wal_bytes_since_checkpoint").await as u64;
+        let checkpoint = std::fs::metadata(data.join("checkpoint")).map_or(0, |m| m.len());
+        let on_disk = disk_bytes(&data);
+        let bound = 2 * (checkpoint + live) + SLACK;
+        assert!(
+            on_disk <= bound,
+            "data dir {on_disk} bytes > 2 x ({checkpoint} + {live}) + {SLACK}"
+        );
+        worst = worst.max(on_disk as f64 / (checkpoint + live).max(1) as f64);
+        rss.push(rss_bytes(pid));
+    }
+    let report = load.await.unwrap().expect("the load ran");
+    assert!(report.passed, "{}", report.table());
+    let verify = report.verify.as_ref().expect("verified");
+    assert_eq!((verify.lost, verify.wrong, verify.not_deleted), (0, 0, 0));
+    let warm = rss[rss.len() / 4];
+    let late = *rss[rss.len() / 2..].iter().max().unwrap();
+    eprintln!(
+        "soak {secs} s: {} requests, data dir at most {worst:.1}x (checkpoint + live log), RSS {} MB after warm-up, at most {} MB in the second half",
+        report.levels[0].requests, warm >> 20, late >> 20
+    );
+    assert!(late <= warm + warm / 4 + (16 << 20), "RSS grew: {warm} -> {late} bytes");
+    assert!(bin.terminate().success());
+}
