@@ -46,6 +46,8 @@ pub enum Code {
     ReportCapExceeded,
     /// The data dir cannot take writes now (free space below the floor, an I/O failure).
     StorageUnavailable,
+    /// `If-Match` names no current ETag of the row.
+    PreconditionFailed,
 }
 
 impl Code {
@@ -68,6 +70,7 @@ impl Code {
             ReportCompileFailed => (StatusCode::UNPROCESSABLE_ENTITY, "report_compile_failed"),
             ReportCapExceeded => (StatusCode::PAYLOAD_TOO_LARGE, "report_cap_exceeded"),
             StorageUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
+            PreconditionFailed => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
         }
     }
 
@@ -203,10 +206,7 @@ impl From<&actors::Error> for ApiError {
                     .with_detail(json!({"column_id": c.column_id, "reason": c.reason}))
             }
             E::VersionConflict { current, conflicting, mergeable } => {
-                let mut detail = json!({
-                    "currentVersion": current.version,
-                    "current": crate::views::RowView::from(&**current),
-                });
+                let mut detail = current_row(current);
                 let ids =
                     |v: &Vec<u64>| Value::from(v.iter().map(|c| c.to_string()).collect::<Vec<_>>());
                 if let (Some(c), Some(m)) = (conflicting, mergeable) {
@@ -222,6 +222,15 @@ impl From<&actors::Error> for ApiError {
                 )
                 .with_detail(detail)
             }
+            E::PreconditionFailed { current } => ApiError::new(
+                Code::PreconditionFailed,
+                format!(
+                    "Row {} is at version {}, which `If-Match` does not name; nothing was \
+                     written. Re-read it and retry.",
+                    current.id, current.version
+                ),
+            )
+            .with_detail(current_row(current)),
             E::CapacityExceeded { cap } => ApiError::new(
                 Code::CapacityExceeded,
                 format!("The sheet has reached its cap of {cap} rows."),
@@ -250,6 +259,12 @@ impl From<&actors::Error> for ApiError {
             e @ (E::Wal(_) | E::Unavailable(_)) => ApiError::internal(e),
         }
     }
+}
+
+/// `{currentVersion, current}`: what a client needs to diff and retry after a refused write
+/// (`version_conflict`, `precondition_failed`).
+fn current_row(current: &actors::model::Row) -> Value {
+    json!({"currentVersion": current.version, "current": crate::views::RowView::from(current)})
 }
 
 /// `Retry-After` of a 503 `storage_unavailable`: free space is measured again at least this

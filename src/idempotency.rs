@@ -1,7 +1,10 @@
 //! `Idempotency-Key` on the four row writes (decisions §8).
 //!
 //! 1. The header is checked (1 to 255 visible ASCII characters, else 422) and the request is
-//!    fingerprinted: SHA-256 of method, path, query and body bytes.
+//!    fingerprinted: SHA-256 of method, path, query and body bytes, and of `If-Match` when the
+//!    request sends one. A precondition changes what the write does, so the same key with
+//!    another `If-Match` is another request (409 `idempotency_key_reused`), not a replay;
+//!    without the header the fingerprint is exactly what decisions §8 names.
 //! 2. The key is claimed in the idempotency store, namespaced by API key: a completed request
 //!    with the same fingerprint is replayed byte for byte (after its record is durable), a
 //!    different request under the same key is 409 `idempotency_key_reused`, a running one 409
@@ -103,12 +106,17 @@ pub async fn begin(
         })?
         .to_owned();
     let mut hash = Sha256::new();
-    for part in [
+    let mut parts = vec![
         req.method().as_str().as_bytes(),
         req.path().as_bytes(),
         req.query_string().as_bytes(),
         body,
-    ] {
+    ];
+    let if_match = req.headers().get_all(actix_web::http::header::IF_MATCH);
+    for value in if_match {
+        parts.extend([b"if-match".as_slice(), value.as_bytes()]);
+    }
+    for part in parts {
         hash.update((part.len() as u64).to_be_bytes());
         hash.update(part);
     }

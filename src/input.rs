@@ -264,6 +264,12 @@ pub fn json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(parsed)
 }
 
+/// [`integer`] for an optional field (`#[serde(default)]`): absent is `None`, and `null` is
+/// refused like any other value that is not an integer.
+pub fn some_integer<'de, D: Deserializer<'de>>(de: D) -> Result<Option<u64>, D::Error> {
+    integer(de).map(Some)
+}
+
 /// Deserialize a non-negative integer from any integral JSON number: `1187`, `1187.0` and
 /// `1.187e3` are one integer to JSON Schema (and so to the OpenAPI document), so they are to
 /// the server. For `#[serde(deserialize_with = "integer")]` on `u64` body fields.

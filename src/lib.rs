@@ -10,6 +10,7 @@
 //! - [`input`]: path, query and body parsing into the contract's 422 bodies.
 //! - [`cursor`]: the one cursor codec.
 //! - [`idempotency`]: `Idempotency-Key` on row writes.
+//! - [`conditional`]: `ETag`, `If-None-Match` (304) and `If-Match` (412).
 //! - [`rate_limit`]: the rolling-minute limiter.
 //! - [`routes`]: one file per resource, and the admin side.
 //! - [`views`]: response bodies, the public API's and the admin API's.
@@ -23,6 +24,7 @@
 pub mod auth;
 pub mod bench;
 pub mod cli;
+pub mod conditional;
 pub mod config;
 pub mod cursor;
 pub mod error;

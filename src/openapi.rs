@@ -6,13 +6,15 @@
 //!    parameters, request body and every status it can answer), and every view and request
 //!    body derives [`ToSchema`]. A handler or view cannot change shape without the document
 //!    changing with it.
-//! 2. [`ApiDoc`] gathers the twelve operations. Error answers are the reusable responses
-//!    defined here, one per status ([`Unauthorized`], [`NotFound`], ...), each with the error
-//!    envelope; handlers name the ones they can produce.
+//! 2. [`ApiDoc`] gathers the thirteen operations (api-v1's twelve and getRow). Error answers
+//!    are the reusable responses defined here, one per status ([`Unauthorized`], [`NotFound`],
+//!    ...), each with the error envelope, and [`NotModified`] is the bodiless 304; handlers
+//!    name the ones they can produce.
 //! 3. [`BearerAuth`] adds the `bearerAuth` scheme, applied to every operation.
 //! 4. [`document`] renders the JSON once and adds the response headers the middleware sets on
-//!    every answer ([`ALWAYS`]), `Retry-After` on 429, `WWW-Authenticate` on 401 and
-//!    `Idempotent-Replayed` on the write operations. That step works on the JSON because
+//!    every answer ([`ALWAYS`]), `Retry-After` on 429, `WWW-Authenticate` on 401,
+//!    `Idempotent-Replayed` on the write operations and `ETag` on the 200 and 304 of the
+//!    conditional reads ([`CONDITIONAL_READS`]). That step works on the JSON because
 //!    utoipa's `Header` has no `required` field, and marking the always-present headers
 //!    required is what lets a conformance checker (schemathesis in `.ci/schemathesis.sh`)
 //!    verify that they really are always present. It also respells the fields of response
@@ -35,7 +37,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
 
-/// The document: the twelve operations, their schemas and the reusable error responses.
+/// The document: the thirteen operations, their schemas and the reusable error responses.
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -56,6 +58,7 @@ use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
         crate::routes::sheets::get_sheet,
         crate::routes::sheets::list_columns,
         crate::routes::rows::list_rows,
+        crate::routes::rows::get_row,
         crate::routes::reports::list_reports,
         crate::routes::reports::get_report,
         crate::routes::reports::run_report,
@@ -72,16 +75,19 @@ use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
             CellProblem,
             ConflictErrorEnvelope,
             VersionConflictDetail,
+            PreconditionErrorEnvelope,
             RateLimitErrorEnvelope,
             RetryAfterDetail,
             BulkItemError,
         ),
         responses(
+            NotModified,
             Unauthorized,
             PaymentRequired,
             Forbidden,
             NotFound,
             Conflict,
+            PreconditionFailed,
             PayloadTooLarge,
             ValidationFailed,
             RateLimited,
@@ -154,9 +160,10 @@ pub struct LimitQuery {
 #[into_params(parameter_in = Header)]
 pub struct IdempotencyKey {
     /// 1 to 255 visible ASCII characters (a UUID per logical operation is recommended). A
-    /// completed request with the same key and the same method, path, query and body is
-    /// replayed (`Idempotent-Replayed: true`) for 24 hours; another request under the same
-    /// key is 409 `idempotency_key_reused`, one still running 409 `idempotency_in_progress`.
+    /// completed request with the same key and the same method, path, query, body and
+    /// `If-Match` is replayed (`Idempotent-Replayed: true`) for 24 hours; another request
+    /// under the same key is 409 `idempotency_key_reused`, one still running 409
+    /// `idempotency_in_progress`.
     // `value_type`: the header is optional, never null (Option alone would say "or null").
     #[param(
         rename = "Idempotency-Key",
@@ -167,6 +174,30 @@ pub struct IdempotencyKey {
         pattern = "^[!-~]+$"
     )]
     pub idempotency_key: Option<String>,
+}
+
+/// `If-None-Match` of the reads that carry an `ETag`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct IfNoneMatch {
+    /// `*` or a comma-separated list of `ETag`s from earlier answers (`W/` allowed: compared
+    /// weakly). When one is the current `ETag`, the answer is 304 with no body, which still
+    /// counts against the rate limit.
+    #[param(rename = "If-None-Match", value_type = String, required = false, min_length = 1)]
+    pub if_none_match: Option<String>,
+}
+
+/// `If-Match` of patchRow and deleteRow.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct IfMatch {
+    /// `"<rowId>.<version>"` (getRow's `ETag`), a comma-separated list of them, or `*` (the
+    /// row exists). When none is the row's current `ETag` (compared strongly: `W/` tags never
+    /// match), the answer is 412 `precondition_failed` and nothing is written; a missing row is
+    /// 404 as without the header. With it, patchRow's body `version` may be left out; when both
+    /// are sent and disagree, 412.
+    #[param(rename = "If-Match", value_type = String, required = false, min_length = 1)]
+    pub if_match: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -314,7 +345,7 @@ pub struct ErrorEnvelope {
     /// `version_conflict`, `capacity_exceeded`, `rate_limit_exceeded`,
     /// `idempotency_key_reused`, `idempotency_in_progress`, `payload_too_large`,
     /// `internal_error`, `payment_required`, `report_compile_failed`, `report_cap_exceeded`,
-    /// `storage_unavailable`;
+    /// `storage_unavailable`, `precondition_failed`;
     /// codes are only ever added.
     pub error_code: String,
     /// A sentence naming the problem.
@@ -400,6 +431,20 @@ pub struct VersionConflictDetail {
     pub mergeable_columns: Option<Vec<String>>,
 }
 
+/// The 412 envelope (`precondition_failed`): `If-Match` names no current `ETag` of the row.
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+pub struct PreconditionErrorEnvelope {
+    /// `precondition_failed`.
+    pub error_code: String,
+    /// A sentence naming the row and its version.
+    pub message: String,
+    /// The row as it is now, as for `version_conflict` (without `baseCells` columns).
+    pub detail: VersionConflictDetail,
+    /// Same value as the `X-Request-Id` header.
+    pub request_id: String,
+}
+
 /// The 429 envelope (`rate_limit_exceeded`).
 #[derive(ToSchema)]
 #[schema(rename_all = "camelCase")]
@@ -474,6 +519,9 @@ error_responses! {
         "`not_found`: the object is missing or outside the key's reach (the same answer either way).";
     Conflict => "ConflictErrorEnvelope",
         "`version_conflict`, `capacity_exceeded`, `idempotency_key_reused` or `idempotency_in_progress`.";
+    PreconditionFailed => "PreconditionErrorEnvelope",
+        "`precondition_failed`: `If-Match` names no current `ETag` of the row; nothing was \
+         written. `detail` carries the row as it is now.";
     PayloadTooLarge => "ErrorEnvelope",
         "`payload_too_large`: the body exceeds the server's limit; on runReport \
          `report_cap_exceeded`: the report lists too many sources or scans too many rows.";
@@ -489,6 +537,17 @@ error_responses! {
         "`storage_unavailable`: the data dir cannot take writes now (free space below the \
          server's floor, or an I/O failure); nothing was written and reads are still served. \
          Retry after `Retry-After` seconds.";
+}
+
+/// The 304 of a conditional read: no body.
+pub struct NotModified;
+
+impl<'r> ToResponse<'r> for NotModified {
+    fn response() -> (&'r str, RefOr<Response>) {
+        let description = "`If-None-Match` names the current `ETag`: the representation the \
+                           client holds is current. No body.";
+        ("NotModified", ResponseBuilder::new().description(description).build().into())
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -537,8 +596,9 @@ fn fix_links(response: &mut Value) {
     }
 }
 
-/// Add the headers each response carries, by status and by whether the operation is a write.
-fn add_headers(response: &mut Value, status: &str, write: bool) {
+/// Add the headers each response carries, by status, by whether the operation is a write and
+/// by whether the response carries an `ETag`.
+fn add_headers(response: &mut Value, status: &str, write: bool, etag: bool) {
     let Some(response) = response.as_object_mut() else { return };
     if response.contains_key("$ref") {
         return;
@@ -560,6 +620,16 @@ fn add_headers(response: &mut Value, status: &str, write: bool) {
             );
         }
         _ => {}
+    }
+    if etag {
+        headers.insert(
+            "ETag".into(),
+            json!({"description": "The strong validator of what the answer shows: getRow's is \
+                                   `\"<rowId>.<version>\"`; the others change whenever \
+                                   anything they show could change. Send it back in \
+                                   `If-None-Match` (or, a row's, in `If-Match`).",
+                   "required": true, "schema": {"type": "string"}}),
+        );
     }
     if write {
         headers.insert(
@@ -588,8 +658,12 @@ fn unbound_limit(parameters: &mut Value) {
 /// The row writes: they take `Idempotency-Key` and may answer with a replay.
 pub const WRITES: [&str; 4] = ["bulkAddRows", "bulkUpdateRows", "patchRow", "deleteRow"];
 
+/// The reads that carry an `ETag` and answer `If-None-Match` with 304.
+pub const CONDITIONAL_READS: [&str; 4] = ["getRow", "getSheet", "listColumns", "listRows"];
+
 /// Statuses a replayed write can carry besides its success: stored answers of §8.
-const REPLAYABLE_ERRORS: [&str; 4] = ["Forbidden", "NotFound", "Conflict", "ValidationFailed"];
+const REPLAYABLE_ERRORS: [&str; 5] =
+    ["Forbidden", "NotFound", "Conflict", "PreconditionFailed", "ValidationFailed"];
 
 /// The served document: [`ApiDoc`] with its response headers, rendered once.
 pub fn document() -> &'static Value {
@@ -599,13 +673,15 @@ pub fn document() -> &'static Value {
         if let Some(paths) = doc["paths"].as_object_mut() {
             for item in paths.values_mut().filter_map(Value::as_object_mut) {
                 for op in item.values_mut() {
-                    let write = op["operationId"].as_str().is_some_and(|id| WRITES.contains(&id));
+                    let id = op["operationId"].as_str().unwrap_or_default();
+                    let write = WRITES.contains(&id);
+                    let conditional = CONDITIONAL_READS.contains(&id);
                     if let Some(parameters) = op.get_mut("parameters") {
                         unbound_limit(parameters);
                     }
                     if let Some(responses) = op["responses"].as_object_mut() {
                         for (status, response) in responses.iter_mut() {
-                            add_headers(response, status, write);
+                            add_headers(response, status, write, conditional && status == "200");
                             fix_links(response);
                         }
                     }
@@ -620,7 +696,8 @@ pub fn document() -> &'static Value {
                     "StorageUnavailable" => "503",
                     _ => "",
                 };
-                add_headers(response, status, REPLAYABLE_ERRORS.contains(&name.as_str()));
+                let replayable = REPLAYABLE_ERRORS.contains(&name.as_str());
+                add_headers(response, status, replayable, name == "NotModified");
             }
         }
         doc

@@ -174,6 +174,24 @@ pub fn row_json(row: &Row) -> &RawValue {
     row.rendered.get_or_render(|| serde_json::to_string(&RowJson(row)).unwrap_or_default())
 }
 
+/// A row with the request id (RowResponse: getRow's and patchRow's body): the row's shared
+/// rendering ([`row_json`]) with `requestId` added as its last field, the same bytes as
+/// [`RowResponseView`] without copying the row's cells.
+pub fn row_response(row: &Row, request_id: &str) -> Vec<u8> {
+    let json = row_json(row).get();
+    let Some(fields) = json.strip_suffix('}') else {
+        // Not an object: only if rendering failed. The view says what it can.
+        let view = RowResponseView { row: RowView::from(row), request_id: request_id.to_owned() };
+        return serde_json::to_vec(&view).unwrap_or_default();
+    };
+    let mut out = Vec::with_capacity(json.len() + request_id.len() + 16);
+    out.extend_from_slice(fields.as_bytes());
+    out.extend_from_slice(b",\"requestId\":");
+    serde_json::to_writer(&mut out, request_id).unwrap_or_default();
+    out.push(b'}');
+    out
+}
+
 /// Serializes a row as RowV1 by reference (see [`row_json`]).
 struct RowJson<'a>(&'a Row);
 
@@ -704,6 +722,12 @@ mod tests {
         next.version = 2;
         assert_eq!(row_json(&next).get(), serde_json::to_string(&RowView::from(&next)).unwrap());
         assert_ne!(row_json(&next).get(), rendered);
+
+        let view = RowResponseView { row: RowView::from(&row), request_id: "req_1\"x".into() };
+        assert_eq!(
+            String::from_utf8(row_response(&row, "req_1\"x")).unwrap(),
+            serde_json::to_string(&view).unwrap()
+        );
     }
 
     #[test]

@@ -30,6 +30,12 @@ pub enum Error {
         /// With `baseCells`: cells the request changes that did not change since the base.
         mergeable: Option<Vec<ColumnId>>,
     },
+    /// The write's `If-Match` names no current version of the row (nothing was written).
+    #[error("row {} is at version {}, which the write's precondition does not name", .current.id, .current.version)]
+    PreconditionFailed {
+        /// The row as it is now.
+        current: Box<Row>,
+    },
     /// The sheet is at its plan's row cap.
     #[error("the sheet has reached its cap of {cap} rows")]
     CapacityExceeded {

@@ -25,7 +25,8 @@
 //!
 //! - Nothing is acknowledged before its record is durable; no read reveals state whose record
 //!   is not durable (readers wait for the LSN they saw).
-//! - One writer per sheet: versions, capacity and subtree deletes are decided in mailbox order.
+//! - One writer per sheet: versions, `If-Match` preconditions, capacity and subtree deletes are
+//!   decided in mailbox order.
 //! - A write and its side effects (idempotency response, events) are one record.
 #![forbid(unsafe_code)]
 

@@ -77,6 +77,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         )
         .service(
             resource("/sheets/{sheet_id}/rows/{row_id}")
+                .route(read().to(rows::get_row))
                 .route(web::patch().to(rows::patch_row))
                 .route(web::delete().to(rows::delete_row)),
         )

@@ -1,9 +1,13 @@
-//! Rows: `GET /sheets/{sheet_id}/rows`, bulk add, bulk update, patch and delete.
+//! Rows: `GET /sheets/{sheet_id}/rows`, `GET /sheets/{sheet_id}/rows/{row_id}`, bulk add,
+//! bulk update, patch and delete.
+//!
+//! The reads answer from the sheet's published snapshot, with an `ETag` and 304 on a matching
+//! `If-None-Match` ([`crate::conditional`]).
 //!
 //! Every write takes the same path (`run_write`): parse and validate (422, not stored),
 //! claim the idempotency key (replay or 409), authorize (404/403, stored when idempotent), then
-//! one message to the sheet's actor, which decides, logs the write together with its stored
-//! response, and replies once the record is durable.
+//! one message to the sheet's actor, which decides (an `If-Match` included), logs the write
+//! together with its stored response, and replies once the record is durable.
 
 use actix::{Handler, Message};
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -17,16 +21,17 @@ use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use crate::auth::{Caller, Need};
+use crate::conditional::{self, row_tag, sheet_tag, SheetRead};
 use crate::cursor::Kind;
 use crate::error::ApiError;
 use crate::idempotency::{self, storable, Begin};
-use crate::input::{body_problem, integer, json_body, paging, path_id, read_body};
+use crate::input::{body_problem, integer, json_body, paging, path_id, read_body, some_integer};
 use crate::openapi as oa;
 use crate::routes::sheets::{sheet_actor, sheet_snapshot};
 use crate::routes::{ok, respond};
 use crate::server::AppState;
 use crate::views::{
-    row_json, BulkResultItemView, BulkWriteView, ListView, RowResponseView, RowView,
+    row_json, row_response, BulkResultItemView, BulkWriteView, ListView, RowResponseView, RowView,
 };
 
 /// Most rows in one bulk request.
@@ -88,10 +93,11 @@ pub struct RowUpdateItem {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(example = json!({"version": 1, "cells": {"101": "Done"}}))]
 pub struct RowPatch {
-    /// The version last read; a stale one is 409 `version_conflict`.
-    #[serde(deserialize_with = "integer")]
-    #[schema(minimum = 1)]
-    version: u64,
+    /// The version last read; a stale one is 409 `version_conflict`. Required unless the
+    /// request sends `If-Match`; with both, they must agree (else 412 `precondition_failed`).
+    #[serde(default, deserialize_with = "some_integer")]
+    #[schema(value_type = u64, minimum = 1, required = false)]
+    version: Option<u64>,
     /// Only the changed cells, merged into the row; a null value removes that cell.
     #[serde(default)]
     #[schema(schema_with = oa::cells_schema)]
@@ -132,10 +138,12 @@ fn check_version(version: u64, loc: &[Value]) -> Result<(), ApiError> {
     params(
         ("sheet_id" = u64, Path, description = "Sheet id.", example = 10),
         oa::PageQuery,
+        oa::IfNoneMatch,
     ),
     responses(
         (status = 200, description = "A page of rows; `nextCursor` is null on the last page.",
             body = ListView<RowView>),
+        (status = 304, response = oa::NotModified),
         (status = 401, response = oa::Unauthorized),
         (status = 404, response = oa::NotFound),
         (status = 422, response = oa::ValidationFailed),
@@ -151,13 +159,53 @@ pub async fn list_rows(
     let sheet_id = path_id(&req, "sheet_id")?;
     let page = paging(&req, &state.cursors, Some((Kind::Rows, sheet_id)))?;
     let snapshot = sheet_snapshot(&state, &caller, sheet_id)?;
-    let (rows, more) = snapshot.state.page(page.after, page.limit);
-    let next_cursor =
-        more.then(|| state.cursors.encode(Kind::Rows, sheet_id, rows.last().map_or(0, |r| r.id)));
-    ok(&ListView {
-        data: rows.iter().map(|r| row_json(r)).collect::<Vec<_>>(),
-        next_cursor,
-        request_id: caller.request_id,
+    conditional::respond(&req, sheet_tag(SheetRead::ListRows, &snapshot, Some(&page)), || {
+        let (rows, more) = snapshot.state.page(page.after, page.limit);
+        let next_cursor = more
+            .then(|| state.cursors.encode(Kind::Rows, sheet_id, rows.last().map_or(0, |r| r.id)));
+        ok(&ListView {
+            data: rows.iter().map(|r| row_json(r)).collect::<Vec<_>>(),
+            next_cursor,
+            request_id: caller.request_id,
+        })
+    })
+}
+
+/// getRow: one row, from the sheet's published snapshot.
+#[utoipa::path(
+    get,
+    path = "/sheets/{sheet_id}/rows/{row_id}",
+    operation_id = "getRow",
+    tag = "rows",
+    summary = "One row, with its ETag",
+    params(
+        ("sheet_id" = u64, Path, description = "Sheet id.", example = 10),
+        ("row_id" = u64, Path, description = "Row id.", example = 1003),
+        oa::IfNoneMatch,
+    ),
+    responses(
+        (status = 200, description = "The row; `ETag` is `\"<rowId>.<version>\"`, the value \
+            `If-Match` takes on patchRow and deleteRow.", body = RowResponseView),
+        (status = 304, response = oa::NotModified),
+        (status = 401, response = oa::Unauthorized),
+        (status = 404, response = oa::NotFound),
+        (status = 422, response = oa::ValidationFailed),
+        (status = 429, response = oa::RateLimited),
+        (status = 500, response = oa::InternalError),
+    )
+)]
+pub async fn get_row(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    let sheet_id = path_id(&req, "sheet_id")?;
+    let row_id = path_id(&req, "row_id")?;
+    let snapshot = sheet_snapshot(&state, &caller, sheet_id)?;
+    // Missing, deleted or in another sheet: the same 404 as a write to that path.
+    let row = snapshot.state.row(row_id)?;
+    conditional::respond(&req, row_tag(row), || {
+        Ok(respond(200, row_response(row, &caller.request_id)))
     })
 }
 
@@ -207,11 +255,7 @@ fn render_bulk(result: &actors::Result<WriteOutcome>, request_id: &str) -> (u16,
 
 fn render_row(result: &actors::Result<WriteOutcome>, request_id: &str) -> (u16, Vec<u8>) {
     match result {
-        Ok(WriteOutcome::Row(row)) => {
-            let view =
-                RowResponseView { row: RowView::from(&**row), request_id: request_id.to_owned() };
-            (200, serde_json::to_vec(&view).unwrap_or_default())
-        }
+        Ok(WriteOutcome::Row(row)) => (200, row_response(row, request_id)),
         Ok(_) => (500, Vec::new()),
         Err(e) => render_error(e, request_id),
     }
@@ -415,6 +459,7 @@ pub async fn bulk_update_rows(
         ("sheet_id" = u64, Path, description = "Sheet id.", example = 10),
         ("row_id" = u64, Path, description = "Row id.", example = 1003),
         oa::IdempotencyKey,
+        oa::IfMatch,
     ),
     request_body = RowPatch,
     responses(
@@ -423,6 +468,7 @@ pub async fn bulk_update_rows(
         (status = 403, response = oa::Forbidden),
         (status = 404, response = oa::NotFound),
         (status = 409, response = oa::Conflict),
+        (status = 412, response = oa::PreconditionFailed),
         (status = 413, response = oa::PayloadTooLarge),
         (status = 422, response = oa::ValidationFailed),
         (status = 429, response = oa::RateLimited),
@@ -440,9 +486,24 @@ pub async fn patch_row(
     let row_id = path_id(&req, "row_id")?;
     let body = read_body(&req, payload, state.max_body_bytes).await?;
     let parsed: RowPatch = json_body(&body)?;
-    check_version(parsed.version, &[json!("version")])?;
-    let item =
-        PatchItem { version: parsed.version, cells: parsed.cells, base_cells: parsed.base_cells };
+    let if_match = conditional::if_match(&req, row_id);
+    match parsed.version {
+        Some(version) => check_version(version, &[json!("version")])?,
+        None if if_match.is_none() => {
+            return Err(body_problem(
+                &[json!("version")],
+                "missing field `version` (it may be left out only when `If-Match` is sent)",
+                "missing",
+            ))
+        }
+        None => {}
+    }
+    let item = PatchItem {
+        version: parsed.version,
+        if_match,
+        cells: parsed.cells,
+        base_cells: parsed.base_cells,
+    };
     run_write(&state, &req, &caller, sheet_id, &body, render_row, |idem, _| Patch {
         row_id,
         item,
@@ -462,6 +523,7 @@ pub async fn patch_row(
         ("sheet_id" = u64, Path, description = "Sheet id.", example = 10),
         ("row_id" = u64, Path, description = "Row id.", example = 1003),
         oa::IdempotencyKey,
+        oa::IfMatch,
     ),
     responses(
         (status = 204, description = "Deleted, with its subtree; no body."),
@@ -469,6 +531,7 @@ pub async fn patch_row(
         (status = 403, response = oa::Forbidden),
         (status = 404, response = oa::NotFound),
         (status = 409, response = oa::Conflict),
+        (status = 412, response = oa::PreconditionFailed),
         (status = 422, response = oa::ValidationFailed),
         (status = 429, response = oa::RateLimited),
         (status = 500, response = oa::InternalError),
@@ -482,8 +545,10 @@ pub async fn delete_row(
 ) -> Result<HttpResponse, ApiError> {
     let sheet_id = path_id(&req, "sheet_id")?;
     let row_id = path_id(&req, "row_id")?;
+    let if_match = conditional::if_match(&req, row_id);
     run_write(&state, &req, &caller, sheet_id, &[], render_deleted, |idem, _| DeleteRow {
         row_id,
+        if_match,
         idem,
     })
     .await

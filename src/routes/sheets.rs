@@ -1,4 +1,8 @@
 //! `GET /sheets`, `GET /sheets/{sheet_id}`, `GET /sheets/{sheet_id}/columns`.
+//!
+//! Every read answers from the sheet's published snapshot ([`sheet_snapshot`]); getSheet and
+//! listColumns carry its `ETag` and answer a matching `If-None-Match` with 304
+//! ([`crate::conditional`]).
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use std::sync::Arc;
@@ -7,6 +11,7 @@ use actors::sheet::SheetSnapshot;
 use actors::Target;
 
 use crate::auth::{Caller, Need};
+use crate::conditional::{self, sheet_tag, SheetRead};
 use crate::cursor::Kind;
 use crate::error::ApiError;
 use crate::input::{paging, path_id};
@@ -85,10 +90,12 @@ pub fn sheet_actor(
     params(
         ("sheet_id" = u64, Path, description = "Sheet id.", example = 10),
         oa::LimitQuery,
+        oa::IfNoneMatch,
     ),
     responses(
         (status = 200, description = "The sheet; `rows.nextCursor` continues on listRows.",
             body = SheetWithChildrenView),
+        (status = 304, response = oa::NotModified),
         (status = 401, response = oa::Unauthorized),
         (status = 404, response = oa::NotFound),
         (status = 422, response = oa::ValidationFailed),
@@ -111,15 +118,18 @@ pub async fn get_sheet(
         .get(&sheet_id)
         .cloned()
         .ok_or_else(|| ApiError::not_found(format!("Sheet {sheet_id}")))?;
-    let sheet = &snapshot.state;
-    let (rows, more) = sheet.page(None, page.limit);
-    let next_cursor =
-        more.then(|| state.cursors.encode(Kind::Rows, sheet_id, rows.last().map_or(0, |r| r.id)));
-    ok(&SheetWithChildrenView {
-        sheet: SheetView::new(&meta, sheet),
-        columns: sheet.columns_by_position().iter().map(ColumnView::from).collect(),
-        rows: RowsPage { data: rows.iter().map(|r| row_json(r)).collect(), next_cursor },
-        request_id: caller.request_id,
+    let tag = sheet_tag(SheetRead::GetSheet, &snapshot, Some(&page));
+    conditional::respond(&req, tag, || {
+        let sheet = &snapshot.state;
+        let (rows, more) = sheet.page(None, page.limit);
+        let next_cursor = more
+            .then(|| state.cursors.encode(Kind::Rows, sheet_id, rows.last().map_or(0, |r| r.id)));
+        ok(&SheetWithChildrenView {
+            sheet: SheetView::new(&meta, sheet),
+            columns: sheet.columns_by_position().iter().map(ColumnView::from).collect(),
+            rows: RowsPage { data: rows.iter().map(|r| row_json(r)).collect(), next_cursor },
+            request_id: caller.request_id,
+        })
     })
 }
 
@@ -130,10 +140,11 @@ pub async fn get_sheet(
     operation_id = "listColumns",
     tag = "sheets",
     summary = "A sheet's columns, by position",
-    params(("sheet_id" = u64, Path, description = "Sheet id.", example = 10)),
+    params(("sheet_id" = u64, Path, description = "Sheet id.", example = 10), oa::IfNoneMatch),
     responses(
         (status = 200, description = "Every column, in one page (`nextCursor` is always null).",
             body = ListView<ColumnView>),
+        (status = 304, response = oa::NotModified),
         (status = 401, response = oa::Unauthorized),
         (status = 404, response = oa::NotFound),
         (status = 422, response = oa::ValidationFailed),
@@ -148,9 +159,11 @@ pub async fn list_columns(
 ) -> Result<HttpResponse, ApiError> {
     let sheet_id = path_id(&req, "sheet_id")?;
     let snapshot = sheet_snapshot(&state, &caller, sheet_id)?;
-    ok(&ListView {
-        data: snapshot.state.columns_by_position().iter().map(ColumnView::from).collect(),
-        next_cursor: None,
-        request_id: caller.request_id,
+    conditional::respond(&req, sheet_tag(SheetRead::ListColumns, &snapshot, None), || {
+        ok(&ListView {
+            data: snapshot.state.columns_by_position().iter().map(ColumnView::from).collect(),
+            next_cursor: None,
+            request_id: caller.request_id,
+        })
     })
 }

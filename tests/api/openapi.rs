@@ -9,13 +9,15 @@ use serde_json::{json, Value};
 
 use crate::common::*;
 
-/// The spec's endpoint table: operation id, method, path (relative to `{base_url}`).
-const OPERATIONS: [(&str, &str, &str); 12] = [
+/// The spec's endpoint table and the extensions' getRow: operation id, method, path (relative
+/// to `{base_url}`).
+const OPERATIONS: [(&str, &str, &str); 13] = [
     ("getMe", "get", "/me"),
     ("listSheets", "get", "/sheets"),
     ("getSheet", "get", "/sheets/{sheet_id}"),
     ("listColumns", "get", "/sheets/{sheet_id}/columns"),
     ("listRows", "get", "/sheets/{sheet_id}/rows"),
+    ("getRow", "get", "/sheets/{sheet_id}/rows/{row_id}"),
     ("listReports", "get", "/reports"),
     ("getReport", "get", "/reports/{report_id}"),
     ("runReport", "post", "/reports/{report_id}/run"),
@@ -26,6 +28,12 @@ const OPERATIONS: [(&str, &str, &str); 12] = [
 ];
 
 const WRITES: [&str; 4] = ["bulkAddRows", "bulkUpdateRows", "patchRow", "deleteRow"];
+
+/// The reads with an `ETag` and 304 (extensions X2).
+const CONDITIONAL_READS: [&str; 4] = ["getRow", "getSheet", "listColumns", "listRows"];
+
+/// The writes that take `If-Match` and may answer 412 (extensions X2).
+const PRECONDITIONED: [&str; 2] = ["patchRow", "deleteRow"];
 
 /// Fetch the document without a key.
 async fn document(s: &TestServer) -> Value {
@@ -83,7 +91,7 @@ fn names(list: &[&str]) -> BTreeSet<String> {
 }
 
 #[actix_rt::test]
-async fn openapi_document_is_3_1_and_lists_exactly_the_twelve_operations() {
+async fn openapi_document_is_3_1_and_lists_exactly_the_thirteen_operations() {
     let s = TestServer::start().await;
     let doc = document(&s).await;
     assert!(doc["openapi"].as_str().unwrap().starts_with("3.1."), "{}", doc["openapi"]);
@@ -127,6 +135,19 @@ async fn openapi_document_is_3_1_and_lists_exactly_the_twelve_operations() {
             assert_eq!(idem["required"], false);
             assert_eq!(idem["schema"]["maxLength"], 255);
         }
+        // Conditional requests: If-None-Match on the reads with an ETag, If-Match on two writes.
+        for (name, takers) in
+            [("If-None-Match", &CONDITIONAL_READS[..]), ("If-Match", &PRECONDITIONED[..])]
+        {
+            let p = params.iter().find(|p| p["in"] == "header" && p["name"] == name);
+            assert_eq!(p.is_some(), takers.contains(&id.as_str()), "{id} {name}");
+            if let Some(p) = p {
+                assert_eq!(
+                    (&p["required"], &p["schema"]["type"]),
+                    (&json!(false), &json!("string"))
+                );
+            }
+        }
         // Paged operations document limit (and cursor).
         let query: BTreeSet<&str> = params
             .iter()
@@ -151,6 +172,11 @@ async fn every_operation_documents_its_error_statuses_with_the_envelope_and_head
         object_shape(&doc, &json!({"$ref": "#/components/schemas/ErrorEnvelope"}));
     assert_eq!(props, names(&["detail", "errorCode", "message", "requestId"]));
     assert_eq!(required, names(&["errorCode", "message", "requestId"]));
+    let codes = doc["components"]["schemas"]["ErrorEnvelope"]["properties"]["errorCode"]
+        ["description"]
+        .as_str()
+        .unwrap();
+    assert!(codes.contains("`precondition_failed`"), "{codes}");
     let scheme = &doc["components"]["securitySchemes"]["bearerAuth"];
     assert_eq!(
         (scheme["type"].as_str(), scheme["scheme"].as_str()),
@@ -178,6 +204,12 @@ async fn every_operation_documents_its_error_statuses_with_the_envelope_and_head
         if id == "runReport" {
             expected.extend(["402", "413"]);
         }
+        if CONDITIONAL_READS.contains(&id.as_str()) {
+            expected.insert("304");
+        }
+        if PRECONDITIONED.contains(&id.as_str()) {
+            expected.insert("412");
+        }
         assert_eq!(statuses, expected, "{id}");
 
         for (status, response) in responses {
@@ -195,8 +227,23 @@ async fn every_operation_documents_its_error_statuses_with_the_envelope_and_head
             }
             let retry = ["429", "503"].contains(&status.as_str());
             assert_eq!(headers.get("Retry-After").is_some(), retry, "{id} {status}");
-            if WRITES.contains(&id.as_str()) && ["200", "204"].contains(&status.as_str()) {
+            if WRITES.contains(&id.as_str()) && ["200", "204", "412"].contains(&status.as_str()) {
                 assert!(headers.get("Idempotent-Replayed").is_some(), "{id} {status}");
+            }
+            let etag = CONDITIONAL_READS.contains(&id.as_str())
+                && ["200", "304"].contains(&status.as_str());
+            assert_eq!(headers.get("ETag").is_some(), etag, "{id} {status}");
+            if etag {
+                assert_eq!(headers["ETag"]["required"], true, "{id} {status}");
+            }
+            if status == "304" {
+                assert!(response.get("content").is_none(), "{id}: a 304 has no body");
+            }
+            if status == "412" {
+                let schema = &response["content"]["application/json"]["schema"];
+                let detail = &resolve(&doc, schema)["properties"]["detail"];
+                let (_, required) = object_shape(&doc, detail);
+                assert_eq!(required, names(&["current", "currentVersion"]), "{id}");
             }
             if status.starts_with('4') || status.starts_with('5') {
                 let schema = &response["content"]["application/json"]["schema"];
@@ -254,7 +301,8 @@ async fn schemas_are_camel_case_with_the_spec_required_fields() {
     );
     assert_eq!(required("BulkResultItem"), names(&["index", "status"]));
     assert_eq!(required("RowUpdateItem"), names(&["id", "version"]));
-    assert_eq!(required("RowPatch"), names(&["version"]));
+    // `version` may be left out when `If-Match` is sent (extensions X2).
+    assert!(required("RowPatch").is_empty());
 
     // Nullable and optional where the spec says so.
     let column = &schemas["ColumnV1"]["properties"];
@@ -309,6 +357,7 @@ async fn live_responses_have_the_documented_fields() {
         ("getSheet", "/sheets/10"),
         ("listColumns", "/sheets/10/columns"),
         ("listRows", "/sheets/10/rows"),
+        ("getRow", "/sheets/10/rows/1003"),
         ("listReports", "/reports"),
         ("getReport", "/reports/7"),
     ] {
@@ -355,6 +404,14 @@ async fn live_responses_have_the_documented_fields() {
     assert_error(&error, 409, "version_conflict");
     let detail = &doc["components"]["schemas"]["VersionConflictDetail"];
     assert_matches_shape(&doc, detail, &error.1["detail"], "VersionConflictDetail");
+    let url = format!("{}/sheets/10/rows/1003", s.base);
+    let body = json!({"cells": {"100": "z"}}).to_string().into_bytes();
+    let refused =
+        s.raw("PATCH", &url, Some(ADA_WRITE), &[("If-Match", "\"1003.1\"")], Some(body)).await;
+    assert_error(&refused, 412, "precondition_failed");
+    let envelope = &doc["components"]["schemas"]["PreconditionErrorEnvelope"];
+    assert_matches_shape(&doc, envelope, &refused.1, "PreconditionErrorEnvelope");
+    assert_matches_shape(&doc, detail, &refused.1["detail"], "VersionConflictDetail");
 }
 
 /// The `src` and `href` attribute values of an HTML page.

@@ -28,7 +28,7 @@ use crate::error::Result;
 use crate::model::{Row, RowId, SheetId};
 use crate::record::{IdemEntry, Record, SheetWrite};
 use crate::shared::Shared;
-pub use state::{PatchItem, SheetState, UpdateItem};
+pub use state::{IfMatch, PatchItem, SheetState, UpdateItem};
 
 /// Renders the response of an idempotent write so it can be stored in the write's own record.
 /// Returns `None` when the outcome must not be stored (server errors).
@@ -152,6 +152,8 @@ pub struct Patch {
 pub struct DeleteRow {
     /// The row.
     pub row_id: RowId,
+    /// The request's precondition on the row's version, if any.
+    pub if_match: Option<IfMatch>,
     /// Idempotency, when the request carried a key.
     pub idem: Option<IdemRequest>,
 }
@@ -366,7 +368,7 @@ impl Handler<DeleteRow> for SheetActor {
 
     fn handle(&mut self, msg: DeleteRow, _: &mut Self::Context) -> Self::Result {
         self.sync_with_log();
-        match self.state.subtree(msg.row_id) {
+        match self.state.delete(msg.row_id, msg.if_match.as_ref()) {
             Ok(ids) => {
                 self.commit(Vec::new(), ids.clone(), Ok(WriteOutcome::Deleted(ids)), msg.idem)
             }

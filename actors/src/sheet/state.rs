@@ -31,11 +31,37 @@ pub struct UpdateItem {
     pub base_cells: Option<Map<String, Value>>,
 }
 
+/// A write's precondition on one row's current version (HTTP `If-Match`), decided by the
+/// sheet's actor in mailbox order, like the version check, so no write can slip in between
+/// the check and the write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IfMatch {
+    /// `*`: the row exists (a missing row is refused as not found before this is asked).
+    Any,
+    /// The row is at one of these versions. Empty when the header named no version of this
+    /// row: then nothing matches.
+    Versions(Vec<u64>),
+}
+
+impl IfMatch {
+    /// Refuse the write unless `current` satisfies the precondition.
+    pub fn check(&self, current: &Row) -> Result<()> {
+        match self {
+            IfMatch::Versions(versions) if !versions.contains(&current.version) => {
+                Err(Error::PreconditionFailed { current: Box::new(current.clone()) })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// A patch of one row.
 #[derive(Clone, Debug)]
 pub struct PatchItem {
-    /// The version the client last read.
-    pub version: u64,
+    /// The version the client last read; optional only when `if_match` is given.
+    pub version: Option<u64>,
+    /// The request's precondition, checked before `version`.
+    pub if_match: Option<IfMatch>,
     /// Changed cells only: merged; `null` removes a cell.
     pub cells: Map<String, Value>,
     /// Advisory snapshot the client based its change on.
@@ -241,23 +267,52 @@ impl SheetState {
         (results, put)
     }
 
-    /// Decide a patch: 404 when the row is not in this sheet, 409 on a stale version, 422 on a
-    /// coercion failure, in that order.
-    pub fn patch(&self, row_id: RowId, item: &PatchItem, now: Millis) -> Result<Arc<Row>> {
-        let current = self
-            .rows
+    /// The row `row_id` of this sheet, or not found (the one wording of that 404, for reads and
+    /// writes alike).
+    pub fn row(&self, row_id: RowId) -> Result<&Arc<Row>> {
+        self.rows
             .get(&row_id)
-            .ok_or_else(|| Error::NotFound(format!("row {row_id} in sheet {}", self.id)))?;
-        check_version(current, item.version, &item.cells, item.base_cells.as_ref(), false)?;
+            .ok_or_else(|| Error::NotFound(format!("row {row_id} in sheet {}", self.id)))
+    }
+
+    /// Decide a patch: 404 when the row is not in this sheet, 412 when `if_match` fails, 409 on
+    /// a stale version, 422 on a coercion failure, in that order.
+    ///
+    /// With both a list of versions in `if_match` and a body `version`, the two must agree: once
+    /// the precondition holds, a body version other than the current one is a failed
+    /// precondition too (412, not 409), since the request contradicts itself. With `*`, the
+    /// body version is checked as usual.
+    pub fn patch(&self, row_id: RowId, item: &PatchItem, now: Millis) -> Result<Arc<Row>> {
+        let current = self.row(row_id)?;
+        if let Some(if_match) = &item.if_match {
+            if_match.check(current)?;
+        }
+        match (item.version, &item.if_match) {
+            (Some(v), Some(IfMatch::Versions(_))) if v != current.version => {
+                return Err(Error::PreconditionFailed { current: Box::new((**current).clone()) });
+            }
+            (Some(v), _) => {
+                check_version(current, v, &item.cells, item.base_cells.as_ref(), false)?
+            }
+            (None, _) => {}
+        }
         let writes = self.coerce(&item.cells)?;
         Ok(Arc::new(next_version(current, apply_writes(current.cells.clone(), writes), now)))
     }
 
-    /// Decide a delete: the row and its whole subtree, parents before children.
-    pub fn subtree(&self, row_id: RowId) -> Result<Vec<RowId>> {
-        if !self.rows.contains_key(&row_id) {
-            return Err(Error::NotFound(format!("row {row_id} in sheet {}", self.id)));
+    /// Decide a delete: 404 when the row is not in this sheet, 412 when `if_match` fails;
+    /// else the row and its subtree (see [`SheetState::subtree`]).
+    pub fn delete(&self, row_id: RowId, if_match: Option<&IfMatch>) -> Result<Vec<RowId>> {
+        let current = self.row(row_id)?;
+        if let Some(if_match) = if_match {
+            if_match.check(current)?;
         }
+        self.subtree(row_id)
+    }
+
+    /// The row and its whole subtree, parents before children.
+    pub fn subtree(&self, row_id: RowId) -> Result<Vec<RowId>> {
+        self.row(row_id)?;
         let mut out = vec![row_id];
         let mut i = 0;
         while i < out.len() {
@@ -382,6 +437,52 @@ mod tests {
         // The kept counter agrees with a recount of the rows.
         assert_eq!(s.recount_attachments(), s.attachment_totals());
         assert_eq!(s.recount_attachments(), (1, 40));
+    }
+
+    #[test]
+    fn if_match_is_decided_after_the_row_exists_and_before_the_body_version() {
+        let s = sheet();
+        let patch = |version, if_match| PatchItem {
+            version,
+            if_match,
+            cells: cells(json!({"1": 5})),
+            base_cells: None,
+        };
+        let failed = |r: Result<_>| match r {
+            Err(Error::PreconditionFailed { current }) => current.version,
+            other => panic!("expected a failed precondition, got {other:?}"),
+        };
+        let v1 = || Some(IfMatch::Versions(vec![1]));
+        assert_eq!(s.patch(1, &patch(None, v1()), 0).unwrap().version, 2);
+        assert_eq!(s.patch(1, &patch(Some(1), v1()), 0).unwrap().version, 2);
+        assert_eq!(
+            s.patch(1, &patch(None, Some(IfMatch::Versions(vec![3, 1]))), 0).unwrap().version,
+            2
+        );
+        assert_eq!(failed(s.patch(1, &patch(None, Some(IfMatch::Versions(vec![2]))), 0)), 1);
+        assert_eq!(failed(s.patch(1, &patch(None, Some(IfMatch::Versions(vec![]))), 0)), 1);
+        // The header matches, the body names another version: the request contradicts itself.
+        assert_eq!(failed(s.patch(1, &patch(Some(2), v1()), 0)), 1);
+        // `*` says only that the row exists; the body version is then checked as usual.
+        assert_eq!(s.patch(1, &patch(None, Some(IfMatch::Any)), 0).unwrap().version, 2);
+        assert!(matches!(
+            s.patch(1, &patch(Some(2), Some(IfMatch::Any)), 0),
+            Err(Error::VersionConflict { .. })
+        ));
+        assert!(matches!(
+            s.patch(77, &patch(None, Some(IfMatch::Any)), 0),
+            Err(Error::NotFound(_))
+        ));
+        assert!(matches!(s.patch(77, &patch(None, v1()), 0), Err(Error::NotFound(_))));
+
+        assert_eq!(s.delete(1, None).unwrap(), [1, 2, 3]);
+        assert_eq!(s.delete(1, Some(&IfMatch::Any)).unwrap(), [1, 2, 3]);
+        assert_eq!(s.delete(1, v1().as_ref()).unwrap(), [1, 2, 3]);
+        assert!(matches!(
+            s.delete(1, Some(&IfMatch::Versions(vec![2]))),
+            Err(Error::PreconditionFailed { current }) if current.version == 1
+        ));
+        assert!(matches!(s.delete(77, Some(&IfMatch::Any)), Err(Error::NotFound(_))));
     }
 
     #[test]
