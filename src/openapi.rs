@@ -182,8 +182,8 @@ pub struct IdempotencyKey {
 pub struct IfNoneMatch {
     /// `*` or a comma-separated list of `ETag`s from earlier answers (`W/` allowed: compared
     /// weakly). When one is the current `ETag`, the answer is 304 with no body, which still
-    /// counts against the rate limit.
-    #[param(rename = "If-None-Match", value_type = String, required = false, min_length = 1)]
+    /// counts against the rate limit. Any other value (an empty one included) is ignored.
+    #[param(rename = "If-None-Match", value_type = String, required = false)]
     pub if_none_match: Option<String>,
 }
 
@@ -195,8 +195,9 @@ pub struct IfMatch {
     /// row exists). When none is the row's current `ETag` (compared strongly: `W/` tags never
     /// match), the answer is 412 `precondition_failed` and nothing is written; a missing row is
     /// 404 as without the header. With it, patchRow's body `version` may be left out; when both
-    /// are sent and disagree, 412.
-    #[param(rename = "If-Match", value_type = String, required = false, min_length = 1)]
+    /// are sent and disagree, 412. A value that names no current `ETag` (an empty one
+    /// included) is a 412 too.
+    #[param(rename = "If-Match", value_type = String, required = false)]
     pub if_match: Option<String>,
 }
 

@@ -93,10 +93,12 @@ pub struct RowUpdateItem {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(example = json!({"version": 1, "cells": {"101": "Done"}}))]
 pub struct RowPatch {
-    /// The version last read; a stale one is 409 `version_conflict`. Required unless the
-    /// request sends `If-Match`; with both, they must agree (else 412 `precondition_failed`).
+    /// The version last read; a stale one is 409 `version_conflict`. Required (as api-v1 has
+    /// it), except that a request sending `If-Match` may leave it out; with both, they must
+    /// agree (else 412 `precondition_failed`). The document says required: no schema can say
+    /// "unless a header is sent".
     #[serde(default, deserialize_with = "some_integer")]
-    #[schema(value_type = u64, minimum = 1, required = false)]
+    #[schema(value_type = u64, minimum = 1, required = true)]
     version: Option<u64>,
     /// Only the changed cells, merged into the row; a null value removes that cell.
     #[serde(default)]
