@@ -399,31 +399,27 @@ impl LogStore {
     /// Removes every record with LSN <= `lsn` in one batch and makes that durable.
     /// Returns how many sled values (records and chunks) were removed.
     pub(crate) fn remove_through(&self, lsn: Lsn) -> Result<u64> {
-        let mut batch = sled::Batch::default();
-        let mut removed = 0u64;
         // Every key of `lsn`, whole or chunked, sorts before the 8-byte key of `lsn + 1`.
-        let keys = match lsn.checked_add(1) {
-            Some(next) => self.db.range(..key(next)),
-            None => self.db.range::<&[u8], _>(..),
-        };
-        for item in keys {
-            let (k, _) = item?;
-            batch.remove(k);
-            removed += 1;
+        match lsn.checked_add(1) {
+            Some(next) => self.remove_all(self.db.range(..key(next))),
+            None => self.remove_all(self.db.iter()),
         }
-        if removed > 0 {
-            self.write(batch)?;
-        }
-        Ok(removed)
     }
 
     /// Removes every record with LSN > `lsn` in one batch and makes that durable. Returns how
     /// many sled values (records and chunks) were removed.
     pub(crate) fn remove_after(&self, lsn: Lsn) -> Result<u64> {
-        let Some(next) = lsn.checked_add(1) else { return Ok(0) };
+        match lsn.checked_add(1) {
+            Some(next) => self.remove_all(self.db.range(key(next)..)),
+            None => Ok(0),
+        }
+    }
+
+    /// Removes the keys of `items` in one durable batch; returns how many.
+    fn remove_all(&self, items: sled::Iter) -> Result<u64> {
         let mut batch = sled::Batch::default();
         let mut removed = 0u64;
-        for item in self.db.range(key(next)..) {
+        for item in items {
             let (k, _) = item?;
             batch.remove(k);
             removed += 1;
