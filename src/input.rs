@@ -11,6 +11,9 @@
 //! - A body must be sent as `application/json` (parameters allowed, a charset only `utf-8`):
 //!   a form, multipart or text body is refused before it is read. 415 is not among the
 //!   contract's codes, so this is a 422 at `["header", "Content-Type"]`.
+//! - A body may be sent with `Content-Encoding: gzip` or `zstd` (see [`crate::compression`]);
+//!   the body limit counts its decompressed bytes (and its compressed ones). Any other coding
+//!   is a 422 at `["header", "Content-Encoding"]`.
 //! - A body is exactly one JSON document: trailing characters other than whitespace (a second
 //!   document, `{...} xyz`) make it not JSON.
 //! - An integer field of a body accepts an integral JSON number in any spelling (`1187`,
@@ -24,6 +27,7 @@ use futures_util::StreamExt;
 use serde::de::{DeserializeOwned, Deserializer, Unexpected, Visitor};
 use serde_json::{json, Value};
 
+use crate::compression::{BodyDecoder, DecodeError};
 use crate::cursor::{CursorCodec, CursorError, Kind};
 use crate::error::{ApiError, Code};
 
@@ -173,20 +177,29 @@ fn check_json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
     }
 }
 
-/// Read the whole JSON body: refuse one not sent as `application/json` (422) and one over
-/// `limit` bytes (413, before buffering it whole).
+/// Read the whole JSON body: refuse one not sent as `application/json` (422), one with a
+/// coding other than gzip or zstd (422), and one over `limit` bytes, compressed or
+/// decompressed (413, as soon as the limit is passed, before buffering it whole).
 pub async fn read_body(
     req: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,
 ) -> Result<web::Bytes, ApiError> {
     check_json_content_type(req)?;
+    let mut decoder = BodyDecoder::for_request(req, limit)?;
     let too_large = || {
         ApiError::new(
             Code::PayloadTooLarge,
             format!("The request body exceeds the limit of {limit} bytes."),
         )
         .with_detail(json!({"maxBytes": limit}))
+    };
+    let unreadable = |e: String| {
+        ApiError::validation(
+            vec![json!("body")],
+            format!("the body could not be read: {e}"),
+            "value_error",
+        )
     };
     let declared = req
         .headers()
@@ -196,21 +209,17 @@ pub async fn read_body(
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| {
-            ApiError::validation(
-                vec![json!("body")],
-                format!("the body could not be read: {e}"),
-                "value_error",
-            )
+        let chunk = chunk.map_err(|e| unreadable(e.to_string()))?;
+        decoder.push(&chunk).map_err(|e| match e {
+            DecodeError::TooLarge => too_large(),
+            DecodeError::Corrupt(e) => unreadable(e),
         })?;
-        if body.len() + chunk.len() > limit {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
     }
-    Ok(body.freeze())
+    decoder.finish().map_err(|e| match e {
+        DecodeError::TooLarge => too_large(),
+        DecodeError::Corrupt(e) => unreadable(e),
+    })
 }
 
 /// Parse a JSON body into `T`, naming the place of the first problem.

@@ -46,7 +46,13 @@ use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
             switch on `errorCode`. Requests are limited per key per rolling minute; every \
             response carries the rate-limit headers. This document (`/api/v1/openapi.json`) \
             and the interactive reference (`/api/v1/docs`) need no key; they count against the \
-            rate limit of the caller's key, or of its IP address without one.",
+            rate limit of the caller's key, or of its IP address without one. \
+            Compression: a response body over 1 KiB is sent with `Content-Encoding` `zstd`, `br` \
+            or `gzip` when `Accept-Encoding` allows one (preferred in that order when weighted \
+            equally; never on 204); every response that has a body carries `Vary: \
+            Accept-Encoding`. A request body may be sent with `Content-Encoding: gzip` or `zstd`; \
+            the body limit (413 `payload_too_large`) counts its decompressed bytes, and another \
+            coding is a 422 at `[\"header\", \"Content-Encoding\"]`.",
         license(name = "MIT")
     ),
     servers((url = "/api/v1", description = "This server; paths below are relative to it.")),

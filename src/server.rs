@@ -5,7 +5,8 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 
-use actix_web::{middleware::from_fn, web, App, HttpServer};
+use actix_web::middleware::{from_fn, Compress};
+use actix_web::{web, App, HttpServer};
 use actors::directory::{Import, ImportReport};
 use actors::fixture::Fixture;
 use actors::shared::Clock;
@@ -13,6 +14,7 @@ use actors::{Service, ServiceConfig};
 use anyhow::Context;
 use rand::RngCore;
 
+use crate::compression;
 use crate::config::ServeArgs;
 use crate::cursor::CursorCodec;
 use crate::maintenance::{CheckpointPolicy, Maintenance};
@@ -207,6 +209,9 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         App::new()
             .app_data(app_state.clone())
             .wrap(from_fn(request_context))
+            .wrap(from_fn(compression::keep_small_plain))
+            .wrap(Compress::default())
+            .wrap(from_fn(compression::negotiate))
             .service(web::scope("/api/v1").configure(crate::routes::configure))
             .default_service(web::to(crate::routes::no_route))
     })
@@ -220,6 +225,9 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         App::new()
             .app_data(admin_state.clone())
             .wrap(from_fn(request_context))
+            .wrap(from_fn(compression::keep_small_plain))
+            .wrap(Compress::default())
+            .wrap(from_fn(compression::negotiate))
             .configure(crate::routes::admin::configure)
     })
     .workers(1)

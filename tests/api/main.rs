@@ -4,6 +4,7 @@
 mod admin;
 mod bench;
 mod common;
+mod compression;
 mod crash;
 mod faults;
 mod limits;
