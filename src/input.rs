@@ -18,11 +18,17 @@
 //!   document, `{...} xyz`) make it not JSON.
 //! - An integer field of a body accepts an integral JSON number in any spelling (`1187`,
 //!   `1187.0`, `1.187e3`), as JSON Schema's `integer` does ([`integer`]).
+//! - listRows' `fields` is a comma-separated list of column ids, repeats allowed; an empty one
+//!   keeps no cell (ids and versions only). Its order does not matter, and neither does the
+//!   order of a `filter`'s keys: the cursor binding uses their normalized forms.
 //! - An empty `cursor` is not a cursor this service issued: 422, as an altered one (the
 //!   document says `minLength: 1`). Treating it as absent would restart a client whose empty
 //!   cursor is a bug at page one, over and over.
 
+use std::collections::BTreeSet;
+
 use actix_web::{web, HttpMessage, HttpRequest};
+use actors::report::definition::{parse_filter_alone, Filter};
 use futures_util::StreamExt;
 use serde::de::{DeserializeOwned, Deserializer, Unexpected, Visitor};
 use serde_json::{json, Value};
@@ -89,6 +95,17 @@ pub fn paging(
     codec: &CursorCodec,
     cursor: Option<(Kind, u64)>,
 ) -> Result<Paging, ApiError> {
+    paging_bound(req, codec, cursor, 0)
+}
+
+/// [`paging`] for a request whose cursor is bound to its query (`binding`, see
+/// [`crate::cursor::query_binding`]).
+pub fn paging_bound(
+    req: &HttpRequest,
+    codec: &CursorCodec,
+    cursor: Option<(Kind, u64)>,
+    binding: u64,
+) -> Result<Paging, ApiError> {
     let mut paging = Paging { limit: DEFAULT_LIMIT, after: None };
     for (name, value) in query_pairs(req)? {
         match name.as_str() {
@@ -111,13 +128,17 @@ pub fn paging(
             }
             "cursor" => {
                 if let Some((kind, resource)) = cursor {
-                    let pos = codec.decode(&value, kind, resource).map_err(|e| {
+                    let pos = codec.decode_bound(&value, kind, resource, binding).map_err(|e| {
                         let msg = match e {
                             CursorError::Malformed => {
                                 "`cursor` is not a cursor this service issued (or it was altered)"
                             }
                             CursorError::WrongPlace => {
                                 "`cursor` belongs to another endpoint or resource"
+                            }
+                            CursorError::OtherQuery => {
+                                "`cursor` was issued for another `filter` or `fields`; \
+                                 pass the ones it came with, or start without a cursor"
                             }
                         };
                         ApiError::validation(
@@ -133,6 +154,86 @@ pub fn paging(
         }
     }
     Ok(paging)
+}
+
+/// listRows' `fields` and `filter`, parsed but not yet checked against the sheet's columns.
+#[derive(Debug, Default)]
+pub struct RowQuery {
+    /// `fields`: the column ids whose cells to show (`None`: every cell).
+    pub fields: Option<BTreeSet<u64>>,
+    /// `filter`: the parsed filter (`None`: every row).
+    pub filter: Option<Filter>,
+    /// What the cursor is bound to: the sorted fields and the filter's JSON with its keys
+    /// sorted, so equal queries spelled differently share cursors. Empty for neither.
+    pub normalized: String,
+}
+
+/// Parse `fields` (comma-separated column ids; empty: no cells) and `filter` (a filter in the
+/// shape of decisions §7 as JSON, its `column`s column ids) of a listRows request.
+pub fn row_query(req: &HttpRequest) -> Result<RowQuery, ApiError> {
+    let mut query = RowQuery::default();
+    let mut filter_json = None;
+    for (name, value) in query_pairs(req)? {
+        match name.as_str() {
+            "fields" => {
+                let ids = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|part| !part.is_empty())
+                    .map(|part| {
+                        let digits = part.bytes().all(|b| b.is_ascii_digit());
+                        digits.then(|| part.parse::<u64>().ok()).flatten().ok_or_else(|| {
+                            ApiError::validation(
+                                vec![json!("query"), json!("fields")],
+                                format!(
+                                    "`fields` is a comma-separated list of column ids; \
+                                     `{part}` is not one"
+                                ),
+                                "value_error",
+                            )
+                        })
+                    })
+                    .collect::<Result<BTreeSet<u64>, ApiError>>()?;
+                query.fields = Some(ids);
+            }
+            "filter" => {
+                let problem = |msg: String| {
+                    ApiError::validation(vec![json!("query"), json!("filter")], msg, "value_error")
+                };
+                let raw: Value = serde_json::from_str(&value)
+                    .map_err(|e| problem(format!("`filter` is not JSON: {e}")))?;
+                let parsed = parse_filter_alone(&raw).map_err(|e| problem(filter_problem(&e)))?;
+                query.filter = Some(parsed);
+                filter_json = Some(raw);
+            }
+            _ => {}
+        }
+    }
+    if query.fields.is_some() || filter_json.is_some() {
+        let fields = query
+            .fields
+            .as_ref()
+            .map(|f| f.iter().map(u64::to_string).collect::<Vec<_>>().join(","));
+        // serde_json's maps are ordered by key, so this text is the same for equal filters.
+        query.normalized = json!({"fields": fields, "filter": filter_json}).to_string();
+    }
+    Ok(query)
+}
+
+/// The sentence for a filter refused by the filter compiler: its message, and the reason when
+/// the message does not already hold it.
+pub fn filter_problem(e: &actors::Error) -> String {
+    match e {
+        actors::Error::Report { message, detail, .. } => {
+            let reason = detail.get("reason").and_then(Value::as_str).unwrap_or_default();
+            if reason.is_empty() || message.contains(reason) {
+                message.clone()
+            } else {
+                format!("{} ({reason})", message.trim_end_matches('.'))
+            }
+        }
+        other => other.to_string(),
+    }
 }
 
 impl Paging {

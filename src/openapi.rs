@@ -145,6 +145,28 @@ pub struct PageQuery {
     pub cursor: Option<String>,
 }
 
+/// listRows' `fields` and `filter`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RowsQuery {
+    /// Only these cells in each row: comma-separated column ids (`cells` keeps only those
+    /// keys; empty: no cells). An id that is not a column of the sheet: 422 at
+    /// `["query", "fields"]`.
+    #[param(example = "100,101")]
+    pub fields: Option<String>,
+    /// Only the rows passing this filter, as URL-encoded JSON: the report filter shape
+    /// (`{"all": [...]}`, `{"any": [...]}`, nesting allowed; a leaf `{"column", "op", "value"}`
+    /// with `op` in `eq ne gt gte lt lte contains in is_blank not_blank`) with `column` a
+    /// column id as a string. Operands are coerced as cells of their column are (a datetime
+    /// with an offset equals the UTC cell of the same instant). Bad JSON, an unknown column or
+    /// operator, or an operand the column cannot hold: 422 at `["query", "filter"]`. A request
+    /// examines at most 100,000 rows, so a filtered page may hold fewer than `limit` rows, even
+    /// none, while `nextCursor` is not null: keep paging until it is null. A cursor is bound to
+    /// the `filter` and `fields` it was issued with; with others it is a 422.
+    #[param(example = json!("{\"all\":[{\"column\":\"101\",\"op\":\"eq\",\"value\":\"Done\"}]}"))]
+    pub filter: Option<String>,
+}
+
 /// `limit` alone (the rows page of getSheet).
 #[derive(IntoParams)]
 #[into_params(parameter_in = Query)]

@@ -11,6 +11,7 @@ mod limits;
 mod openapi;
 mod reads;
 mod reports;
+mod row_queries;
 mod snapshots;
 mod startup;
 mod writes;
