@@ -59,9 +59,19 @@ pub enum SheetRead {
 }
 
 /// The validator of a sheet read: `"<sheetId>.<lsn>.<query>"` (module docs).
-pub fn sheet_tag(read: SheetRead, snapshot: &SheetSnapshot, page: Option<&Paging>) -> EntityTag {
+pub fn sheet_tag(
+    read: SheetRead,
+    snapshot: &SheetSnapshot,
+    page: Option<&Paging>,
+    binding: u64,
+) -> EntityTag {
     let mut hash = Sha256::new();
     hash.update([read as u8]);
+    // listRows' `fields` and `filter` (see `cursor::query_binding`); 0 without them, so the
+    // tags of other reads and of plain pages are what they were.
+    if binding != 0 {
+        hash.update(binding.to_be_bytes());
+    }
     if let Some(page) = page {
         hash.update((page.limit as u64).to_be_bytes());
         match page.after {
@@ -77,7 +87,7 @@ pub fn sheet_tag(read: SheetRead, snapshot: &SheetSnapshot, page: Option<&Paging
 }
 
 /// Whether the request's `If-None-Match` matches `tag` (weak comparison, `*` matches).
-fn none_match(req: &HttpRequest, tag: &EntityTag) -> bool {
+pub fn none_match(req: &HttpRequest, tag: &EntityTag) -> bool {
     if !req.headers().contains_key(header::IF_NONE_MATCH) {
         return false;
     }

@@ -11,19 +11,29 @@
 //! - A body must be sent as `application/json` (parameters allowed, a charset only `utf-8`):
 //!   a form, multipart or text body is refused before it is read. 415 is not among the
 //!   contract's codes, so this is a 422 at `["header", "Content-Type"]`.
+//! - A body may be sent with `Content-Encoding: gzip` or `zstd` (see [`crate::compression`]);
+//!   the body limit counts its decompressed bytes (and its compressed ones). Any other coding
+//!   is a 422 at `["header", "Content-Encoding"]`.
 //! - A body is exactly one JSON document: trailing characters other than whitespace (a second
 //!   document, `{...} xyz`) make it not JSON.
 //! - An integer field of a body accepts an integral JSON number in any spelling (`1187`,
 //!   `1187.0`, `1.187e3`), as JSON Schema's `integer` does ([`integer`]).
+//! - listRows' `fields` is a comma-separated list of column ids, repeats allowed; an empty one
+//!   keeps no cell (ids and versions only). Its order does not matter, and neither does the
+//!   order of a `filter`'s keys: the cursor binding uses their normalized forms.
 //! - An empty `cursor` is not a cursor this service issued: 422, as an altered one (the
 //!   document says `minLength: 1`). Treating it as absent would restart a client whose empty
 //!   cursor is a bug at page one, over and over.
 
+use std::collections::BTreeSet;
+
 use actix_web::{web, HttpMessage, HttpRequest};
+use actors::report::definition::{parse_filter_alone, Filter};
 use futures_util::StreamExt;
 use serde::de::{DeserializeOwned, Deserializer, Unexpected, Visitor};
 use serde_json::{json, Value};
 
+use crate::compression::{BodyDecoder, DecodeError};
 use crate::cursor::{CursorCodec, CursorError, Kind};
 use crate::error::{ApiError, Code};
 
@@ -85,6 +95,17 @@ pub fn paging(
     codec: &CursorCodec,
     cursor: Option<(Kind, u64)>,
 ) -> Result<Paging, ApiError> {
+    paging_bound(req, codec, cursor, 0)
+}
+
+/// [`paging`] for a request whose cursor is bound to its query (`binding`, see
+/// [`crate::cursor::query_binding`]).
+pub fn paging_bound(
+    req: &HttpRequest,
+    codec: &CursorCodec,
+    cursor: Option<(Kind, u64)>,
+    binding: u64,
+) -> Result<Paging, ApiError> {
     let mut paging = Paging { limit: DEFAULT_LIMIT, after: None };
     for (name, value) in query_pairs(req)? {
         match name.as_str() {
@@ -107,13 +128,17 @@ pub fn paging(
             }
             "cursor" => {
                 if let Some((kind, resource)) = cursor {
-                    let pos = codec.decode(&value, kind, resource).map_err(|e| {
+                    let pos = codec.decode_bound(&value, kind, resource, binding).map_err(|e| {
                         let msg = match e {
                             CursorError::Malformed => {
                                 "`cursor` is not a cursor this service issued (or it was altered)"
                             }
                             CursorError::WrongPlace => {
                                 "`cursor` belongs to another endpoint or resource"
+                            }
+                            CursorError::OtherQuery => {
+                                "`cursor` was issued for another `filter` or `fields`; \
+                                 pass the ones it came with, or start without a cursor"
                             }
                         };
                         ApiError::validation(
@@ -129,6 +154,86 @@ pub fn paging(
         }
     }
     Ok(paging)
+}
+
+/// listRows' `fields` and `filter`, parsed but not yet checked against the sheet's columns.
+#[derive(Debug, Default)]
+pub struct RowQuery {
+    /// `fields`: the column ids whose cells to show (`None`: every cell).
+    pub fields: Option<BTreeSet<u64>>,
+    /// `filter`: the parsed filter (`None`: every row).
+    pub filter: Option<Filter>,
+    /// What the cursor is bound to: the sorted fields and the filter's JSON with its keys
+    /// sorted, so equal queries spelled differently share cursors. Empty for neither.
+    pub normalized: String,
+}
+
+/// Parse `fields` (comma-separated column ids; empty: no cells) and `filter` (a filter in the
+/// shape of decisions §7 as JSON, its `column`s column ids) of a listRows request.
+pub fn row_query(req: &HttpRequest) -> Result<RowQuery, ApiError> {
+    let mut query = RowQuery::default();
+    let mut filter_json = None;
+    for (name, value) in query_pairs(req)? {
+        match name.as_str() {
+            "fields" => {
+                let ids = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|part| !part.is_empty())
+                    .map(|part| {
+                        let digits = part.bytes().all(|b| b.is_ascii_digit());
+                        digits.then(|| part.parse::<u64>().ok()).flatten().ok_or_else(|| {
+                            ApiError::validation(
+                                vec![json!("query"), json!("fields")],
+                                format!(
+                                    "`fields` is a comma-separated list of column ids; \
+                                     `{part}` is not one"
+                                ),
+                                "value_error",
+                            )
+                        })
+                    })
+                    .collect::<Result<BTreeSet<u64>, ApiError>>()?;
+                query.fields = Some(ids);
+            }
+            "filter" => {
+                let problem = |msg: String| {
+                    ApiError::validation(vec![json!("query"), json!("filter")], msg, "value_error")
+                };
+                let raw: Value = serde_json::from_str(&value)
+                    .map_err(|e| problem(format!("`filter` is not JSON: {e}")))?;
+                let parsed = parse_filter_alone(&raw).map_err(|e| problem(filter_problem(&e)))?;
+                query.filter = Some(parsed);
+                filter_json = Some(raw);
+            }
+            _ => {}
+        }
+    }
+    if query.fields.is_some() || filter_json.is_some() {
+        let fields = query
+            .fields
+            .as_ref()
+            .map(|f| f.iter().map(u64::to_string).collect::<Vec<_>>().join(","));
+        // serde_json's maps are ordered by key, so this text is the same for equal filters.
+        query.normalized = json!({"fields": fields, "filter": filter_json}).to_string();
+    }
+    Ok(query)
+}
+
+/// The sentence for a filter refused by the filter compiler: its message, and the reason when
+/// the message does not already hold it.
+pub fn filter_problem(e: &actors::Error) -> String {
+    match e {
+        actors::Error::Report { message, detail, .. } => {
+            let reason = detail.get("reason").and_then(Value::as_str).unwrap_or_default();
+            if reason.is_empty() || message.contains(reason) {
+                message.clone()
+            } else {
+                format!("{} ({reason})", message.trim_end_matches('.'))
+            }
+        }
+        other => other.to_string(),
+    }
 }
 
 impl Paging {
@@ -173,20 +278,29 @@ fn check_json_content_type(req: &HttpRequest) -> Result<(), ApiError> {
     }
 }
 
-/// Read the whole JSON body: refuse one not sent as `application/json` (422) and one over
-/// `limit` bytes (413, before buffering it whole).
+/// Read the whole JSON body: refuse one not sent as `application/json` (422), one with a
+/// coding other than gzip or zstd (422), and one over `limit` bytes, compressed or
+/// decompressed (413, as soon as the limit is passed, before buffering it whole).
 pub async fn read_body(
     req: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,
 ) -> Result<web::Bytes, ApiError> {
     check_json_content_type(req)?;
+    let mut decoder = BodyDecoder::for_request(req, limit)?;
     let too_large = || {
         ApiError::new(
             Code::PayloadTooLarge,
             format!("The request body exceeds the limit of {limit} bytes."),
         )
         .with_detail(json!({"maxBytes": limit}))
+    };
+    let unreadable = |e: String| {
+        ApiError::validation(
+            vec![json!("body")],
+            format!("the body could not be read: {e}"),
+            "value_error",
+        )
     };
     let declared = req
         .headers()
@@ -196,21 +310,17 @@ pub async fn read_body(
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| {
-            ApiError::validation(
-                vec![json!("body")],
-                format!("the body could not be read: {e}"),
-                "value_error",
-            )
+        let chunk = chunk.map_err(|e| unreadable(e.to_string()))?;
+        decoder.push(&chunk).map_err(|e| match e {
+            DecodeError::TooLarge => too_large(),
+            DecodeError::Corrupt(e) => unreadable(e),
         })?;
-        if body.len() + chunk.len() > limit {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
     }
-    Ok(body.freeze())
+    decoder.finish().map_err(|e| match e {
+        DecodeError::TooLarge => too_large(),
+        DecodeError::Corrupt(e) => unreadable(e),
+    })
 }
 
 /// Parse a JSON body into `T`, naming the place of the first problem.

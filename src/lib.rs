@@ -8,6 +8,7 @@
 //! - [`auth`]: bearer keys, the admin token, and the one authorization function.
 //! - [`error`]: the one API error type and its code table.
 //! - [`input`]: path, query and body parsing into the contract's 422 bodies.
+//! - [`compression`]: compressed responses and compressed request bodies.
 //! - [`cursor`]: the one cursor codec.
 //! - [`idempotency`]: `Idempotency-Key` on row writes.
 //! - [`conditional`]: `ETag`, `If-None-Match` (304) and `If-Match` (412).
@@ -24,6 +25,7 @@
 pub mod auth;
 pub mod bench;
 pub mod cli;
+pub mod compression;
 pub mod conditional;
 pub mod config;
 pub mod cursor;

@@ -48,7 +48,13 @@ use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
             switch on `errorCode`. Requests are limited per key per rolling minute; every \
             response carries the rate-limit headers. This document (`/api/v1/openapi.json`) \
             and the interactive reference (`/api/v1/docs`) need no key; they count against the \
-            rate limit of the caller's key, or of its IP address without one.",
+            rate limit of the caller's key, or of its IP address without one. \
+            Compression: a response body over 1 KiB is sent with `Content-Encoding` `zstd`, `br` \
+            or `gzip` when `Accept-Encoding` allows one (preferred in that order when weighted \
+            equally; never on 204); every response that has a body carries `Vary: \
+            Accept-Encoding`. A request body may be sent with `Content-Encoding: gzip` or `zstd`; \
+            the body limit (413 `payload_too_large`) counts its decompressed bytes, and another \
+            coding is a 422 at `[\"header\", \"Content-Encoding\"]`.",
         license(name = "MIT")
     ),
     servers((url = "/api/v1", description = "This server; paths below are relative to it.")),
@@ -143,6 +149,28 @@ pub struct PageQuery {
     /// empty, was altered or comes from another endpoint or resource: 422.
     #[param(min_length = 1)]
     pub cursor: Option<String>,
+}
+
+/// listRows' `fields` and `filter`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RowsQuery {
+    /// Only these cells in each row: comma-separated column ids (`cells` keeps only those
+    /// keys; empty: no cells). An id that is not a column of the sheet: 422 at
+    /// `["query", "fields"]`.
+    #[param(example = "100,101")]
+    pub fields: Option<String>,
+    /// Only the rows passing this filter, as URL-encoded JSON: the report filter shape
+    /// (`{"all": [...]}`, `{"any": [...]}`, nesting allowed; a leaf `{"column", "op", "value"}`
+    /// with `op` in `eq ne gt gte lt lte contains in is_blank not_blank`) with `column` a
+    /// column id as a string. Operands are coerced as cells of their column are (a datetime
+    /// with an offset equals the UTC cell of the same instant). Bad JSON, an unknown column or
+    /// operator, or an operand the column cannot hold: 422 at `["query", "filter"]`. A request
+    /// examines at most 100,000 rows, so a filtered page may hold fewer than `limit` rows, even
+    /// none, while `nextCursor` is not null: keep paging until it is null. A cursor is bound to
+    /// the `filter` and `fields` it was issued with; with others it is a 422.
+    #[param(example = json!("{\"all\":[{\"column\":\"101\",\"op\":\"eq\",\"value\":\"Done\"}]}"))]
+    pub filter: Option<String>,
 }
 
 /// `limit` alone (the rows page of getSheet).

@@ -5,7 +5,8 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 
-use actix_web::{middleware::from_fn, web, App, HttpServer};
+use actix_web::middleware::{from_fn, Compress};
+use actix_web::{web, App, HttpServer};
 use actors::directory::fixture::Fixture;
 use actors::directory::keys;
 use actors::directory::{Import, ImportReport};
@@ -15,6 +16,7 @@ use anyhow::Context;
 use rand::RngCore;
 
 use crate::auth::AdminToken;
+use crate::compression;
 use crate::config::ServeArgs;
 use crate::cursor::CursorCodec;
 use crate::maintenance::{CheckpointPolicy, Maintenance};
@@ -206,6 +208,9 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         App::new()
             .app_data(app_state.clone())
             .wrap(from_fn(request_context))
+            .wrap(from_fn(compression::keep_small_plain))
+            .wrap(Compress::default())
+            .wrap(from_fn(compression::negotiate))
             .service(web::scope("/api/v1").configure(crate::routes::configure))
             .default_service(web::to(crate::routes::no_route))
     })
@@ -221,6 +226,9 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
             .app_data(admin_state.clone())
             .app_data(admin_token.clone())
             .wrap(from_fn(request_context))
+            .wrap(from_fn(compression::keep_small_plain))
+            .wrap(Compress::default())
+            .wrap(from_fn(compression::negotiate))
             .configure(crate::routes::admin::configure)
     })
     .workers(1)

@@ -5,7 +5,7 @@
 //! listed here: no folder id, parent id, attachments, key hash or report definition can leak by
 //! a derive.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use actors::directory::fixture::IssuedSecret;
 use actors::directory::ImportReport;
@@ -171,7 +171,7 @@ pub struct RowView {
 /// response that shows it: pages, getSheet, write replies. The same JSON as [`RowView`],
 /// written straight from the row without copying its cells.
 pub fn row_json(row: &Row) -> &RawValue {
-    row.rendered.get_or_render(|| serde_json::to_string(&RowJson(row)).unwrap_or_default())
+    row.rendered.get_or_render(|| serde_json::to_string(&RowJson(row, None)).unwrap_or_default())
 }
 
 /// A row with the request id (RowResponse: getRow's and patchRow's body): the row's shared
@@ -192,8 +192,16 @@ pub fn row_response(row: &Row, request_id: &str) -> Vec<u8> {
     out
 }
 
-/// Serializes a row as RowV1 by reference (see [`row_json`]).
-struct RowJson<'a>(&'a Row);
+/// A row's JSON with only the cells of `fields` (listRows' `fields`): rendered for the
+/// request, not kept, by the same serializer as [`row_json`].
+pub fn row_json_fields(row: &Row, fields: &BTreeSet<u64>) -> Box<RawValue> {
+    let text = serde_json::to_string(&RowJson(row, Some(fields))).unwrap_or_default();
+    RawValue::from_string(text).unwrap_or_else(|_| row_json(row).to_owned())
+}
+
+/// Serializes a row as RowV1 by reference, with every cell or only those of a set of column
+/// ids (see [`row_json`]).
+struct RowJson<'a>(&'a Row, Option<&'a BTreeSet<u64>>);
 
 impl Serialize for RowJson<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -204,7 +212,7 @@ impl Serialize for RowJson<'_> {
         row.serialize_field("sheetId", &r.sheet_id)?;
         row.serialize_field("version", &r.version)?;
         // serde_json writes integer map keys as strings: `{"100": ...}`.
-        row.serialize_field("cells", &Cells(&r.cells))?;
+        row.serialize_field("cells", &Cells(&r.cells, self.1))?;
         row.serialize_field("createdAt", &timestamp(r.created_at))?;
         row.serialize_field("updatedAt", &timestamp(r.updated_at))?;
         row.serialize_field("updatedBy", &UpdatedByRef { source: &r.source })?;
@@ -214,11 +222,16 @@ impl Serialize for RowJson<'_> {
 
 /// A row's cells by column id, by reference, keyed in the order of their decimal text
 /// (`"100"` before `"2"`), as a map of strings orders them: the bytes match [`RowView`]'s.
-struct Cells<'a>(&'a std::collections::BTreeMap<u64, actors::model::Json>);
+struct Cells<'a>(
+    &'a std::collections::BTreeMap<u64, actors::model::Json>,
+    Option<&'a BTreeSet<u64>>,
+);
 
 impl Serialize for Cells<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut cells: Vec<_> = self.0.iter().collect();
+        let only = self.1;
+        let mut cells: Vec<_> =
+            self.0.iter().filter(|(id, _)| only.is_none_or(|f| f.contains(id))).collect();
         cells.sort_by(|(a, _), (b, _)| decimal_order(**a, **b));
         s.collect_map(cells.into_iter().map(|(id, cell)| (id, &cell.0)))
     }

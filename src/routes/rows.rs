@@ -11,31 +11,42 @@
 
 use actix::{Handler, Message};
 use actix_web::{web, HttpRequest, HttpResponse};
+use actors::model::Column;
+use actors::report::compile::compile_sheet_filter;
 use actors::sheet::{
     BulkAdd, BulkUpdate, DeleteRow, IdemRequest, Patch, PatchItem, UpdateItem, WriteOutcome,
     WriteReply,
 };
 use actors::SheetActor;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use crate::auth::{Caller, Need};
 use crate::conditional::{self, row_tag, sheet_tag, SheetRead};
-use crate::cursor::Kind;
+use crate::cursor::{query_binding, Kind};
 use crate::error::ApiError;
 use crate::idempotency::{self, storable, Begin};
-use crate::input::{body_problem, integer, json_body, paging, path_id, read_body, some_integer};
+use crate::input::{
+    body_problem, filter_problem, integer, json_body, paging_bound, path_id, read_body, row_query,
+    some_integer,
+};
 use crate::openapi as oa;
 use crate::routes::sheets::{sheet_actor, sheet_snapshot};
 use crate::routes::{ok, respond};
 use crate::server::AppState;
 use crate::views::{
-    row_json, row_response, BulkResultItemView, BulkWriteView, ListView, RowResponseView, RowView,
+    row_json, row_json_fields, row_response, BulkResultItemView, BulkWriteView, ListView,
+    RowResponseView, RowView,
 };
 
 /// Most rows in one bulk request.
 pub const MAX_BULK_ROWS: usize = 2000;
+
+/// Most rows one filtered listRows request looks at: a rare match must not make one request
+/// walk a whole 500,000-row sheet. A page may so end short, even empty, with a cursor.
+pub const MAX_EXAMINED_ROWS: usize = 100_000;
 
 /// BulkAddRequest.
 #[derive(Deserialize, ToSchema)]
@@ -140,10 +151,12 @@ fn check_version(version: u64, loc: &[Value]) -> Result<(), ApiError> {
     params(
         ("sheet_id" = u64, Path, description = "Sheet id.", example = 10),
         oa::PageQuery,
+        oa::RowsQuery,
         oa::IfNoneMatch,
     ),
     responses(
-        (status = 200, description = "A page of rows; `nextCursor` is null on the last page.",
+        (status = 200, description = "A page of rows; `nextCursor` is null on the last page. \
+            With `filter` a page may be short or empty while `nextCursor` is not null.",
             body = ListView<RowView>),
         (status = 304, response = oa::NotModified),
         (status = 401, response = oa::Unauthorized),
@@ -159,18 +172,61 @@ pub async fn list_rows(
     caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     let sheet_id = path_id(&req, "sheet_id")?;
-    let page = paging(&req, &state.cursors, Some((Kind::Rows, sheet_id)))?;
+    let query = row_query(&req)?;
+    let binding = query_binding(&query.normalized);
+    let page = paging_bound(&req, &state.cursors, Some((Kind::Rows, sheet_id)), binding)?;
     let snapshot = sheet_snapshot(&state, &caller, sheet_id)?;
-    conditional::respond(&req, sheet_tag(SheetRead::ListRows, &snapshot, Some(&page)), || {
-        let (rows, more) = snapshot.state.page(page.after, page.limit);
-        let next_cursor = more
-            .then(|| state.cursors.encode(Kind::Rows, sheet_id, rows.last().map_or(0, |r| r.id)));
-        ok(&ListView {
-            data: rows.iter().map(|r| row_json(r)).collect::<Vec<_>>(),
-            next_cursor,
-            request_id: caller.request_id,
-        })
-    })
+    // The ETag covers the page's query, `fields` and `filter` included.
+    let tag = sheet_tag(SheetRead::ListRows, &snapshot, Some(&page), binding);
+    if conditional::none_match(&req, &tag) {
+        return conditional::respond(&req, tag, || Ok(HttpResponse::Ok().finish()));
+    }
+    let sheet = &snapshot.state;
+    if let Some(unknown) = query.fields.iter().flatten().find(|id| !sheet.columns.contains_key(id))
+    {
+        return Err(ApiError::validation(
+            vec![json!("query"), json!("fields")],
+            format!("`{unknown}` is not the id of a column of sheet {sheet_id}"),
+            "value_error",
+        ));
+    }
+    let (rows, resume_after) = match &query.filter {
+        None => {
+            let (rows, more) = sheet.page(page.after, page.limit);
+            let last = rows.last().map_or(0, |r| r.id);
+            (rows, more.then_some(last))
+        }
+        Some(filter) => {
+            let columns: Vec<Column> = sheet.columns.values().cloned().collect();
+            let filter = compile_sheet_filter(filter, &columns).map_err(|e| {
+                ApiError::validation(
+                    vec![json!("query"), json!("filter")],
+                    filter_problem(&e),
+                    "value_error",
+                )
+            })?;
+            // Up to 100,000 rows of predicate work: off the worker, as report scans are.
+            let snapshot = snapshot.clone();
+            web::block(move || {
+                let keep = |r: &actors::model::Row| filter.matches(r);
+                snapshot.state.page_filtered(page.after, page.limit, MAX_EXAMINED_ROWS, keep)
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("filtered page: {e}")))?
+        }
+    };
+    let next_cursor =
+        resume_after.map(|id| state.cursors.encode_bound(Kind::Rows, sheet_id, id, binding));
+    let reduced: Vec<Box<RawValue>> = match &query.fields {
+        Some(fields) => rows.iter().map(|r| row_json_fields(r, fields)).collect(),
+        None => Vec::new(),
+    };
+    let data: Vec<&RawValue> = match &query.fields {
+        Some(_) => reduced.iter().map(|r| &**r).collect(),
+        None => rows.iter().map(|r| row_json(r)).collect(),
+    };
+    let page = ok(&ListView { data, next_cursor, request_id: caller.request_id })?;
+    conditional::respond(&req, tag, || Ok(page))
 }
 
 /// getRow: one row, from the sheet's published snapshot.

@@ -118,7 +118,7 @@ pub async fn get_sheet(
         .get(&sheet_id)
         .cloned()
         .ok_or_else(|| ApiError::not_found(format!("Sheet {sheet_id}")))?;
-    let tag = sheet_tag(SheetRead::GetSheet, &snapshot, Some(&page));
+    let tag = sheet_tag(SheetRead::GetSheet, &snapshot, Some(&page), 0);
     conditional::respond(&req, tag, || {
         let sheet = &snapshot.state;
         let (rows, more) = sheet.page(None, page.limit);
@@ -159,7 +159,7 @@ pub async fn list_columns(
 ) -> Result<HttpResponse, ApiError> {
     let sheet_id = path_id(&req, "sheet_id")?;
     let snapshot = sheet_snapshot(&state, &caller, sheet_id)?;
-    conditional::respond(&req, sheet_tag(SheetRead::ListColumns, &snapshot, None), || {
+    conditional::respond(&req, sheet_tag(SheetRead::ListColumns, &snapshot, None, 0), || {
         ok(&ListView {
             data: snapshot.state.columns_by_position().iter().map(ColumnView::from).collect(),
             next_cursor: None,

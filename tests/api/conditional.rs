@@ -437,3 +437,25 @@ async fn a_412_under_an_idempotency_key_is_stored_and_replayed_byte_for_byte() {
     assert_eq!((status, &again, header(&h, "idempotent-replayed")), (412, &first, Some("true")));
     assert_eq!(s.get("/sheets/10/rows/1000", ADA_READ).await.0, 200);
 }
+
+#[actix_rt::test]
+async fn a_list_rows_etag_covers_its_fields_and_filter() {
+    let s = TestServer::start().await;
+    let plain = s.get("/sheets/10/rows?limit=5", ADA_READ).await;
+    let fields = s.get("/sheets/10/rows?limit=5&fields=100", ADA_READ).await;
+    let filter = r#"{"all":[{"column":"101","op":"eq","value":"Done"}]}"#;
+    let filtered_path = format!(
+        "/sheets/10/rows?limit=5&filter={}",
+        filter.replace('"', "%22").replace(' ', "%20")
+    );
+    let filtered = s.get(&filtered_path, ADA_READ).await;
+    assert_eq!((plain.0, fields.0, filtered.0), (200, 200, 200), "{}", filtered.1);
+    let tags = [etag(&plain), etag(&fields), etag(&filtered)];
+    assert!(tags[0] != tags[1] && tags[0] != tags[2] && tags[1] != tags[2], "{tags:?}");
+    // Another query's tag does not validate this one; its own does.
+    let other = get_if_none_match(&s, "/sheets/10/rows?limit=5&fields=100", &tags[0]).await;
+    assert_eq!(other.0, 200);
+    assert_eq!(other.1["data"], fields.1["data"]);
+    let same = get_if_none_match(&s, "/sheets/10/rows?limit=5&fields=100", &tags[1]).await;
+    assert_eq!(same.0, 304);
+}

@@ -4,6 +4,7 @@
 mod admin;
 mod bench;
 mod common;
+mod compression;
 mod conditional;
 mod crash;
 mod faults;
@@ -11,6 +12,7 @@ mod limits;
 mod openapi;
 mod reads;
 mod reports;
+mod row_queries;
 mod snapshots;
 mod startup;
 mod writes;

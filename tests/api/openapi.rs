@@ -155,7 +155,9 @@ async fn openapi_document_is_3_1_and_lists_exactly_the_thirteen_operations() {
             .map(|p| p["name"].as_str().unwrap())
             .collect();
         let expected_query: &[&str] = match id.as_str() {
-            "listSheets" | "listRows" | "listReports" | "runReport" => &["cursor", "limit"],
+            "listSheets" | "listReports" | "runReport" => &["cursor", "limit"],
+            // Extensions X6: the leaner reads.
+            "listRows" => &["cursor", "fields", "filter", "limit"],
             "getSheet" => &["limit"],
             _ => &[],
         };

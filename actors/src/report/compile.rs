@@ -1,6 +1,8 @@
 //! Compiling a parsed [`Definition`] against the columns of its readable sources into a
 //! [`QueryPlan`]: which column id each named column is in each source, the output columns and their
-//! types, and the filter with its operands normalized to the columns' types.
+//! types, and the filter with its operands normalized to the columns' types. A lone filter
+//! whose leaves name columns by id (listRows' `filter`) compiles against one sheet's columns
+//! into a [`SheetFilter`] by the same rules ([`compile_sheet_filter`]).
 //!
 //! A plan is compiled once per run, before any row is read, so every problem with the
 //! definition is found up front and the scan itself cannot fail.
@@ -42,7 +44,7 @@ use imbl::OrdMap;
 use serde_json::{json, Value};
 
 use super::definition::{
-    compile_error, AggFn, Condition, Definition, Direction, Filter, Named, Op, ReportType,
+    compile_error, place, AggFn, Condition, Definition, Direction, Filter, Named, Op, ReportType,
 };
 use crate::coerce::coerce_operand;
 use crate::error::Result;
@@ -150,26 +152,51 @@ pub struct QueryPlan {
     pub shape: Shape,
 }
 
-/// The column named `name` in a source (the first by position).
-fn find<'s>(source: &'s Source, name: &str) -> Option<&'s Column> {
-    source.columns.iter().find(|c| c.name == name)
+/// How a definition or filter names columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ColumnKey {
+    /// By name, across sources (saved reports).
+    Name,
+    /// By id written as a decimal string, in one sheet (listRows' `filter`).
+    Id,
 }
 
-/// Collects the fields a plan reads, checking each against the readable sources.
+/// The column `key` names in `columns` (by name: the first by position).
+fn find<'s>(columns: &'s [Column], by: ColumnKey, key: &str) -> Option<&'s Column> {
+    match by {
+        ColumnKey::Name => columns.iter().find(|c| c.name == key),
+        ColumnKey::Id => columns.iter().find(|c| c.id.to_string() == key),
+    }
+}
+
+/// Collects the fields a plan reads, checking each against the readable sources' columns.
 struct Fields<'s> {
-    sources: &'s [Source],
+    /// The columns of each readable source.
+    tables: Vec<&'s [Column]>,
+    by: ColumnKey,
     names: Vec<String>,
 }
 
 impl<'s> Fields<'s> {
     /// The field of a named column; refused when no readable source has it.
     fn field(&mut self, named: &Named) -> Result<usize> {
-        if !self.sources.is_empty() && !self.sources.iter().any(|s| find(s, &named.name).is_some())
-        {
+        if !self.tables.is_empty() && self.columns(&named.name).next().is_none() {
+            let (message, reason) = match self.by {
+                ColumnKey::Name => (
+                    format!(
+                        "No readable source of the report has a column named `{}`.",
+                        named.name
+                    ),
+                    "no readable source has this column",
+                ),
+                ColumnKey::Id => (
+                    format!("The sheet has no column with id `{}`.", named.name),
+                    "no column of the sheet has this id",
+                ),
+            };
             return Err(compile_error(
-                format!("No readable source of the report has a column named `{}`.", named.name),
-                json!({"path": named.path, "column": named.name,
-                       "reason": "no readable source has this column"}),
+                message,
+                json!({"path": named.path, "column": named.name, "reason": reason}),
             ));
         }
         Ok(match self.names.iter().position(|n| *n == named.name) {
@@ -183,20 +210,48 @@ impl<'s> Fields<'s> {
 
     /// The type the readable sources having `name` agree on, if they do.
     fn agreed_type(&self, name: &str) -> Option<ColumnType> {
-        let mut types = self.sources.iter().filter_map(|s| find(s, name)).map(|c| c.ty);
+        let mut types = self.columns(name).map(|c| c.ty);
         let first = types.next()?;
         types.all(|t| t == first).then_some(first)
     }
 
     /// The columns named `name` in the readable sources having it.
     fn columns<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'s Column> + 'a {
-        self.sources.iter().filter_map(move |s| find(s, name))
+        self.tables.iter().filter_map(move |t| find(t, self.by, name))
     }
 
     /// The output type of a column (`text` when the sources disagree).
     fn output_type(&self, name: &str) -> ColumnType {
         self.agreed_type(name).unwrap_or(ColumnType::Text)
     }
+
+    /// Each field's column id in `columns`.
+    fn lookup(&self, columns: &[Column]) -> Vec<Option<ColumnId>> {
+        self.names.iter().map(|n| find(columns, self.by, n).map(|c| c.id)).collect()
+    }
+}
+
+/// A filter compiled against one sheet, its leaves naming columns by id: listRows' `filter`.
+/// It runs through the same predicate evaluation as a report ([`SheetFilter::matches`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SheetFilter {
+    /// The compiled filter.
+    pub predicate: Predicate,
+    /// The column id of each field of the predicate.
+    pub lookup: Vec<Option<ColumnId>>,
+}
+
+/// Compile a filter whose leaves name columns by id (as decimal strings) against one sheet's
+/// `columns`, with the rules of a report's filter (module docs).
+///
+/// # Errors
+///
+/// `report_compile_failed` for a column id the sheet lacks, or an operand the column's type
+/// cannot match; `detail.path` points into the filter.
+pub fn compile_sheet_filter(filter: &Filter, columns: &[Column]) -> Result<SheetFilter> {
+    let mut fields = Fields { tables: vec![columns], by: ColumnKey::Id, names: Vec::new() };
+    let predicate = predicate(filter, &mut fields)?;
+    Ok(SheetFilter { predicate, lookup: fields.lookup(columns) })
 }
 
 /// Compile `def` against its readable sources (in definition order).
@@ -206,7 +261,8 @@ impl<'s> Fields<'s> {
 /// `report_compile_failed` for an unknown column, `sum`/`avg` of a non-number column, an
 /// operand the column's type cannot match, or a summary sort key that is not an output column.
 pub fn compile(def: &Definition, sources: &[Source]) -> Result<QueryPlan> {
-    let mut fields = Fields { sources, names: Vec::new() };
+    let tables = sources.iter().map(|s| &s.columns[..]).collect();
+    let mut fields = Fields { tables, by: ColumnKey::Name, names: Vec::new() };
     let (mode, columns, shape) = match def.ty {
         ReportType::Row => {
             let mut select = Vec::new();
@@ -276,17 +332,15 @@ pub fn compile(def: &Definition, sources: &[Source]) -> Result<QueryPlan> {
         }
     };
     let filter = def.filter.as_ref().map(|f| predicate(f, &mut fields)).transpose()?;
-    let lookup = sources
-        .iter()
-        .map(|s| fields.names.iter().map(|n| find(s, n).map(|c| c.id)).collect())
-        .collect();
+    let lookup = sources.iter().map(|s| fields.lookup(&s.columns)).collect();
     Ok(QueryPlan { mode, columns, fields: fields.names, lookup, filter, shape })
 }
 
 /// `sum`/`avg` need a number column in every readable source that has it.
 fn check_number(sources: &[Source], func: AggFn, named: &Named) -> Result<()> {
     for s in sources {
-        if let Some(c) = find(s, &named.name).filter(|c| c.ty != ColumnType::Number) {
+        let column = find(&s.columns, ColumnKey::Name, &named.name);
+        if let Some(c) = column.filter(|c| c.ty != ColumnType::Number) {
             return Err(compile_error(
                 format!(
                     "`{}` needs a number column; `{}` is a {} column in sheet {}.",
@@ -338,7 +392,8 @@ fn operand(cond: &Condition, ty: ColumnType, columns: &[&Column]) -> Result<Valu
         compile_error(
             format!(
                 "The filter at {} cannot match column `{}`: {reason}.",
-                cond.path, cond.column.name
+                place(&cond.path),
+                cond.column.name
             ),
             json!({"path": format!("{}/value", cond.path), "op": cond.op.as_str(),
                    "column": cond.column.name, "value": cond.value, "reason": reason}),

@@ -470,11 +470,31 @@ fn parse_aggregates(raw: Option<&Value>) -> Result<Vec<Aggregate>> {
     Ok(out)
 }
 
+/// Parse a filter on its own (listRows' `filter` query, whose leaves name columns by id): the
+/// same shape and rules as a definition's `filter`, places given as JSON pointers from the
+/// filter's root.
+///
+/// # Errors
+///
+/// `report_compile_failed` naming the first problem, with `detail.path` pointing at it.
+pub fn parse_filter_alone(raw: &Value) -> Result<Filter> {
+    parse_filter(raw, "")
+}
+
+/// A place in a definition for a message: its JSON pointer, or "the top" for the root.
+pub(crate) fn place(path: &str) -> &str {
+    if path.is_empty() {
+        "the top"
+    } else {
+        path
+    }
+}
+
 fn parse_filter(raw: &Value, path: &str) -> Result<Filter> {
     let malformed = |reason: &str| {
         problem(
             path,
-            format!("The filter at {path} is malformed: {reason}."),
+            format!("The filter at {} is malformed: {reason}.", place(path)),
             json!({"filter": raw, "reason": reason}),
         )
     };
@@ -513,7 +533,7 @@ fn parse_filter(raw: &Value, path: &str) -> Result<Filter> {
         other => {
             return Err(problem(
                 &format!("{path}/op"),
-                format!("The condition at {path} needs an `op`."),
+                format!("The condition at {} needs an `op`.", place(path)),
                 json!({"op": other, "reason": format!("`op` must be one of: {}", op_names())}),
             ))
         }

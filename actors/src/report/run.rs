@@ -50,7 +50,7 @@ use std::sync::Arc;
 use imbl::OrdMap;
 use serde_json::Value;
 
-use super::compile::{Mode, OutputColumn, Predicate, QueryPlan, Shape, Source};
+use super::compile::{Mode, OutputColumn, Predicate, QueryPlan, Shape, SheetFilter, Source};
 use super::definition::{AggFn, Direction, Op};
 use crate::coerce::cmp_stored_datetimes;
 use crate::model::{ColumnId, Row, RowId};
@@ -331,6 +331,13 @@ impl Predicate {
                 test(CellRef::of(read(*field)), *op, operand, needle, *instants)
             }
         }
+    }
+}
+
+impl SheetFilter {
+    /// Whether a row of the sheet the filter was compiled for passes it.
+    pub fn matches(&self, row: &Row) -> bool {
+        self.predicate.matches(&|f: usize| cell(Some(row), self.lookup[f]))
     }
 }
 
@@ -884,5 +891,54 @@ mod tests {
         assert_eq!(r.total_matched, 5);
         let first: Vec<Value> = r.page(0, 1).remove(0);
         assert_eq!(first, [json!("Done"), json!(3), json!(1)]);
+    }
+
+    #[test]
+    fn a_sheet_filter_names_columns_by_id_and_runs_like_a_report_filter() {
+        use crate::report::compile::compile_sheet_filter;
+        use crate::report::definition::parse_filter_alone;
+        let ten = &sources()[0];
+        let mut columns = ten.columns.to_vec();
+        columns.push(col(105, 10, "Seen", ColumnType::Datetime, 5));
+        let matching = |filter: Value, extra: &[Row]| -> Vec<RowId> {
+            let f = compile_sheet_filter(&parse_filter_alone(&filter).unwrap(), &columns).unwrap();
+            ten.rows
+                .values()
+                .map(|r| &**r)
+                .chain(extra)
+                .filter(|r| f.matches(r))
+                .map(|r| r.id)
+                .collect()
+        };
+        assert_eq!(
+            matching(json!({"column": "101", "op": "eq", "value": "Done"}), &[]),
+            [1000, 1003]
+        );
+        assert_eq!(
+            matching(
+                json!({"any": [{"column": "102", "op": "gte", "value": "5"},
+                                   {"column": "101", "op": "is_blank"}]}),
+                &[]
+            ),
+            [1000, 1002, 1003]
+        );
+        // An offset operand is the instant a UTC cell holds.
+        let seen = row(9, 10, json!({"105": "2026-03-01T10:00:00Z"}));
+        let at = json!({"column": "105", "op": "eq", "value": "2026-03-01T12:00:00+02:00"});
+        assert_eq!(matching(at, std::slice::from_ref(&seen)), [9]);
+        let refused = |filter: Value| match parse_filter_alone(&filter)
+            .and_then(|f| compile_sheet_filter(&f, &columns))
+        {
+            Err(crate::Error::Report { message, .. }) => message,
+            other => panic!("{filter} compiled: {other:?}"),
+        };
+        assert!(refused(json!({"column": "Status", "op": "eq", "value": "Done"}))
+            .contains("no column with id `Status`"));
+        assert!(refused(json!({"column": "999", "op": "eq", "value": "x"})).contains("`999`"));
+        assert!(
+            refused(json!({"column": "102", "op": "eq", "value": "abc"})).contains("column `102`")
+        );
+        assert!(refused(json!({"column": "101", "op": "like", "value": "x"})).contains("`like`"));
+        assert!(refused(json!([])).contains("at the top"));
     }
 }

@@ -161,6 +161,36 @@ impl SheetState {
         (page, more)
     }
 
+    /// Up to `limit` rows after `after` that `keep` accepts, looking at no more than
+    /// `max_examined` rows; and where to resume: after the last row looked at when rows remain
+    /// unexamined (the page may then be short, even empty), `None` when none do.
+    pub fn page_filtered(
+        &self,
+        after: Option<RowId>,
+        limit: usize,
+        max_examined: usize,
+        keep: impl Fn(&Row) -> bool,
+    ) -> (Vec<Arc<Row>>, Option<RowId>) {
+        let mut iter = match after {
+            Some(after) => self.rows.range((Bound::Excluded(after), Bound::Unbounded)),
+            None => self.rows.range::<_, RowId>(..),
+        }
+        .peekable();
+        let mut page = Vec::new();
+        let mut examined = 0;
+        while let Some((&id, row)) = iter.next() {
+            examined += 1;
+            if keep(row) {
+                page.push(Arc::clone(row));
+            }
+            let stop = page.len() == limit || examined == max_examined;
+            if stop {
+                return (page, iter.peek().map(|_| id));
+            }
+        }
+        (page, None)
+    }
+
     /// Apply a decided write (also the replay path).
     pub fn apply(&mut self, write: &SheetWrite) {
         for row in &write.put {
@@ -404,6 +434,24 @@ mod tests {
 
     fn cells(v: serde_json::Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn a_filtered_page_stops_at_the_limit_or_the_examined_cap() {
+        let s = sheet();
+        let ids = |(rows, next): (Vec<Arc<Row>>, Option<RowId>)| {
+            (rows.iter().map(|r| r.id).collect::<Vec<_>>(), next)
+        };
+        let odd = |r: &Row| r.id % 2 == 1;
+        assert_eq!(ids(s.page_filtered(None, 1, 100, odd)), (vec![1], Some(1)));
+        assert_eq!(ids(s.page_filtered(Some(1), 1, 100, odd)), (vec![3], Some(3)));
+        // Row 4 is left: the cursor still points past the last row examined.
+        assert_eq!(ids(s.page_filtered(Some(3), 5, 100, odd)), (vec![], None));
+        assert_eq!(ids(s.page_filtered(None, 5, 100, odd)), (vec![1, 3], None));
+        assert_eq!(ids(s.page_filtered(None, 5, 2, |r| r.id == 4)), (vec![], Some(2)));
+        assert_eq!(ids(s.page_filtered(Some(2), 5, 2, |r| r.id == 4)), (vec![4], None));
+        // The limit reached on the last row: nothing remains, no cursor.
+        assert_eq!(ids(s.page_filtered(Some(2), 2, 100, |_| true)), (vec![3, 4], None));
     }
 
     #[test]
