@@ -175,6 +175,23 @@ async fn all_rows(base: &str) -> BTreeMap<u64, String> {
     }
 }
 
+/// Starts the binary on `data` with no fault, checks that every acknowledged row is there as it
+/// was acknowledged, stops it cleanly and checks the data dir; returns every row it served.
+async fn every_acknowledged_row_survives(
+    data: &Path,
+    acked: &BTreeMap<u64, String>,
+) -> BTreeMap<u64, String> {
+    let mut bin = Binary::start(data, &[]).await;
+    let present = all_rows(&bin.base).await;
+    for (id, text) in acked {
+        assert_eq!(present.get(id), Some(text), "acknowledged row {id} is lost or wrong");
+    }
+    assert!(bin.terminate().success());
+    let (ok, out) = run_sheetd(&["check"], data, &[]);
+    assert!(ok, "check after a clean stop: {out}");
+    present
+}
+
 /// The sequence that used to destroy a data dir: fill the disk, kill the server, try to start
 /// (and to check) while the disk is still full. Both must refuse with a clear message and leave
 /// every byte as it was; once space is back, every acknowledged row is served.
@@ -218,14 +235,7 @@ async fn start_on_a_full_disk_changes_nothing_and_recovers_once_space_is_back() 
     // (non-zero) and the next start drops it. Anything else is damage.
     assert!(ok || out.contains("is torn"), "check after space is back: {out}");
 
-    let mut bin = Binary::start(&data, &[]).await;
-    let present = all_rows(&bin.base).await;
-    for (id, text) in &acked {
-        assert_eq!(present.get(id), Some(text), "acknowledged row {id} is lost or wrong");
-    }
-    assert!(bin.terminate().success());
-    let (ok, out) = run_sheetd(&["check"], &data, &[]);
-    assert!(ok, "check after a clean stop: {out}");
+    every_acknowledged_row_survives(&data, &acked).await;
 }
 
 /// Below the free-space floor, writes get 503 `storage_unavailable` and change nothing, every
@@ -321,15 +331,8 @@ async fn below_the_floor_writes_get_503_reads_go_on_and_writes_resume_by_themsel
     assert_eq!(health["status"], "ok", "{health}");
 
     bin.kill9();
-    let mut bin = Binary::start(&data, &[]).await;
-    let present = all_rows(&bin.base).await;
-    for (id, text) in &acked {
-        assert_eq!(present.get(id), Some(text), "acknowledged row {id} is lost or wrong");
-    }
+    let present = every_acknowledged_row_survives(&data, &acked).await;
     assert_eq!(present.len(), 1 + acked.len(), "no refused write appeared");
-    assert!(bin.terminate().success());
-    let (ok, out) = run_sheetd(&["check"], &data, &[]);
-    assert!(ok, "check after a clean stop: {out}");
 }
 
 /// libfiu's tools (Debian `fiu-utils`, installed by `.ci/run`): `fiu-run` starts a program
@@ -427,16 +430,9 @@ async fn a_failed_fsync_refuses_writes_keeps_reads_and_heals_without_a_restart()
     assert!(log.contains("writes resume"), "the recovery is logged");
 
     bin.kill9();
-    let mut bin = Binary::start(&data, &[]).await;
-    let present = all_rows(&bin.base).await;
-    for (id, text) in &acked {
-        assert_eq!(present.get(id), Some(text), "acknowledged row {id} is lost or wrong");
-    }
+    let present = every_acknowledged_row_survives(&data, &acked).await;
     assert!(!present.values().any(|t| t.starts_with("refused")), "a refused write appeared");
     assert_eq!(present.len(), 1 + acked.len());
-    assert!(bin.terminate().success());
-    let (ok, out) = run_sheetd(&["check"], &data, &[]);
-    assert!(ok, "{out}");
 }
 
 /// A device whose fsync fails under a checkpoint: the checkpoint fails and is retried, writes
@@ -467,14 +463,7 @@ async fn a_checkpoint_on_a_sick_disk_fails_cleanly_and_a_graceful_stop_says_so()
     let log = std::fs::read_to_string(&bin.log).unwrap();
     assert!(log.contains("final checkpoint"), "the exit says what failed: {log}");
 
-    let mut bin = Binary::start(&data, &[]).await;
-    let present = all_rows(&bin.base).await;
-    for (id, text) in &acked {
-        assert_eq!(present.get(id), Some(text), "acknowledged row {id} is lost or wrong");
-    }
-    assert!(bin.terminate().success());
-    let (ok, out) = run_sheetd(&["check"], &data, &[]);
-    assert!(ok, "{out}");
+    every_acknowledged_row_survives(&data, &acked).await;
 }
 
 /// A start on a device that refuses fsync stops before anything is written: a clear message,
@@ -497,12 +486,7 @@ async fn a_start_on_a_device_that_refuses_fsync_changes_nothing() {
     assert!(text.contains("refuses writes"), "the message says what is wrong: {text}");
     assert_eq!(contents(&data), before, "a refused start changed the data dir");
 
-    let mut bin = Binary::start(&data, &[]).await;
-    let present = all_rows(&bin.base).await;
-    for (id, text) in &acked {
-        assert_eq!(present.get(id), Some(text));
-    }
-    assert!(bin.terminate().success());
+    every_acknowledged_row_survives(&data, &acked).await;
 }
 
 /// Bytes of `pid`'s resident memory.
