@@ -332,6 +332,12 @@ pub fn json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             "missing",
         ));
     }
+    // Most bodies are valid: parse them plainly (tracking the path costs a fifth of a 2000-row
+    // bulkAdd's CPU) and parse again with the path only to say where a refused one went wrong.
+    // Both accept exactly the same documents: `from_slice` also refuses trailing characters.
+    if let Ok(parsed) = serde_json::from_slice(bytes) {
+        return Ok(parsed);
+    }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     let parsed = serde_path_to_error::deserialize(&mut *de).map_err(|err| {
         let mut loc = vec![json!("body")];
