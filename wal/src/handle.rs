@@ -58,6 +58,8 @@ struct Appender {
     sizes_first_lsn: Lsn,
     /// Sum of `sizes`.
     bytes_since_checkpoint: u64,
+    /// Stored bytes of the records at or below the checkpoint kept for [`Wal::read`].
+    retained_bytes: u64,
     /// The free-space floor.
     space: SpaceGuard,
 }
@@ -301,6 +303,7 @@ impl Wal {
                 tx: Some(tx),
                 bytes_since_checkpoint: scan.sizes.iter().map(|&s| u64::from(s)).sum(),
                 sizes: scan.sizes,
+                retained_bytes: scan.retained_bytes,
                 sizes_first_lsn: report.checkpoint_lsn.unwrap_or(0) + 1,
                 space,
             }),
@@ -329,6 +332,7 @@ impl Wal {
             last_lsn = report.last_lsn,
             torn_tail_dropped = report.torn_tail_dropped,
             stale_records_truncated = report.stale_records_truncated,
+            records_retained = report.records_retained,
             elapsed_ms = report.elapsed.as_millis(),
             "write-ahead log recovered"
         );
@@ -533,6 +537,23 @@ impl Wal {
     /// [`Error::CheckpointAhead`] if `lsn > durable_lsn()`, [`Error::CheckpointBehind`] if an
     /// existing checkpoint is newer, [`Error::LogFailed`] on a failed log, I/O and sled errors.
     pub fn checkpoint(&self, lsn: Lsn, snapshot: &[u8]) -> Result<()> {
+        self.checkpoint_retaining(lsn, snapshot, &|_| false)
+    }
+
+    /// [`Wal::checkpoint`], except that the records at or below `lsn` for which `retain`
+    /// answers `true` stay in the log, to be read by [`Wal::read`] (a change feed serves old
+    /// changes from the records that already hold them). The next recovery asks its replayer
+    /// the same question ([`crate::Replayer::retains`]) before treating them as stale, and a
+    /// later checkpoint drops the ones no longer retained.
+    ///
+    /// # Errors
+    /// As [`Wal::checkpoint`].
+    pub fn checkpoint_retaining(
+        &self,
+        lsn: Lsn,
+        snapshot: &[u8],
+        retain: &dyn Fn(Lsn) -> bool,
+    ) -> Result<()> {
         let core = self.core();
         // Held to the end: two concurrent checkpoints would race on `checkpoint.tmp`.
         let mut current = lock(&core.checkpoint);
@@ -553,8 +574,11 @@ impl Wal {
         *current = Some(lsn);
         core.checkpoint_lsn.store(lsn, Ordering::Release);
         lock(&core.appender).forget_through(lsn);
-        let removed = match core.with_store(|store| store.remove_through(lsn)) {
-            Ok(removed) => removed,
+        let removed = match core.with_store(|store| store.remove_through_except(lsn, retain)) {
+            Ok((removed, retained_bytes)) => {
+                lock(&core.appender).retained_bytes = retained_bytes;
+                removed
+            }
             Err(e) => {
                 // A failed write or fsync of the log's own store: what sled holds in memory can
                 // no longer be trusted to be on disk. Fail the log, so it heals from disk.
@@ -581,7 +605,7 @@ impl Wal {
         let log_dir = core.config.dir.join(log::DIR_NAME);
         let on_disk = fsutil::tree_size(&log_dir)?;
         let mut appender = lock(&core.appender);
-        let live = appender.bytes_since_checkpoint;
+        let live = appender.bytes_since_checkpoint + appender.retained_bytes;
         if on_disk <= COMPACT_ABOVE_BYTES + 4 * live || core.failure.get().is_some() {
             return Ok(());
         }
@@ -702,6 +726,19 @@ impl Wal {
         Ok(Some(durable))
     }
 
+    /// The payload of the durable record at `lsn`, if the log still holds it (records after
+    /// the checkpoint, and those a checkpoint retained). Blocking: a read may reach the disk.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when the stored record fails its frame check (damage, never silently
+    /// skipped), [`Error::LogFailed`]-style errors while the log is being re-opened, sled errors.
+    pub fn read(&self, lsn: Lsn) -> Result<Option<Vec<u8>>> {
+        if lsn == 0 || lsn > self.durable_lsn() {
+            return Ok(None);
+        }
+        self.core().with_store(|store| store.read(lsn))
+    }
+
     /// How many times [`Wal::heal`] has re-opened the log (see [`AppendOptions::epoch`]).
     pub fn epoch(&self) -> u64 {
         self.core().epoch.load(Ordering::Acquire)
@@ -715,12 +752,13 @@ impl Wal {
     /// Counters for metrics.
     pub fn stats(&self) -> WalStats {
         let core = self.core();
-        let (records_since_checkpoint, bytes_since_checkpoint, space, refused) = {
+        let (records_since_checkpoint, bytes_since_checkpoint, retained_bytes, space, refused) = {
             let appender = lock(&core.appender);
             let space = &appender.space;
             (
                 appender.sizes.len() as u64,
                 appender.bytes_since_checkpoint,
+                appender.retained_bytes,
                 (space.free, space.floor, space.is_low()),
                 core.refuse(&appender),
             )
@@ -732,6 +770,7 @@ impl Wal {
             checkpoint_lsn: core.checkpoint_lsn.load(Ordering::Acquire),
             records_since_checkpoint,
             bytes_since_checkpoint,
+            retained_bytes,
             flushes: flush.flushes,
             records_flushed: flush.records_flushed,
             flush_seconds_total: flush.flush_seconds_total,

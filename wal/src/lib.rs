@@ -173,6 +173,15 @@ pub trait Replayer {
         lsn: Lsn,
         payload: &[u8],
     ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+    /// Whether a record at or below the checkpoint must stay in the log (asked after
+    /// [`Replayer::checkpoint`], for each such record found). Records the caller still reads
+    /// by LSN ([`Wal::read`], kept by [`Wal::checkpoint_retaining`]) answer `true`; the rest
+    /// are stale (a crash hit between a checkpoint and its truncation) and are removed.
+    fn retains(&self, lsn: Lsn) -> bool {
+        let _ = lsn;
+        false
+    }
 }
 
 /// What [`Wal::recover`] or [`Wal::verify`] found.
@@ -194,6 +203,9 @@ pub struct RecoveryReport {
     /// Records with LSN <= the checkpoint LSN found in the log and removed (`verify`: found,
     /// and left in place). Non-zero after a crash between checkpoint and truncation.
     pub stale_records_truncated: u64,
+    /// Records at or below the checkpoint LSN kept because the replayer retains them
+    /// ([`Replayer::retains`]).
+    pub records_retained: u64,
     /// Wall time of the whole operation.
     pub elapsed: Duration,
 }
@@ -212,6 +224,9 @@ pub struct WalStats {
     pub records_since_checkpoint: u64,
     /// Payload bytes of those records.
     pub bytes_since_checkpoint: u64,
+    /// Stored bytes of the records at or below the checkpoint kept for [`Wal::read`] (see
+    /// [`Wal::checkpoint_retaining`]): live data, like the records after the checkpoint.
+    pub retained_bytes: u64,
     /// Group commits completed (each one flush + fsync).
     pub flushes: u64,
     /// Records made durable by those group commits.

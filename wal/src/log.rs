@@ -398,11 +398,62 @@ impl LogStore {
 
     /// Removes every record with LSN <= `lsn` in one batch and makes that durable.
     /// Returns how many sled values (records and chunks) were removed.
+    #[cfg(test)]
     pub(crate) fn remove_through(&self, lsn: Lsn) -> Result<u64> {
         // Every key of `lsn`, whole or chunked, sorts before the 8-byte key of `lsn + 1`.
         match lsn.checked_add(1) {
             Some(next) => self.remove_all(self.db.range(..key(next))),
             None => self.remove_all(self.db.iter()),
+        }
+    }
+
+    /// Removes every record with LSN <= `lsn` except those `retain` keeps, in one durable
+    /// batch. Returns how many sled values were removed, and the stored bytes of every record
+    /// kept at or below `lsn` (retained now or by an earlier call).
+    pub(crate) fn remove_through_except(
+        &self,
+        lsn: Lsn,
+        retain: &dyn Fn(Lsn) -> bool,
+    ) -> Result<(u64, u64)> {
+        let items = match lsn.checked_add(1) {
+            Some(next) => self.db.range(..key(next)),
+            None => self.db.iter(),
+        };
+        let mut batch = sled::Batch::default();
+        let (mut removed, mut kept_bytes) = (0u64, 0u64);
+        for item in items {
+            let (k, v) = item?;
+            if retain(lsn_of(&k)?) {
+                kept_bytes += v.len() as u64;
+            } else {
+                batch.remove(k);
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            self.write(batch)?;
+        }
+        Ok((removed, kept_bytes))
+    }
+
+    /// The payload of the record at `lsn`: its one frame, or its chunks in order.
+    pub(crate) fn read(&self, lsn: Lsn) -> Result<Option<Vec<u8>>> {
+        let end = match lsn.checked_add(1) {
+            Some(next) => std::ops::Bound::Excluded(key(next).to_vec()),
+            None => std::ops::Bound::Unbounded,
+        };
+        let mut parts = Vec::new();
+        for item in self.db.range((std::ops::Bound::Included(key(lsn).to_vec()), end)) {
+            let (k, v) = item?;
+            let (_, chunk) = parse_key(&k)?;
+            parts.push((k, chunk, v));
+        }
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        match crate::recovery::assemble(&parts) {
+            Ok(payload) => Ok(Some(payload)),
+            Err(defect) => Err(crate::error::Corruption::Record { lsn, defect }.into()),
         }
     }
 

@@ -4,8 +4,9 @@
 //!
 //! Steps:
 //! 1. Deliver the checkpoint (if any) to the replayer.
-//! 2. Walk sled in key (= LSN) order. Records with LSN <= the checkpoint LSN are *stale*
-//!    (a crash hit between writing the checkpoint and truncating the log): skip them.
+//! 2. Walk sled in key (= LSN) order. Records with LSN <= the checkpoint LSN are either
+//!    *retained* (the replayer still reads them by LSN: kept, not replayed) or *stale* (a crash
+//!    hit between writing the checkpoint and truncating the log): skip them.
 //! 3. Every other record must carry the next LSN: checkpoint LSN + 1 (or 1) for the first, then
 //!    contiguous. A gap means acknowledged records are missing: [`Corruption::Gap`].
 //! 4. Assemble each record (one frame, or its chunks `0..count` in order, each a frame) and
@@ -38,6 +39,8 @@ pub(crate) struct Scan {
     pub(crate) report: RecoveryReport,
     /// Payload sizes of the replayed records, in LSN order (feeds `bytes_since_checkpoint`).
     pub(crate) sizes: VecDeque<u32>,
+    /// Stored bytes of the records at or below the checkpoint that the replayer retains.
+    pub(crate) retained_bytes: u64,
 }
 
 /// Runs steps 1-5 of the module docs. `store` is `None` when there is no log at all (verify of
@@ -63,11 +66,13 @@ pub(crate) fn scan(
         torn_tail_dropped: false,
         torn_tail_lsn: None,
         stale_records_truncated: 0,
+        records_retained: 0,
         elapsed: std::time::Duration::ZERO,
     };
     let mut sizes = VecDeque::new();
+    let mut retained_bytes = 0u64;
     let Some(store) = store else {
-        return Ok(Scan { report, sizes });
+        return Ok(Scan { report, sizes, retained_bytes });
     };
 
     // The torn-tail rule applies to the highest key only, so find it before walking.
@@ -94,6 +99,11 @@ pub(crate) fn scan(
         }
         // Step 2.
         if checkpoint_lsn.is_some_and(|c| lsn <= c) {
+            if replayer.retains(lsn) {
+                report.records_retained += 1;
+                retained_bytes += parts.iter().map(|(_, _, v)| v.len() as u64).sum::<u64>();
+                continue;
+            }
             report.stale_records_truncated += 1;
             for (k, _, _) in parts {
                 repairs.remove(k);
@@ -166,16 +176,16 @@ pub(crate) fn scan(
     if mode == Mode::Repair && (report.stale_records_truncated > 0 || report.torn_tail_dropped) {
         store.write(repairs)?;
     }
-    Ok(Scan { report, sizes })
+    Ok(Scan { report, sizes, retained_bytes })
 }
 
 /// One stored value of a record: its key, the chunk `(index, count)` the key names (none for a
 /// record stored whole), and the framed bytes.
-type Part = (sled::IVec, Option<(u32, u32)>, sled::IVec);
+pub(crate) type Part = (sled::IVec, Option<(u32, u32)>, sled::IVec);
 
 /// The payload of one record from its stored values: one whole frame, or chunks `0..count`
 /// in order, each a frame of its own, all announcing the same count.
-fn assemble(parts: &[Part]) -> std::result::Result<Vec<u8>, FrameDefect> {
+pub(crate) fn assemble(parts: &[Part]) -> std::result::Result<Vec<u8>, FrameDefect> {
     if let [(_, None, stored)] = parts {
         return frame::decode(stored).map(<[u8]>::to_vec);
     }
@@ -209,5 +219,10 @@ impl Replayer for Discard {
 
     fn record(&mut self, _: crate::Lsn, _: &[u8]) -> std::result::Result<(), crate::BoxError> {
         Ok(())
+    }
+
+    /// A re-verification changes nothing, so records below the checkpoint simply stay.
+    fn retains(&self, _: crate::Lsn) -> bool {
+        true
     }
 }

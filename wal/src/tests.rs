@@ -871,3 +871,68 @@ fn a_rewrite_cut_short_by_a_crash_is_undone_or_completed_at_the_next_open() {
     assert_eq!(collect.records, written);
     assert!(!next.exists() && !old.exists() && log.exists());
 }
+
+/// Retains the even LSNs at or below its checkpoint.
+#[derive(Debug, Default)]
+struct RetainEven(Collect);
+
+impl Replayer for RetainEven {
+    fn checkpoint(&mut self, lsn: Lsn, snapshot: &[u8]) -> ReplayResult {
+        self.0.checkpoint(lsn, snapshot)
+    }
+
+    fn record(&mut self, lsn: Lsn, payload: &[u8]) -> ReplayResult {
+        self.0.record(lsn, payload)
+    }
+
+    fn retains(&self, lsn: Lsn) -> bool {
+        lsn % 2 == 0
+    }
+}
+
+#[test]
+fn a_checkpoint_keeps_retained_records_readable_across_restarts_and_rewrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    // Large ones are stored in chunks: a read must assemble them.
+    let payloads: Vec<_> =
+        (0..12).map(|i| payload(i, if i % 3 == 0 { 9_000 } else { 40 })).collect();
+    let written = append_all(&wal, &payloads);
+    wal.checkpoint_retaining(8, b"state at 8", &|lsn| lsn % 2 == 0).unwrap();
+    for (lsn, bytes) in &written {
+        let kept = *lsn > 8 || lsn % 2 == 0;
+        assert_eq!(wal.read(*lsn).unwrap(), kept.then(|| bytes.clone()), "lsn {lsn}");
+    }
+    assert_eq!(wal.read(13).unwrap(), None, "not written yet");
+    let retained = wal.stats().retained_bytes;
+    assert!(retained > 9_000, "the chunked record 6 counts: {retained}");
+    drop(wal);
+    assert_eq!(lsns(dir.path()), vec![2, 4, 6, 8, 9, 10, 11, 12]);
+
+    // A replayer that retains them keeps them; they are not replayed.
+    let mut replayer = RetainEven::default();
+    let (wal, report) = Wal::recover(config(dir.path()), &mut replayer).unwrap();
+    assert_eq!(report.records_retained, 4);
+    assert_eq!(report.stale_records_truncated, 0);
+    assert_eq!(replayer.0.records, written[8..]);
+    assert_eq!(wal.stats().retained_bytes, retained);
+    assert_eq!(wal.read(6).unwrap().as_deref(), Some(&written[5].1[..]));
+    // A later checkpoint drops what is no longer retained.
+    wal.checkpoint_retaining(10, b"state at 10", &|lsn| lsn >= 6 && lsn % 2 == 0).unwrap();
+    drop(wal);
+    assert_eq!(lsns(dir.path()), vec![6, 8, 10, 11, 12]);
+
+    // A replayer that retains nothing treats them as stale and removes them.
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!(report.stale_records_truncated, 3);
+    assert_eq!(collect.records, written[10..]);
+    drop(wal);
+    assert_eq!(lsns(dir.path()), vec![11, 12]);
+}
+
+/// The LSNs stored in a closed log, once each (a chunked record has several keys).
+fn lsns(dir: &Path) -> Vec<Lsn> {
+    let mut lsns = testing::record_lsns(dir).unwrap();
+    lsns.dedup();
+    lsns
+}
