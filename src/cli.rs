@@ -150,6 +150,7 @@ where
             sheet_threads: 1,
             clock: Clock::default(),
             min_free_bytes: None,
+            retention: Default::default(),
         })
         .with_context(|| format!("cannot open data dir {}", data_dir.display()))?;
         let result = work(service.clone()).await;

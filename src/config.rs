@@ -132,6 +132,13 @@ pub struct ServeArgs {
     /// Default: the smaller of 256 MiB and 5 % of the file system.
     #[arg(long, env = "SHEETD_MIN_FREE_DISK_BYTES")]
     pub min_free_disk_bytes: Option<u64>,
+    /// Days each sheet keeps its changes for the change feed at least (a cursor older than
+    /// every retained change gets 410 `cursor_expired`).
+    #[arg(long, env = "SHEETD_CHANGES_RETENTION_DAYS", default_value_t = 7)]
+    pub changes_retention_days: u32,
+    /// Changes each sheet keeps at least, however old.
+    #[arg(long, env = "SHEETD_CHANGES_RETENTION_MIN", default_value_t = 100_000)]
+    pub changes_retention_min: u64,
 }
 
 /// `sheetd bench` flags. See [`crate::bench`] for what each figure means.

@@ -256,7 +256,7 @@ impl From<&actors::Error> for ApiError {
                 )
                 .with_header("Retry-After", STORAGE_RETRY_AFTER_SECS.to_string())
             }
-            e @ (E::Wal(_) | E::Unavailable(_)) => ApiError::internal(e),
+            e @ (E::Wal(_) | E::Unavailable(_) | E::Inconsistent(_)) => ApiError::internal(e),
         }
     }
 }

@@ -159,6 +159,10 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         sheet_threads: threads,
         clock: opts.clock.clone(),
         min_free_bytes: args.min_free_disk_bytes,
+        retention: actors::sheet::Retention {
+            days: args.changes_retention_days,
+            min_changes: args.changes_retention_min,
+        },
     })
     .with_context(|| format!("cannot open data dir {}", args.data_dir.display()))?;
     tracing::info!(

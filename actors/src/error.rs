@@ -53,6 +53,10 @@ pub enum Error {
     /// The log failed: nothing more can be acknowledged.
     #[error("write-ahead log: {0}")]
     Wal(#[from] wal::Error),
+    /// Two of the service's own stores disagree (a change index and the log): a defect or
+    /// damage, never a client's doing.
+    #[error("{0}")]
+    Inconsistent(String),
     /// An actor's mailbox is closed (the service is shutting down).
     #[error("the {0} actor is not running")]
     Unavailable(&'static str),

@@ -6,13 +6,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use actix::prelude::*;
-use arc_swap::ArcSwap;
 use dashmap::DashMap;
 use wal::Lsn;
 
 use crate::model::SheetId;
 use crate::shared::Shared;
-use crate::sheet::{PublishedSheet, SheetActor, SheetSnapshot, SheetState};
+use crate::sheet::{Published, PublishedSheet, SheetActor, SheetSnapshot, SheetState};
 
 /// A running sheet: its actor (the one writer) and its published snapshot (for readers).
 #[derive(Clone)]
@@ -39,10 +38,8 @@ impl SheetRegistry {
     /// touched it; the state is published as the sheet's first snapshot.
     pub(crate) fn spawn(&self, state: SheetState, shared: Shared, applied_lsn: Lsn) {
         let id = state.id;
-        let published: PublishedSheet = Arc::new(ArcSwap::from_pointee(SheetSnapshot {
-            state: state.clone(),
-            lsn: applied_lsn,
-        }));
+        let published: PublishedSheet =
+            Arc::new(Published::new(SheetSnapshot { state: state.clone(), lsn: applied_lsn }));
         let actor = SheetActor::new(state, shared, applied_lsn, Arc::clone(&published));
         let addr = if self.arbiters.is_empty() {
             actor.start()
@@ -61,6 +58,11 @@ impl SheetRegistry {
     /// The sheet as of its last durable write.
     pub fn snapshot(&self, id: SheetId) -> Option<Arc<SheetSnapshot>> {
         self.actors.get(&id).map(|e| e.published.load_full())
+    }
+
+    /// Where a sheet's snapshots are published: for a reader that waits for the next one.
+    pub fn published(&self, id: SheetId) -> Option<PublishedSheet> {
+        self.actors.get(&id).map(|e| Arc::clone(&e.published))
     }
 
     /// Every sheet actor, by id.

@@ -47,8 +47,12 @@ use crate::model::{KeyId, Millis, RowId, SheetId};
 use crate::record::{IdemEntry, Record};
 use crate::registry::SheetRegistry;
 use crate::report::ReportRunner;
+use crate::shared::Retention;
 use crate::shared::{Claim, Clock, Event, IdemStore, Outbox, RowIds, Shared, EVENT_RETENTION};
-use crate::sheet::{CopyForCheckpoint, SheetActor, SheetState};
+use crate::sheet::{
+    extract, Change, ChangeLog, CopyForCheckpoint, PublishedSheet, SheetActor, SheetSnapshot,
+    SheetState,
+};
 
 /// How long an idempotent response is replayed.
 pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -74,6 +78,31 @@ pub struct Checkpoint {
     pub next_row_id: RowId,
 }
 
+/// What a checkpoint file holds: the [`Checkpoint`], then each sheet's change index.
+///
+/// The index follows the checkpoint instead of living inside [`SheetState`]'s encoding, so a
+/// checkpoint written before the change feed existed (the same bytes without the index) still
+/// decodes, as sheets whose feed starts after it.
+#[derive(Serialize, Deserialize)]
+struct CheckpointFile {
+    checkpoint: Checkpoint,
+    changes: Vec<(SheetId, ChangeLog)>,
+}
+
+impl CheckpointFile {
+    fn decode(bytes: &[u8]) -> Result<Checkpoint> {
+        let (mut checkpoint, changes) = match codec::decode::<CheckpointFile>(bytes) {
+            Ok(file) => (file.checkpoint, file.changes),
+            Err(_) => (codec::decode::<Checkpoint>(bytes)?, Vec::new()),
+        };
+        let mut changes: BTreeMap<SheetId, ChangeLog> = changes.into_iter().collect();
+        for (state, _) in &mut checkpoint.sheets {
+            state.changes = changes.remove(&state.id).unwrap_or_default();
+        }
+        Ok(checkpoint)
+    }
+}
+
 /// Recovery's working state: a part per owner, each with the LSN it reflects.
 struct Rebuild {
     directory: DirectoryState,
@@ -88,6 +117,8 @@ struct Rebuild {
     /// Records replayed so far, and when progress was last logged (a long replay logs every
     /// [`PROGRESS_EVERY`] so an operator sees it is moving).
     progress: (u64, std::time::Instant),
+    /// The records at or below the checkpoint that hold retained changes.
+    retained: std::collections::HashSet<Lsn>,
 }
 
 /// How often a long replay logs its progress.
@@ -99,7 +130,8 @@ impl wal::Replayer for Rebuild {
         _lsn: Lsn,
         snapshot: &[u8],
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        let cp: Checkpoint = codec::decode(snapshot)?;
+        let cp = CheckpointFile::decode(snapshot)?;
+        self.retained = cp.sheets.iter().flat_map(|(s, _)| s.changes.lsns()).collect();
         self.directory = cp.directory;
         self.directory_lsn = cp.directory_lsn;
         self.sheets = cp.sheets.into_iter().map(|(s, lsn)| (s.id, (s, lsn, 0))).collect();
@@ -133,12 +165,13 @@ impl wal::Replayer for Rebuild {
                         self.row_ids.observe(r.id);
                     }
                     self.sheets.entry(s.meta.id).or_insert_with(|| {
-                        let state = SheetState::new(
+                        let mut state = SheetState::new(
                             s.meta.id,
                             s.meta.created_at,
                             s.columns.clone(),
                             s.rows.clone(),
                         );
+                        state.record_import(lsn);
                         (state, lsn, lsn)
                     });
                 }
@@ -154,7 +187,7 @@ impl wal::Replayer for Rebuild {
                 }
                 if let Some((state, copy_lsn, applied)) = self.sheets.get_mut(&write.sheet_id) {
                     if lsn > *copy_lsn {
-                        state.apply(&write);
+                        state.apply(&write, lsn);
                         *applied = lsn;
                     }
                 }
@@ -173,6 +206,10 @@ impl wal::Replayer for Rebuild {
             Record::Marker => {}
         }
         Ok(())
+    }
+
+    fn retains(&self, lsn: Lsn) -> bool {
+        self.retained.contains(&lsn)
     }
 }
 
@@ -195,6 +232,22 @@ pub struct ServiceConfig {
     pub clock: Clock,
     /// The log's free-space floor (see [`wal::Config::min_free_bytes`]).
     pub min_free_bytes: Option<u64>,
+    /// How long each sheet keeps its changes for the feed.
+    pub retention: Retention,
+}
+
+/// Why [`Service::read_changes`] returned no page.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangesError {
+    /// The position is older than the oldest retained change.
+    #[error("the changes before seq {oldest} are no longer retained")]
+    Expired {
+        /// The oldest retained change's `seq`.
+        oldest: u64,
+    },
+    /// Anything else.
+    #[error(transparent)]
+    Other(#[from] Error),
 }
 
 /// What a checkpoint did.
@@ -268,6 +321,7 @@ fn rebuild(shared_parts: (&Arc<IdemStore>, &Arc<Outbox>, &Arc<RowIds>), now: i64
         row_ids: shared_parts.2.clone(),
         now,
         progress: (0, std::time::Instant::now()),
+        retained: Default::default(),
     }
 }
 
@@ -284,7 +338,8 @@ impl Service {
             ..wal::Config::default_for(&config.data_dir)
         };
         let (wal, report) = Wal::recover(wal_config, &mut rebuild)?;
-        let shared = Shared { wal, clock: config.clock, row_ids, idem, outbox };
+        let shared =
+            Shared { wal, clock: config.clock, row_ids, idem, outbox, retention: config.retention };
 
         let arbiters: Vec<Arbiter> =
             (0..config.sheet_threads.max(1)).map(|_| Arbiter::new()).collect();
@@ -370,6 +425,56 @@ impl Service {
     /// A sheet as of its last durable write (what every read of it shows).
     pub fn sheet_snapshot(&self, id: SheetId) -> Option<Arc<crate::sheet::SheetSnapshot>> {
         self.sheets.snapshot(id)
+    }
+
+    /// Where a sheet's snapshots are published, for a reader waiting for the next one.
+    pub fn sheet_published(&self, id: SheetId) -> Option<PublishedSheet> {
+        self.sheets.published(id)
+    }
+
+    /// Up to `limit` changes of the sheet in `snapshot`, from `seq` on (or from the oldest
+    /// retained one), as durable as the snapshot. Blocking: the changes are read back from
+    /// the log records holding them, which may reach the disk.
+    ///
+    /// # Errors
+    /// [`ChangesError::Expired`] when `seq` is older than the oldest retained change; the log
+    /// failing to read a record, or a record that does not hold what the index says.
+    pub fn read_changes(
+        &self,
+        snapshot: &SheetSnapshot,
+        seq: Option<u64>,
+        limit: usize,
+    ) -> std::result::Result<Vec<Change>, ChangesError> {
+        let log = &snapshot.state.changes;
+        let from = seq.unwrap_or_else(|| log.oldest_seq());
+        if from < log.oldest_seq() {
+            return Err(ChangesError::Expired { oldest: log.oldest_seq() });
+        }
+        let current = |id: RowId| snapshot.state.rows.get(&id).cloned();
+        let mut out = Vec::new();
+        for span in log.spans_from(from) {
+            if out.len() >= limit {
+                break;
+            }
+            let Some(bytes) = self.shared.wal.read(span.lsn).map_err(Error::from)? else {
+                // Pruned and truncated by a checkpoint since `snapshot` was published.
+                let oldest =
+                    self.sheets.snapshot(snapshot.state.id).map(|s| s.state.changes.oldest_seq());
+                return Err(match oldest {
+                    Some(oldest) if oldest > span.first_seq => ChangesError::Expired { oldest },
+                    _ => Error::Inconsistent(format!(
+                        "the log no longer holds record {} of sheet {}'s retained changes",
+                        span.lsn, snapshot.state.id
+                    ))
+                    .into(),
+                });
+            };
+            let record: Record = codec::decode(&bytes).map_err(Error::from)?;
+            let changes = extract(record, snapshot.state.id, span, current)?;
+            let room = limit - out.len();
+            out.extend(changes.into_iter().filter(|c| c.seq >= from).take(room));
+        }
+        Ok(out)
     }
 
     /// Wait until `lsn` is durable (before revealing anything read at it).
@@ -517,12 +622,18 @@ impl Service {
             last_event_seq,
             next_row_id: self.shared.row_ids.peek(),
         };
-        let bytes = codec::encode(&checkpoint)?;
+        // The records holding retained changes stay in the log behind the checkpoint.
+        let retained: std::collections::HashSet<Lsn> =
+            checkpoint.sheets.iter().flat_map(|(s, _)| s.changes.lsns()).collect();
+        let changes = checkpoint.sheets.iter().map(|(s, _)| (s.id, s.changes.clone())).collect();
+        let bytes = codec::encode(&CheckpointFile { checkpoint, changes })?;
         let size = bytes.len();
         let wal = self.shared.wal.clone();
-        tokio::task::spawn_blocking(move || wal.checkpoint(lsn, &bytes))
-            .await
-            .map_err(|_| Error::Unavailable("checkpoint"))??;
+        tokio::task::spawn_blocking(move || {
+            wal.checkpoint_retaining(lsn, &bytes, &|lsn| retained.contains(&lsn))
+        })
+        .await
+        .map_err(|_| Error::Unavailable("checkpoint"))??;
         Ok(CheckpointReport { lsn, bytes: size })
     }
 

@@ -289,6 +289,21 @@ impl Outbox {
     }
 }
 
+/// How long changes are kept: at least `days` and at least the last `min_changes` per sheet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// Days a change is kept at least.
+    pub days: u32,
+    /// Changes per sheet kept at least.
+    pub min_changes: u64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention { days: 7, min_changes: 100_000 }
+    }
+}
+
 /// Everything the actors share. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Shared {
@@ -302,6 +317,8 @@ pub(crate) struct Shared {
     pub(crate) idem: Arc<IdemStore>,
     /// Internal events.
     pub(crate) outbox: Arc<Outbox>,
+    /// How long each sheet keeps its changes.
+    pub(crate) retention: Retention,
 }
 
 impl Shared {

@@ -111,6 +111,8 @@ pub fn args(data_dir: &Path) -> ServeArgs {
         checkpoint_every_bytes: 64 * 1024 * 1024,
         checkpoint_every_secs: 300,
         min_free_disk_bytes: None,
+        changes_retention_days: 7,
+        changes_retention_min: 100_000,
     }
 }
 

@@ -250,13 +250,18 @@ impl Handler<Import> for DirectoryActor {
             })
             .collect();
         let applied = batch.clone();
+        let before = self.pending.back().map(|p| p.lsn);
         let fut =
             self.commit(Record::Import(Box::new(batch)), |d| d.apply_import(&applied), report);
         // The sheets' actors exist before the directory publishes them: no request can reach
-        // a sheet the registry does not know.
-        let lsn = self.shared.wal.last_lsn();
-        for state in sheets {
-            self.sheets.spawn(state, self.shared.clone(), lsn);
+        // a sheet the registry does not know. A refused import (no new pending state) starts
+        // none.
+        let appended = self.pending.back().map(|p| p.lsn).filter(|&lsn| Some(lsn) != before);
+        if let Some(lsn) = appended {
+            for mut state in sheets {
+                state.record_import(lsn);
+                self.sheets.spawn(state, self.shared.clone(), lsn);
+            }
         }
         fut
     }

@@ -492,6 +492,7 @@ mod tests {
             sheet_threads: 1,
             clock: Default::default(),
             min_free_bytes: None,
+            retention: Default::default(),
         })
         .unwrap();
         let fixture = serde_json::from_value(json!({

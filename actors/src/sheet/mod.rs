@@ -14,6 +14,7 @@
 //! leaves; readers on any thread load the latest published snapshot. So reads never queue
 //! behind writes, never wait for a flush, and never reveal a write a crash could take back.
 
+mod changes;
 mod state;
 
 use std::collections::VecDeque;
@@ -22,12 +23,15 @@ use std::sync::Arc;
 use actix::prelude::*;
 use arc_swap::ArcSwap;
 use serde_json::{Map, Value};
+use tokio::sync::watch;
 use wal::{AppendOptions, Lsn};
 
 use crate::error::Result;
 use crate::model::{Row, RowId, SheetId};
 use crate::record::{IdemEntry, Record, SheetWrite};
+pub use crate::shared::Retention;
 use crate::shared::Shared;
+pub use changes::{extract, Change, ChangeKind, ChangeLog, ChangeSpan};
 pub use state::{IfMatch, PatchItem, SheetState, UpdateItem};
 
 /// Renders the response of an idempotent write so it can be stored in the write's own record.
@@ -84,17 +88,50 @@ pub struct SheetSnapshot {
 
 /// Where a sheet's latest [`SheetSnapshot`] is published: shared by its actor (the one writer)
 /// and every reader.
-pub type PublishedSheet = Arc<ArcSwap<SheetSnapshot>>;
+pub type PublishedSheet = Arc<Published>;
+
+/// A sheet's latest durable snapshot, and a signal for readers waiting for the next one.
+#[derive(Debug)]
+pub struct Published {
+    current: ArcSwap<SheetSnapshot>,
+    /// The LSN of the newest published snapshot: a change-feed long-poll waits on it, so a
+    /// caught-up follower wakes exactly when a durable write lands, never on a timer.
+    lsn: watch::Sender<Lsn>,
+}
+
+impl Published {
+    /// Publishes the first snapshot.
+    pub(crate) fn new(snapshot: SheetSnapshot) -> Self {
+        let (lsn, _) = watch::channel(snapshot.lsn);
+        Published { current: ArcSwap::from_pointee(snapshot), lsn }
+    }
+
+    /// The sheet as of its last durable write.
+    pub fn load_full(&self) -> Arc<SheetSnapshot> {
+        self.current.load_full()
+    }
+
+    /// A receiver that sees every later publication ([`watch::Receiver::changed`]).
+    pub fn subscribe(&self) -> watch::Receiver<Lsn> {
+        self.lsn.subscribe()
+    }
+}
 
 /// Publishes `snapshot` unless a newer one is already out (the futures of one sheet's writes
-/// may resolve out of order; the published LSN only moves forward).
+/// may resolve out of order; the published LSN only moves forward), then wakes the waiting
+/// readers.
 fn publish(published: &PublishedSheet, snapshot: &Arc<SheetSnapshot>) {
-    published.rcu(|current| {
+    published.current.rcu(|current| {
         if current.lsn < snapshot.lsn {
             Arc::clone(snapshot)
         } else {
             Arc::clone(current)
         }
+    });
+    published.lsn.send_if_modified(|lsn| {
+        let newer = *lsn < snapshot.lsn;
+        *lsn = (*lsn).max(snapshot.lsn);
+        newer
     });
 }
 
@@ -275,7 +312,8 @@ impl SheetActor {
             (Ok(commit), Record::Sheet(write)) => {
                 // Applied only once the log has taken the record: a refused append (no space,
                 // a failed log) leaves memory as it was, so no reader ever sees that write.
-                self.state.apply(&write);
+                self.state.apply(&write, commit.lsn());
+                self.state.changes.prune(at, self.shared.retention);
                 self.applied_lsn = commit.lsn();
                 let snapshot =
                     Arc::new(SheetSnapshot { state: self.state.clone(), lsn: commit.lsn() });

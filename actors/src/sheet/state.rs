@@ -12,11 +12,13 @@ use imbl::{OrdMap, OrdSet};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::changes::ChangeLog;
 use crate::coerce::{apply_writes, coerce_cells, CellWrite};
 use crate::error::{Error, Result};
 use crate::model::{Column, ColumnId, Json, Millis, Row, RowId, SheetId, SOURCE_API};
 use crate::record::SheetWrite;
 use crate::shared::RowIds;
+use wal::Lsn;
 
 /// One item of a bulk update.
 #[derive(Clone, Debug)]
@@ -95,6 +97,10 @@ pub struct SheetState {
     /// so counters never cost a scan of the rows.
     #[serde(skip)]
     attachments: (u64, u64),
+    /// The retained changes of the rows (see [`ChangeLog`]); a checkpoint stores it beside the
+    /// state, not inside it, so checkpoints written before the feed existed still decode.
+    #[serde(skip)]
+    pub changes: ChangeLog,
 }
 
 impl SheetState {
@@ -191,8 +197,17 @@ impl SheetState {
         (page, None)
     }
 
-    /// Apply a decided write (also the replay path).
-    pub fn apply(&mut self, write: &SheetWrite) {
+    /// The rows a sheet starts with (an import's) as changes of the record at `lsn`, so a
+    /// follower reading the feed from its start sees them.
+    pub(crate) fn record_import(&mut self, lsn: Lsn) {
+        self.changes.record(lsn, self.created_at, self.rows.len(), Vec::new());
+    }
+
+    /// Apply a decided write, held by the record at `lsn` (also the replay path).
+    pub fn apply(&mut self, write: &SheetWrite, lsn: Lsn) {
+        let deleted_versions =
+            write.deleted.iter().map(|id| self.rows.get(id).map_or(0, |r| r.version)).collect();
+        self.changes.record(lsn, write.at, write.put.len() + write.deleted.len(), deleted_versions);
         for row in &write.put {
             self.put(Arc::clone(row));
         }
@@ -277,6 +292,7 @@ impl SheetState {
         now: Millis,
     ) -> (Vec<Result<Arc<Row>>>, Vec<Arc<Row>>) {
         let mut written: HashMap<RowId, Arc<Row>> = HashMap::new();
+        let mut put = Vec::new();
         let results = items
             .iter()
             .map(|item| {
@@ -289,11 +305,12 @@ impl SheetState {
                 let row =
                     Arc::new(next_version(current, apply_writes(BTreeMap::new(), writes), now));
                 written.insert(row.id, Arc::clone(&row));
+                put.push(Arc::clone(&row));
                 Ok(row)
             })
             .collect();
-        let mut put: Vec<Arc<Row>> = written.into_values().collect();
-        put.sort_by_key(|r| r.id);
+        // In item order, one per succeeded item (an id twice is written twice): the change
+        // feed shows one change per succeeded item.
         (results, put)
     }
 
@@ -466,8 +483,13 @@ mod tests {
         assert_eq!(results[0].as_ref().unwrap().version, 2);
         assert!(matches!(results[1], Err(Error::VersionConflict { .. })));
         assert_eq!(results[2].as_ref().unwrap().version, 3);
-        assert_eq!(put.len(), 1, "one final state per row is logged");
-        assert_eq!(put[0].cells[&1], Json(json!(7)));
+        // One entry per succeeded item, in item order: the feed shows each of them.
+        assert_eq!(put.iter().map(|r| r.version).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(put[1].cells[&1], Json(json!(7)));
+        let mut applied = s.clone();
+        applied.apply(&SheetWrite { sheet_id: 9, at: 1, put, deleted: Vec::new(), idem: None }, 7);
+        assert_eq!(applied.rows[&1].version, 3);
+        assert_eq!(applied.changes.next_seq() - applied.changes.oldest_seq(), 2);
     }
 
     #[test]
@@ -477,8 +499,8 @@ mod tests {
         assert_eq!(s.attachment_totals(), (4, 100));
         let write =
             SheetWrite { sheet_id: 9, at: 5, put: Vec::new(), deleted: vec![1, 2, 3], idem: None };
-        s.apply(&write);
-        s.apply(&write);
+        s.apply(&write, 1);
+        s.apply(&write, 1);
         assert_eq!(s.rows.keys().copied().collect::<Vec<_>>(), [4]);
         assert_eq!(s.attachment_totals(), (1, 40));
         assert!(matches!(s.subtree(2), Err(Error::NotFound(_))));
@@ -599,11 +621,11 @@ mod props {
                                 .collect(),
                             ..Row::new(id, 9, BTreeMap::new(), crate::model::SOURCE_API, at)
                         };
-                        s.apply(&SheetWrite { sheet_id: 9, at, put: vec![Arc::new(row)], deleted: Vec::new(), idem: None });
+                        s.apply(&SheetWrite { sheet_id: 9, at, put: vec![Arc::new(row)], deleted: Vec::new(), idem: None }, 1);
                     }
                     Op::Delete { id } => {
                         if let Ok(ids) = s.subtree(id) {
-                            s.apply(&SheetWrite { sheet_id: 9, at, put: Vec::new(), deleted: ids, idem: None });
+                            s.apply(&SheetWrite { sheet_id: 9, at, put: Vec::new(), deleted: ids, idem: None }, 1);
                         }
                     }
                     Op::Restart => {

@@ -1,0 +1,239 @@
+//! A sheet's change feed: which log records hold its row changes, in the order the sheet
+//! applied them, numbered by a per-sheet `seq`.
+//!
+//! # Where changes live
+//!
+//! Every write's record already holds the rows it wrote, so the feed keeps no copy of a row:
+//! [`ChangeLog`] is an index of *spans*, one per record that changed the sheet's rows (its
+//! LSN, its time, its first `seq` and how many changes it holds). A page of the feed reads
+//! those records back from the log ([`extract`]). The records a span names stay in the log past
+//! checkpoints for as long as the span is retained (`wal::Wal::checkpoint_retaining`), and the
+//! index itself travels in the checkpoint.
+//!
+//! # Numbering
+//!
+//! A span's changes are, in order: the record's rows as written (a row at version 1 was
+//! created, a later version updated), then its removed rows. `seq`s are assigned when the
+//! record is applied, live or in replay alike, so they are gap-free and identical across
+//! restarts: a record the log lost (never acknowledged) was never applied and took no `seq`.
+//!
+//! # Retention
+//!
+//! [`ChangeLog::prune`] drops the oldest spans once they are both older than the retention
+//! time and not among the last `min_changes` changes: "at least N days and at least M changes".
+
+use std::sync::Arc;
+
+use imbl::Vector;
+use serde::{Deserialize, Serialize};
+use wal::Lsn;
+
+use crate::error::{Error, Result};
+use crate::model::{Millis, Row, RowId, SheetId};
+use crate::record::Record;
+use crate::shared::Retention;
+
+/// The changes of one log record to one sheet.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChangeSpan {
+    /// `seq` of the first change.
+    pub first_seq: u64,
+    /// How many changes (rows written, then rows removed).
+    pub count: u32,
+    /// The record holding them.
+    pub lsn: Lsn,
+    /// When the write happened.
+    pub at: Millis,
+    /// The last versions of the removed rows, in the record's order: a removed row is gone
+    /// from the sheet, and the record names only its id.
+    pub deleted_versions: Arc<[u64]>,
+}
+
+/// A sheet's retained changes: the spans in `seq` order.
+///
+/// Persistent (`imbl`), so a copy for a published snapshot is O(1).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChangeLog {
+    spans: Vector<ChangeSpan>,
+    /// The `seq` the next change gets (the first is 1).
+    next_seq: u64,
+}
+
+/// What a change did to its row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// The row was added (version 1).
+    Created,
+    /// The row's cells changed.
+    Updated,
+    /// The row was removed (alone or with its parent's subtree).
+    Deleted,
+}
+
+/// One change of the feed.
+#[derive(Clone, Debug)]
+pub struct Change {
+    /// Per-sheet sequence number: strictly increasing, gap-free.
+    pub seq: u64,
+    /// What happened.
+    pub kind: ChangeKind,
+    /// The row.
+    pub row_id: RowId,
+    /// The row's version after the change (its last one for a removal).
+    pub version: u64,
+    /// The row after the change; `None` for a removal.
+    pub row: Option<Arc<Row>>,
+    /// When.
+    pub at: Millis,
+}
+
+impl ChangeLog {
+    /// The `seq` of the oldest retained change (equal to [`ChangeLog::next_seq`] when none is).
+    pub fn oldest_seq(&self) -> u64 {
+        self.spans.front().map_or_else(|| self.next_seq(), |s| s.first_seq)
+    }
+
+    /// The `seq` the next change will get: a feed position "after everything so far".
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq.max(1)
+    }
+
+    /// Notes `count` changes held by the record at `lsn`.
+    pub(crate) fn record(&mut self, lsn: Lsn, at: Millis, count: usize, deleted: Vec<u64>) {
+        if count == 0 {
+            return;
+        }
+        let first_seq = self.next_seq();
+        let count = u32::try_from(count).unwrap_or(u32::MAX);
+        self.next_seq = first_seq + u64::from(count);
+        self.spans.push_back(ChangeSpan {
+            first_seq,
+            count,
+            lsn,
+            at,
+            deleted_versions: deleted.into(),
+        });
+    }
+
+    /// Drops the oldest spans that `retention` no longer requires at time `now`.
+    pub(crate) fn prune(&mut self, now: Millis, retention: Retention) {
+        let horizon = now.saturating_sub(i64::from(retention.days) * 86_400_000);
+        while let Some(front) = self.spans.front() {
+            let after = self.next_seq() - (front.first_seq + u64::from(front.count));
+            if front.at >= horizon || after < retention.min_changes {
+                break;
+            }
+            self.spans.pop_front();
+        }
+    }
+
+    /// The LSNs of the records the retained changes live in.
+    pub fn lsns(&self) -> impl Iterator<Item = Lsn> + '_ {
+        self.spans.iter().map(|s| s.lsn)
+    }
+
+    /// The retained spans holding `seq` and later changes, in order.
+    pub fn spans_from(&self, seq: u64) -> impl Iterator<Item = &ChangeSpan> + '_ {
+        // The last span starting at or before `seq` holds it (spans are contiguous).
+        let start = match self.spans.binary_search_by(|s| s.first_seq.cmp(&seq)) {
+            Ok(i) => i,
+            Err(i) => i.saturating_sub(1),
+        };
+        self.spans.iter().skip(start)
+    }
+}
+
+/// The changes `span` describes, read from its record, for sheet `sheet_id`. `current` looks a
+/// row up in the sheet as it is now: a change whose version is current shares that row (and
+/// its rendered JSON) instead of the decoded copy.
+///
+/// # Errors
+/// [`Error::Inconsistent`] when the record does not hold the changes the span says it does: the
+/// index and the log disagree, which no client can cause.
+pub fn extract(
+    record: Record,
+    sheet_id: SheetId,
+    span: &ChangeSpan,
+    current: impl Fn(RowId) -> Option<Arc<Row>>,
+) -> Result<Vec<Change>> {
+    let share = |row: Arc<Row>| match current(row.id) {
+        Some(now) if now.version == row.version => now,
+        _ => row,
+    };
+    let written = |row: Arc<Row>| {
+        let row = share(row);
+        let kind = if row.version == 1 { ChangeKind::Created } else { ChangeKind::Updated };
+        (kind, row.id, row.version, Some(row))
+    };
+    let found: Vec<(ChangeKind, RowId, u64, Option<Arc<Row>>)> = match record {
+        Record::Sheet(write) if write.sheet_id == sheet_id => {
+            let removed = write.deleted.iter().zip(span.deleted_versions.iter());
+            let mut all: Vec<_> = write.put.into_iter().map(written).collect();
+            all.extend(removed.map(|(&id, &v)| (ChangeKind::Deleted, id, v, None)));
+            all
+        }
+        Record::Import(batch) => batch
+            .sheets
+            .into_iter()
+            .filter(|s| s.meta.id == sheet_id)
+            .flat_map(|s| s.rows)
+            .map(|row| written(Arc::new(row)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    if found.len() != span.count as usize {
+        return Err(Error::Inconsistent(format!(
+            "the log record {} holds {} changes of sheet {sheet_id}, its index says {}",
+            span.lsn,
+            found.len(),
+            span.count
+        )));
+    }
+    Ok(found
+        .into_iter()
+        .zip(span.first_seq..)
+        .map(|((kind, row_id, version, row), seq)| Change {
+            seq,
+            kind,
+            row_id,
+            version,
+            row,
+            at: span.at,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seqs_are_contiguous_and_pruning_keeps_both_minimums() {
+        let day = 86_400_000;
+        let mut log = ChangeLog::default();
+        assert_eq!((log.oldest_seq(), log.next_seq()), (1, 1));
+        log.record(10, 0, 3, Vec::new());
+        log.record(11, 0, 0, Vec::new());
+        log.record(12, day, 2, vec![4, 5]);
+        log.record(13, 9 * day, 1, Vec::new());
+        assert_eq!((log.oldest_seq(), log.next_seq()), (1, 7));
+        assert_eq!(log.lsns().collect::<Vec<_>>(), vec![10, 12, 13]);
+        assert_eq!(log.spans_from(4).map(|s| s.lsn).collect::<Vec<_>>(), vec![12, 13]);
+        assert_eq!(log.spans_from(5).map(|s| s.lsn).collect::<Vec<_>>(), vec![12, 13]);
+        assert_eq!(log.spans_from(3).map(|s| s.lsn).collect::<Vec<_>>(), vec![10, 12, 13]);
+
+        // Old enough but among the last 4 changes: kept.
+        log.prune(9 * day, Retention { days: 7, min_changes: 4 });
+        assert_eq!(log.oldest_seq(), 1);
+        // With a smaller minimum the first span goes; the second is within 7 days.
+        log.prune(8 * day - 1, Retention { days: 7, min_changes: 1 });
+        assert_eq!(log.oldest_seq(), 4);
+        log.prune(9 * day, Retention { days: 7, min_changes: 1 });
+        assert_eq!(log.oldest_seq(), 6);
+        // The newest span stays while the minimum asks for it.
+        log.prune(99 * day, Retention { days: 7, min_changes: 1 });
+        assert_eq!((log.oldest_seq(), log.next_seq()), (6, 7));
+        log.prune(99 * day, Retention { days: 0, min_changes: 0 });
+        assert_eq!((log.oldest_seq(), log.next_seq()), (7, 7));
+    }
+}
