@@ -103,6 +103,18 @@ impl Caller {
         }
     }
 
+    /// The same caller deciding by `directory` (a newer one) at `now`: `None` once its key is
+    /// revoked, expired or gone. A long-running response (a change stream) re-checks access
+    /// with it, as a new request would.
+    pub fn refreshed(&self, directory: Arc<DirectoryState>, now: Millis) -> Option<Caller> {
+        let key = directory.keys.get(&self.key.id)?;
+        (key.state(now) == KeyState::Active).then(|| Caller {
+            key: key.clone(),
+            directory: directory.clone(),
+            request_id: self.request_id.clone(),
+        })
+    }
+
     /// Whether `target` is readable (for filtering lists).
     pub fn can_read(&self, target: Target) -> bool {
         self.directory.effective_role(&self.key, target).is_some()

@@ -44,6 +44,8 @@ pub enum Kind {
     Reports = 3,
     /// `POST /reports/{id}/run`.
     ReportRun = 4,
+    /// `GET /sheets/{id}/changes` (position: the `seq` of the next change to read).
+    Changes = 5,
 }
 
 /// Why a cursor was refused.

@@ -48,6 +48,8 @@ pub enum Code {
     StorageUnavailable,
     /// `If-Match` names no current ETag of the row.
     PreconditionFailed,
+    /// A change-feed cursor older than the retained changes.
+    CursorExpired,
 }
 
 impl Code {
@@ -71,6 +73,7 @@ impl Code {
             ReportCapExceeded => (StatusCode::PAYLOAD_TOO_LARGE, "report_cap_exceeded"),
             StorageUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
             PreconditionFailed => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
+            CursorExpired => (StatusCode::GONE, "cursor_expired"),
         }
     }
 

@@ -6,7 +6,7 @@
 //!    parameters, request body and every status it can answer), and every view and request
 //!    body derives [`ToSchema`]. A handler or view cannot change shape without the document
 //!    changing with it.
-//! 2. [`ApiDoc`] gathers the thirteen operations (api-v1's twelve and getRow). Error answers
+//! 2. [`ApiDoc`] gathers every operation (api-v1's twelve and the extensions'). Error answers
 //!    are the reusable responses defined here, one per status ([`Unauthorized`], [`NotFound`],
 //!    ...), each with the error envelope, and [`NotModified`] is the bodiless 304; handlers
 //!    name the ones they can produce.
@@ -37,7 +37,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
 
-/// The document: the thirteen operations, their schemas and the reusable error responses.
+/// The document: every operation, their schemas and the reusable error responses.
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -72,6 +72,8 @@ use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
         crate::routes::rows::bulk_update_rows,
         crate::routes::rows::patch_row,
         crate::routes::rows::delete_row,
+        crate::routes::changes::list_changes,
+        crate::routes::export::export_rows,
     ),
     components(
         schemas(
@@ -85,6 +87,7 @@ use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
             RateLimitErrorEnvelope,
             RetryAfterDetail,
             BulkItemError,
+            crate::views::ChangeView,
         ),
         responses(
             NotModified,
@@ -99,6 +102,7 @@ use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
             RateLimited,
             InternalError,
             StorageUnavailable,
+            CursorExpired,
         )
     ),
     modifiers(&BearerAuth),
@@ -108,6 +112,8 @@ use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
         (name = "sheets", description = "Sheets and their columns."),
         (name = "rows", description = "Rows: paged reads and idempotent writes."),
         (name = "reports", description = "Saved reports: metadata and runs."),
+        (name = "changes", description = "Keeping a copy in sync: the change feed and \
+            consistent export."),
     )
 )]
 pub struct ApiDoc;
@@ -283,6 +289,52 @@ pub fn bulk_status_schema() -> Schema {
     string_enum(&["succeeded", "failed"])
 }
 
+/// `type` of a change.
+pub fn change_type_schema() -> Schema {
+    string_enum(&["row.created", "row.updated", "row.deleted"])
+}
+
+/// `limit`, `cursor` and `wait` of listChanges.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ChangesQuery {
+    /// Changes per page: default 100; a value above 500 is clamped to 500. Below 1 or not an
+    /// integer: 422.
+    #[param(minimum = 1, default = 100)]
+    pub limit: Option<i64>,
+    /// A `nextCursor` of this sheet's feed (or an export's `Sheet-Changes-Cursor`), passed back
+    /// unchanged. Without it the feed starts at the oldest retained change. Altered, or from
+    /// another endpoint or sheet: 422. Older than the retained changes: 410
+    /// `cursor_expired`.
+    #[param(min_length = 1)]
+    pub cursor: Option<String>,
+    /// Long-poll: when no change follows the cursor, hold the request up to this many seconds
+    /// and answer as soon as one is durable. 0 to 30; anything else: 422.
+    #[param(minimum = 0, maximum = 30, default = 0)]
+    pub wait: Option<i64>,
+}
+
+/// `Last-Event-ID` of listChanges as an event stream.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct LastEventId {
+    /// With `Accept: text/event-stream`: the `id` of the last event received, to resume the
+    /// stream after it (it takes the place of `cursor`). Not a cursor of this feed: 422.
+    #[param(rename = "Last-Event-ID", value_type = String, required = false)]
+    pub last_event_id: Option<String>,
+}
+
+/// `format` of exportRows, with listRows' `fields` and `filter`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ExportQuery {
+    /// `ndjson` (default): one RowV1 per line. `csv`: RFC 4180 with a header line
+    /// `id,version,<column names by position>`; a cell is its text, a wrapper its `value`, a
+    /// `multi_select` list its JSON text, a missing or null cell empty. Anything else: 422.
+    #[param(value_type = String, pattern = "^(ndjson|csv)$")]
+    pub format: Option<String>,
+}
+
 /// `mode` of a report run.
 pub fn report_mode_schema() -> Schema {
     string_enum(&["flat", "aggregated"])
@@ -374,7 +426,7 @@ pub struct ErrorEnvelope {
     /// `version_conflict`, `capacity_exceeded`, `rate_limit_exceeded`,
     /// `idempotency_key_reused`, `idempotency_in_progress`, `payload_too_large`,
     /// `internal_error`, `payment_required`, `report_compile_failed`, `report_cap_exceeded`,
-    /// `storage_unavailable`, `precondition_failed`;
+    /// `storage_unavailable`, `precondition_failed`, `cursor_expired`;
     /// codes are only ever added.
     pub error_code: String,
     /// A sentence naming the problem.
@@ -562,6 +614,12 @@ error_responses! {
          `Retry-After` seconds.";
     InternalError => "ErrorEnvelope",
         "`internal_error`: the server failed; the cause is logged, never sent.";
+    CursorExpired => "ErrorEnvelope",
+        "`cursor_expired`: the cursor points before the oldest change the sheet still keeps \
+         (the server keeps at least 7 days and at least the last 100,000 changes per sheet, \
+         unless configured otherwise). `detail.oldestCursor` is the cursor of the oldest kept \
+         change; to resynchronize, export the sheet (exportRows) and follow from its \
+         `Sheet-Changes-Cursor`.";
     StorageUnavailable => "ErrorEnvelope",
         "`storage_unavailable`: the data dir cannot take writes now (free space below the \
          server's floor, or an I/O failure); nothing was written and reads are still served. \

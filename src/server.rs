@@ -41,6 +41,9 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Caps of one report run (`--report-max-sources`, `--report-max-scanned-rows`).
     pub report_caps: actors::report::Caps,
+    /// Turns `true` when the server begins to stop: long-polls and change streams end at
+    /// once instead of holding the graceful stop for up to their full wait.
+    pub stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// How to start: the serve flags plus what tests inject.
@@ -201,6 +204,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
             max_sources: args.report_max_sources,
             max_scanned_rows: args.report_max_scanned_rows,
         },
+        stopping: tokio::sync::watch::channel(false).0,
     });
     let public =
         TcpListener::bind(args.addr).with_context(|| format!("cannot listen on {}", args.addr))?;
@@ -250,6 +254,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
 
 /// Stop serving (draining in-flight requests), checkpoint, and close the log.
 pub async fn stop(running: Running) -> anyhow::Result<()> {
+    running.state.stopping.send_replace(true);
     for server in &running.servers {
         server.stop(true).await;
     }

@@ -266,6 +266,73 @@ impl From<&Row> for RowView {
     }
 }
 
+/// Change: one entry of a sheet's change feed (listChanges, and each event of its stream).
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = Change)]
+pub struct ChangeView<'a> {
+    /// Per-sheet sequence number: strictly increasing, gap-free, never reused.
+    #[schema(minimum = 1)]
+    pub seq: u64,
+    /// What happened to the row.
+    #[serde(rename = "type")]
+    #[schema(schema_with = crate::openapi::change_type_schema)]
+    pub kind: &'static str,
+    /// The row.
+    pub row_id: u64,
+    /// The row's version after the change; for `row.deleted` its last version.
+    #[schema(minimum = 1)]
+    pub version: u64,
+    /// The row after the change, as listRows shows it; null for `row.deleted`.
+    #[schema(value_type = Option<RowView>)]
+    pub row: Option<&'a RawValue>,
+    /// When the change was made (RFC 3339, UTC).
+    pub at: Option<String>,
+}
+
+impl<'a> ChangeView<'a> {
+    /// The view of a change; its row is the row's shared rendering ([`row_json`]).
+    pub fn new(change: &'a actors::sheet::Change) -> Self {
+        use actors::sheet::ChangeKind;
+        ChangeView {
+            seq: change.seq,
+            kind: match change.kind {
+                ChangeKind::Created => "row.created",
+                ChangeKind::Updated => "row.updated",
+                ChangeKind::Deleted => "row.deleted",
+            },
+            row_id: change.row_id,
+            version: change.version,
+            row: change.row.as_deref().map(row_json),
+            at: timestamp(change.at),
+        }
+    }
+}
+
+/// A page of the change feed.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = ChangesPage)]
+pub struct ChangesView<'a> {
+    /// The changes after the cursor, in order.
+    pub data: Vec<ChangeView<'a>>,
+    /// The position after the last change returned (the same position when none was): never
+    /// null. Store it and pass it back as `cursor`.
+    pub next_cursor: String,
+    /// Request id.
+    pub request_id: String,
+}
+
+/// A row's JSON for a bulk reader (export) into `out`: the shared rendering when a read made it
+/// already, else rendered into `out` without being kept, so reading a whole sheet leaves no
+/// cache behind (memory stays flat); with `fields`, only those cells.
+pub fn write_row_json(out: &mut Vec<u8>, row: &Row, fields: Option<&BTreeSet<u64>>) {
+    match (row.rendered.cached(), fields) {
+        (Some(json), None) => out.extend_from_slice(json.get().as_bytes()),
+        _ => serde_json::to_writer(&mut *out, &RowJson(row, fields)).unwrap_or_default(),
+    }
+}
+
 /// ReportSummaryV1.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -402,6 +402,14 @@ impl Rendered {
     }
 }
 
+impl Rendered {
+    /// The cached JSON, if a read rendered it already (a bulk reader that must not fill the
+    /// cache, such as an export, uses it when present and renders into its own buffer else).
+    pub fn cached(&self) -> Option<&serde_json::value::RawValue> {
+        self.0.get().map(|b| &**b)
+    }
+}
+
 impl Clone for Rendered {
     fn clone(&self) -> Self {
         Rendered::default()

@@ -2,7 +2,9 @@
 //! answers `HEAD` ([`read`]); any other unknown method is the 404 envelope (decisions §9).
 
 pub mod admin;
+pub mod changes;
 pub mod docs;
+pub mod export;
 pub mod me;
 pub mod reports;
 pub mod rows;
@@ -68,6 +70,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource("/sheets/{sheet_id}").route(read().to(sheets::get_sheet)))
         .service(resource("/sheets/{sheet_id}/columns").route(read().to(sheets::list_columns)))
         .service(resource("/sheets/{sheet_id}/rows").route(read().to(rows::list_rows)))
+        .service(resource("/sheets/{sheet_id}/changes").route(read().to(changes::list_changes)))
+        .service(resource("/sheets/{sheet_id}/export").route(read().to(export::export_rows)))
         .service(
             resource("/sheets/{sheet_id}/rows:bulkAdd").route(web::post().to(rows::bulk_add_rows)),
         )

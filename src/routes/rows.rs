@@ -12,7 +12,8 @@
 use actix::{Handler, Message};
 use actix_web::{web, HttpRequest, HttpResponse};
 use actors::model::Column;
-use actors::report::compile::compile_sheet_filter;
+use actors::report::compile::{compile_sheet_filter, SheetFilter};
+use actors::sheet::SheetState;
 use actors::sheet::{
     BulkAdd, BulkUpdate, DeleteRow, IdemRequest, Patch, PatchItem, UpdateItem, WriteOutcome,
     WriteReply,
@@ -30,7 +31,7 @@ use crate::error::ApiError;
 use crate::idempotency::{self, storable, Begin};
 use crate::input::{
     body_problem, filter_problem, integer, json_body, paging_bound, path_id, read_body, row_query,
-    some_integer,
+    some_integer, RowQuery,
 };
 use crate::openapi as oa;
 use crate::routes::sheets::{sheet_actor, sheet_snapshot};
@@ -182,29 +183,13 @@ pub async fn list_rows(
         return conditional::respond(&req, tag, || Ok(HttpResponse::Ok().finish()));
     }
     let sheet = &snapshot.state;
-    if let Some(unknown) = query.fields.iter().flatten().find(|id| !sheet.columns.contains_key(id))
-    {
-        return Err(ApiError::validation(
-            vec![json!("query"), json!("fields")],
-            format!("`{unknown}` is not the id of a column of sheet {sheet_id}"),
-            "value_error",
-        ));
-    }
-    let (rows, resume_after) = match &query.filter {
+    let (rows, resume_after) = match checked_query(&query, sheet)? {
         None => {
             let (rows, more) = sheet.page(page.after, page.limit);
             let last = rows.last().map_or(0, |r| r.id);
             (rows, more.then_some(last))
         }
         Some(filter) => {
-            let columns: Vec<Column> = sheet.columns.values().cloned().collect();
-            let filter = compile_sheet_filter(filter, &columns).map_err(|e| {
-                ApiError::validation(
-                    vec![json!("query"), json!("filter")],
-                    filter_problem(&e),
-                    "value_error",
-                )
-            })?;
             // Up to 100,000 rows of predicate work: off the worker, as report scans are.
             let snapshot = snapshot.clone();
             web::block(move || {
@@ -227,6 +212,32 @@ pub async fn list_rows(
     };
     let page = ok(&ListView { data, next_cursor, request_id: caller.request_id })?;
     conditional::respond(&req, tag, || Ok(page))
+}
+
+/// Checks a `fields` and `filter` query against the sheet's columns (listRows and exportRows):
+/// an unknown column id in `fields` is a 422 at `["query", "fields"]`, a filter the compiler
+/// refuses a 422 at `["query", "filter"]`. Returns the compiled filter, if there is one.
+pub fn checked_query(
+    query: &RowQuery,
+    sheet: &SheetState,
+) -> Result<Option<SheetFilter>, ApiError> {
+    if let Some(unknown) = query.fields.iter().flatten().find(|id| !sheet.columns.contains_key(id))
+    {
+        return Err(ApiError::validation(
+            vec![json!("query"), json!("fields")],
+            format!("`{unknown}` is not the id of a column of sheet {}", sheet.id),
+            "value_error",
+        ));
+    }
+    let Some(filter) = &query.filter else { return Ok(None) };
+    let columns: Vec<Column> = sheet.columns.values().cloned().collect();
+    compile_sheet_filter(filter, &columns).map(Some).map_err(|e| {
+        ApiError::validation(
+            vec![json!("query"), json!("filter")],
+            filter_problem(&e),
+            "value_error",
+        )
+    })
 }
 
 /// getRow: one row, from the sheet's published snapshot.
