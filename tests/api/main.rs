@@ -3,6 +3,7 @@
 
 mod admin;
 mod bench;
+mod changes;
 mod common;
 mod compression;
 mod conditional;
