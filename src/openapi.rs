@@ -726,6 +726,10 @@ fn add_headers(response: &mut Value, status: &str, write: bool, etag: bool) {
                    "schema": {"type": "string", "enum": ["true"]}}),
         );
     }
+    // Headers an operation documents itself (exportRows' `Sheet-Changes-Cursor`) stay.
+    if let Some(Value::Object(own)) = response.remove("headers") {
+        headers.extend(own);
+    }
     response.insert("headers".into(), Value::Object(headers));
 }
 

@@ -11,7 +11,7 @@ use crate::common::*;
 
 /// The spec's endpoint table and the extensions' getRow: operation id, method, path (relative
 /// to `{base_url}`).
-const OPERATIONS: [(&str, &str, &str); 13] = [
+const OPERATIONS: [(&str, &str, &str); 15] = [
     ("getMe", "get", "/me"),
     ("listSheets", "get", "/sheets"),
     ("getSheet", "get", "/sheets/{sheet_id}"),
@@ -25,6 +25,8 @@ const OPERATIONS: [(&str, &str, &str); 13] = [
     ("bulkUpdateRows", "post", "/sheets/{sheet_id}/rows:bulkUpdate"),
     ("patchRow", "patch", "/sheets/{sheet_id}/rows/{row_id}"),
     ("deleteRow", "delete", "/sheets/{sheet_id}/rows/{row_id}"),
+    ("listChanges", "get", "/sheets/{sheet_id}/changes"),
+    ("exportRows", "get", "/sheets/{sheet_id}/export"),
 ];
 
 const WRITES: [&str; 4] = ["bulkAddRows", "bulkUpdateRows", "patchRow", "deleteRow"];
@@ -91,7 +93,7 @@ fn names(list: &[&str]) -> BTreeSet<String> {
 }
 
 #[actix_rt::test]
-async fn openapi_document_is_3_1_and_lists_exactly_the_thirteen_operations() {
+async fn openapi_document_is_3_1_and_lists_exactly_its_operations() {
     let s = TestServer::start().await;
     let doc = document(&s).await;
     assert!(doc["openapi"].as_str().unwrap().starts_with("3.1."), "{}", doc["openapi"]);
@@ -159,6 +161,9 @@ async fn openapi_document_is_3_1_and_lists_exactly_the_thirteen_operations() {
             // Extensions X6: the leaner reads.
             "listRows" => &["cursor", "fields", "filter", "limit"],
             "getSheet" => &["limit"],
+            // Extensions X3 and X4.
+            "listChanges" => &["cursor", "limit", "wait"],
+            "exportRows" => &["fields", "filter", "format"],
             _ => &[],
         };
         assert_eq!(query, expected_query.iter().copied().collect(), "{id}");
@@ -179,6 +184,7 @@ async fn every_operation_documents_its_error_statuses_with_the_envelope_and_head
         .as_str()
         .unwrap();
     assert!(codes.contains("`precondition_failed`"), "{codes}");
+    assert!(codes.contains("`cursor_expired`"), "{codes}");
     let scheme = &doc["components"]["securitySchemes"]["bearerAuth"];
     assert_eq!(
         (scheme["type"].as_str(), scheme["scheme"].as_str()),
@@ -212,7 +218,15 @@ async fn every_operation_documents_its_error_statuses_with_the_envelope_and_head
         if PRECONDITIONED.contains(&id.as_str()) {
             expected.insert("412");
         }
+        if id == "listChanges" {
+            expected.insert("410");
+        }
         assert_eq!(statuses, expected, "{id}");
+        if id == "exportRows" {
+            let headers = &responses["200"]["headers"];
+            assert!(headers.get("Sheet-Changes-Cursor").is_some(), "{headers}");
+            assert_eq!(headers["X-Request-Id"]["required"], true);
+        }
 
         for (status, response) in responses {
             let response = resolve(&doc, response);

@@ -538,7 +538,7 @@ mod tests {
         let mut cells = serde_json::Map::new();
         cells.insert("110".into(), json!(0));
         let reply = addr.send(BulkAdd { items: vec![cells], cap: 100, idem: None }).await.unwrap();
-        assert!(reply.result.is_ok());
+        assert!(reply.result.is_ok(), "{:?}", reply.result);
         let fresh = reports.send(run(0, &[10, 11, 99])).await.unwrap().unwrap();
         assert_eq!((fresh.rows, fresh.total_matched), (vec![vec![json!(0)], vec![json!(1)]], 4));
         assert_ne!(fresh.run, first.run);
