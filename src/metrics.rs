@@ -124,6 +124,11 @@ pub fn exposition(metrics: &Metrics, service: &Service) -> String {
         wal.bytes_since_checkpoint as f64,
     );
     e.gauge(
+        "sheetd_wal_retained_bytes",
+        "Stored bytes of the log records kept behind the checkpoint for the change feed.",
+        wal.retained_bytes as f64,
+    );
+    e.gauge(
         "sheetd_storage_writable",
         "1 while the data dir takes writes; 0 while they get 503 storage_unavailable.",
         f64::from(u8::from(wal.writable)),
