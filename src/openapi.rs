@@ -6,10 +6,10 @@
 //!    parameters, request body and every status it can answer), and every view and request
 //!    body derives [`ToSchema`]. A handler or view cannot change shape without the document
 //!    changing with it.
-//! 2. [`ApiDoc`] gathers the thirteen operations (api-v1's twelve and getRow). Error answers
-//!    are the reusable responses defined here, one per status ([`Unauthorized`], [`NotFound`],
-//!    ...), each with the error envelope, and [`NotModified`] is the bodiless 304; handlers
-//!    name the ones they can produce.
+//! 2. [`ApiDoc`] gathers the fourteen operations (api-v1's twelve, getRow and bulkUpsertRows).
+//!    Error answers are the reusable responses defined here, one per status ([`Unauthorized`],
+//!    [`NotFound`], ...), each with the error envelope, and [`NotModified`] is the bodiless
+//!    304; handlers name the ones they can produce.
 //! 3. [`BearerAuth`] adds the `bearerAuth` scheme, applied to every operation.
 //! 4. [`document`] renders the JSON once and adds the response headers the middleware sets on
 //!    every answer ([`ALWAYS`]), `Retry-After` on 429, `WWW-Authenticate` on 401,
@@ -37,7 +37,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
 
-/// The document: the thirteen operations, their schemas and the reusable error responses.
+/// The document: the fourteen operations, their schemas and the reusable error responses.
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -70,6 +70,7 @@ use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
         crate::routes::reports::run_report,
         crate::routes::rows::bulk_add_rows,
         crate::routes::rows::bulk_update_rows,
+        crate::routes::rows::bulk_upsert_rows,
         crate::routes::rows::patch_row,
         crate::routes::rows::delete_row,
     ),
@@ -183,7 +184,7 @@ pub struct LimitQuery {
     pub limit: Option<i64>,
 }
 
-/// The optional `Idempotency-Key` of the four row writes.
+/// The optional `Idempotency-Key` of the five row writes.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Header)]
 pub struct IdempotencyKey {
@@ -281,6 +282,18 @@ pub fn scope_type_schema() -> Schema {
 /// `status` of a bulk result item.
 pub fn bulk_status_schema() -> Schema {
     string_enum(&["succeeded", "failed"])
+}
+
+/// `action` of a bulkUpsert result item.
+pub fn upsert_action_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["created", "updated", "unchanged"]))
+        .description(Some(
+            "bulkUpsertRows only, on a succeeded item: what the item did. `unchanged`: the \
+             merge would change nothing, so nothing was written and `row` is the current row.",
+        ))
+        .into()
 }
 
 /// `mode` of a report run.
@@ -418,7 +431,8 @@ pub struct ValidationProblem {
     pub kind: String,
 }
 
-/// A cell value refused by its column's type (or a cell key that is not a column).
+/// A cell value refused by its column's type (or a cell key that is not a column, or an upsert
+/// item's key value held by more than one row).
 #[derive(ToSchema)]
 pub struct CellProblem {
     /// The column.
@@ -426,6 +440,9 @@ pub struct CellProblem {
     pub column_id: Value,
     /// Why the value was refused.
     pub reason: String,
+    /// bulkUpsertRows: the rows holding an item's key value, when more than one does.
+    #[schema(rename = "rowIds", required = false)]
+    pub row_ids: Option<Vec<u64>>,
 }
 
 /// A 409 envelope: `version_conflict`, `capacity_exceeded`, `idempotency_key_reused` or
@@ -685,7 +702,8 @@ fn unbound_limit(parameters: &mut Value) {
 }
 
 /// The row writes: they take `Idempotency-Key` and may answer with a replay.
-pub const WRITES: [&str; 4] = ["bulkAddRows", "bulkUpdateRows", "patchRow", "deleteRow"];
+pub const WRITES: [&str; 5] =
+    ["bulkAddRows", "bulkUpdateRows", "bulkUpsertRows", "patchRow", "deleteRow"];
 
 /// The reads that carry an `ETag` and answer `If-None-Match` with 304.
 pub const CONDITIONAL_READS: [&str; 4] = ["getRow", "getSheet", "listColumns", "listRows"];

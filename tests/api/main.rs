@@ -15,4 +15,5 @@ mod reports;
 mod row_queries;
 mod snapshots;
 mod startup;
+mod upsert;
 mod writes;
