@@ -7,8 +7,12 @@
 //! 500,000, the paid plan's cap per sheet). Nothing here asserts a duration: it prints.
 //!
 //! The data: two big sheets (B1, B2) loaded through bulkAdd of 2,000 rows, and a small sheet
-//! (S) of 1,000 rows from the seed, all with nine columns of every type.
+//! (S) of 1,000 rows from the seed, all with nine columns of every type. The upsert figure
+//! updates B1's rows by their text cell, keeping to the texts only one row holds (the load's
+//! generated texts repeat now and then).
 
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -181,6 +185,63 @@ async fn p50(url: &str, key: &str, n: usize) -> f64 {
     times[n / 2]
 }
 
+/// bulkUpsert of existing keys on sheet 1 (key column 100, the text), 2000-row bodies over
+/// `connections` keep-alive connections, each item changing the row's number cell so every one
+/// is an update. Returns the first upsert's seconds (it builds the key index, one scan of the
+/// sheet) and the durable rows/s of the load after it.
+async fn upsert_load(url: &str, keys: &[String], connections: usize, bodies: usize) -> (f64, f64) {
+    let endpoint = format!("{url}/sheets/1/rows:bulkUpsert");
+    let post = |client: awc::Client, body: Vec<u8>| {
+        let endpoint = endpoint.clone();
+        async move {
+            let mut res = client
+                .post(&endpoint)
+                .insert_header(("Authorization", format!("Bearer {KEY}")))
+                .insert_header(("Content-Type", "application/json"))
+                .send_body(body)
+                .await
+                .expect("bulkUpsert sent");
+            let answer: Value =
+                serde_json::from_slice(&res.body().limit(1 << 30).await.unwrap()).unwrap();
+            assert_eq!(res.status(), 200, "{answer}");
+            answer
+        }
+    };
+    let client = || awc::Client::builder().timeout(Duration::from_secs(120)).finish();
+    // Untimed bodies: the client's JSON work is not what is measured.
+    let body = |chunk: &[String], round: usize| {
+        let rows: Vec<Value> =
+            chunk.iter().map(|k| json!({"cells": {"100": k, "102": 1_000_000 + round}})).collect();
+        json!({"keyColumn": "100", "rows": rows}).to_string().into_bytes()
+    };
+    let first = Instant::now();
+    let answer = post(client(), body(&keys[..1], 0)).await;
+    let built = first.elapsed().as_secs_f64();
+    assert_eq!(answer["results"][0]["action"], "updated", "{answer}");
+    let chunks: Vec<&[String]> = keys.chunks(2000).filter(|c| c.len() == 2000).collect();
+    assert!(!chunks.is_empty(), "fewer than 2000 distinct keys to upsert");
+    let queue: VecDeque<Vec<u8>> =
+        (0..bodies).map(|i| body(chunks[i % chunks.len()], 1 + i / chunks.len())).collect();
+    let queue = RefCell::new(queue);
+    let started = Instant::now();
+    let workers = (0..connections).map(|_| {
+        let (queue, post) = (&queue, &post);
+        async move {
+            let client = client();
+            let mut rows = 0;
+            loop {
+                let next = queue.borrow_mut().pop_front();
+                let Some(body) = next else { return rows };
+                let answer = post(client.clone(), body).await;
+                assert_eq!(answer["failedCount"], 0, "{}", answer["results"][0]);
+                rows += answer["succeededCount"].as_u64().unwrap();
+            }
+        }
+    });
+    let rows: u64 = futures_util::future::join_all(workers).await.into_iter().sum();
+    (built, rows as f64 / started.elapsed().as_secs_f64())
+}
+
 async fn run_bench(flags: &[&str]) -> Report {
     let args = BenchArgs::parse_flags(flags).expect("valid bench flags");
     let report = bench::execute(&args).await.expect("bench runs");
@@ -294,6 +355,8 @@ fn main() {
         // 5. Memory: read every row of the big sheets (so every row is rendered), then RSS
         //    against the rows' JSON.
         let mut json_bytes = 0u64;
+        // How many rows of B1 hold each text: the upsert keys are the ones only one row holds.
+        let mut texts: HashMap<String, u32> = HashMap::new();
         for sheet in BIG {
             let mut cursor: Option<String> = None;
             loop {
@@ -306,6 +369,9 @@ fn main() {
                 let page: Value = serde_json::from_slice(&body).unwrap();
                 for r in page["data"].as_array().unwrap() {
                     json_bytes += r.to_string().len() as u64;
+                    if let (1, Some(text)) = (sheet, r["cells"]["100"].as_str()) {
+                        *texts.entry(text.to_owned()).or_default() += 1;
+                    }
                 }
                 match page["nextCursor"].as_str() {
                     Some(c) => cursor = Some(c.to_owned()),
@@ -315,6 +381,13 @@ fn main() {
         }
         let rss = server.rss_bytes();
         let total_rows = 2 * big_rows + 1000;
+
+        // 5b. bulkUpsert updating existing keys of a big sheet, 2000-row bodies, 8 connections
+        //     (after the RSS figure, which is about reads).
+        let mut keys: Vec<String> = texts.into_iter().filter(|(_, n)| *n == 1).map(|(t, _)| t).collect();
+        keys.sort_unstable();
+        let upsert_bodies = if quick { 40 } else { 100 };
+        let (index_build, upsert_rps) = upsert_load(&url, &keys, 8, upsert_bodies).await;
 
         // 6. Start-up after SIGKILL, and after a clean stop; the data dir against its checkpoint.
         server.kill9();
@@ -332,6 +405,8 @@ fn main() {
         println!("|{}|{}|{}|", "-".repeat(60), "-".repeat(36), "-".repeat(24));
         row("listRows page of 100, 32 conns, against bare actix-web", format!("{:.1}k vs {:.1}k req/s = {:.2}", ours_rps / 1e3, bare_rps / 1e3, ours_rps / bare_rps), ">= 0.6");
         row("bulkAdd, 2000-row bodies, 8 conns", format!("{:.0}k durable rows/s", bulk.rows_per_second / 1e3), ">= 250k");
+        row("bulkUpsert updates by key, 2000-row bodies, 8 conns", format!("{:.0}k durable rows/s", upsert_rps / 1e3), "flat in sheet size");
+        row(&format!("first upsert naming a key column ({big_rows} rows, one scan)"), format!("{:.0} ms", index_build * 1e3), "once per column");
         row("patchRow of distinct rows, 64 conns", format!("{:.1}k/s, p99 {:.1} ms", p64.requests_per_second / 1e3, p64.latency_ms.p99), ">= 15k/s, p99 <= 10 ms");
         row("patchRow, 1 conn", format!("p50 {:.2} ms", p1.latency_ms.p50), "p50 <= 0.3 ms");
         for (what, big, small) in &flat {
@@ -342,5 +417,6 @@ fn main() {
         row("data dir against its checkpoint (after a clean stop)", format!("{} MB vs {} MB ({:.2}x)", data_dir >> 20, checkpoint >> 20, data_dir as f64 / checkpoint.max(1) as f64), "<= 2x");
         println!();
         println!("bulkAdd load: {} rows in {:.1} s; page of 100: {} bytes", bulk.rows_written, bulk.elapsed_seconds, page.len());
+        println!("bulkUpsert: {upsert_bodies} bodies of 2000 over {} keys only one row of B1 holds", keys.len());
     });
 }

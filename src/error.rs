@@ -208,6 +208,17 @@ impl From<&actors::Error> for ApiError {
                 ApiError::new(Code::ValidationFailed, format!("Cell value refused: {c}."))
                     .with_detail(json!({"column_id": c.column_id, "reason": c.reason}))
             }
+            E::KeyColumn(reason) => {
+                ApiError::validation(vec![json!("body"), json!("keyColumn")], reason, "value_error")
+            }
+            E::AmbiguousKey { column_id, row_ids } => {
+                let reason = e.to_string();
+                ApiError::new(
+                    Code::ValidationFailed,
+                    format!("Cell value refused: column {column_id}: {reason}."),
+                )
+                .with_detail(json!({"column_id": column_id, "reason": reason, "rowIds": row_ids}))
+            }
             E::VersionConflict { current, conflicting, mergeable } => {
                 let mut detail = current_row(current);
                 let ids =

@@ -70,6 +70,7 @@ use utoipa::{IntoParams, Modify, OpenApi, ToResponse, ToSchema};
         crate::routes::reports::run_report,
         crate::routes::rows::bulk_add_rows,
         crate::routes::rows::bulk_update_rows,
+        crate::routes::rows::bulk_upsert_rows,
         crate::routes::rows::patch_row,
         crate::routes::rows::delete_row,
         crate::routes::changes::list_changes,
@@ -189,7 +190,7 @@ pub struct LimitQuery {
     pub limit: Option<i64>,
 }
 
-/// The optional `Idempotency-Key` of the four row writes.
+/// The optional `Idempotency-Key` of the five row writes.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Header)]
 pub struct IdempotencyKey {
@@ -335,6 +336,18 @@ pub struct ExportQuery {
     pub format: Option<String>,
 }
 
+/// `action` of a bulkUpsert result item.
+pub fn upsert_action_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["created", "updated", "unchanged"]))
+        .description(Some(
+            "bulkUpsertRows only, on a succeeded item: what the item did. `unchanged`: the \
+             merge would change nothing, so nothing was written and `row` is the current row.",
+        ))
+        .into()
+}
+
 /// `mode` of a report run.
 pub fn report_mode_schema() -> Schema {
     string_enum(&["flat", "aggregated"])
@@ -470,7 +483,8 @@ pub struct ValidationProblem {
     pub kind: String,
 }
 
-/// A cell value refused by its column's type (or a cell key that is not a column).
+/// A cell value refused by its column's type (or a cell key that is not a column, or an upsert
+/// item's key value held by more than one row).
 #[derive(ToSchema)]
 pub struct CellProblem {
     /// The column.
@@ -478,6 +492,9 @@ pub struct CellProblem {
     pub column_id: Value,
     /// Why the value was refused.
     pub reason: String,
+    /// bulkUpsertRows: the rows holding an item's key value, when more than one does.
+    #[schema(rename = "rowIds", required = false)]
+    pub row_ids: Option<Vec<u64>>,
 }
 
 /// A 409 envelope: `version_conflict`, `capacity_exceeded`, `idempotency_key_reused` or
@@ -747,7 +764,8 @@ fn unbound_limit(parameters: &mut Value) {
 }
 
 /// The row writes: they take `Idempotency-Key` and may answer with a replay.
-pub const WRITES: [&str; 4] = ["bulkAddRows", "bulkUpdateRows", "patchRow", "deleteRow"];
+pub const WRITES: [&str; 5] =
+    ["bulkAddRows", "bulkUpdateRows", "bulkUpsertRows", "patchRow", "deleteRow"];
 
 /// The reads that carry an `ETag` and answer `If-None-Match` with 304.
 pub const CONDITIONAL_READS: [&str; 4] = ["getRow", "getSheet", "listColumns", "listRows"];

@@ -426,6 +426,11 @@ pub struct BulkResultItemView<'a> {
     /// The error envelope without requestId, when failed.
     #[schema(value_type = Option<crate::openapi::BulkItemError>)]
     pub error: Option<Value>,
+    /// bulkUpsert only, on a succeeded item: `created`, `updated` or `unchanged` (nothing
+    /// written, `row` is the current row).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::openapi::upsert_action_schema, required = false)]
+    pub action: Option<&'static str>,
 }
 
 /// BulkWriteResponse.

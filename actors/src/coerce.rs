@@ -207,7 +207,8 @@ fn stored_datetime_parts(s: &str) -> Option<(&[u8], &[u8])> {
 }
 
 /// A cell key as a column id: `0` or a non-zero digit followed by digits, fitting in a `u64`.
-fn parse_column_key(key: &str) -> Option<ColumnId> {
+/// The one spelling of a column id in a request body (cell keys, an upsert's `keyColumn`).
+pub fn parse_column_key(key: &str) -> Option<ColumnId> {
     let canonical = !key.is_empty()
         && key.bytes().all(|b| b.is_ascii_digit())
         && (key == "0" || !key.starts_with('0'));

@@ -6,7 +6,7 @@
 //! coercion failure). Nothing here knows about HTTP.
 
 use crate::coerce::CoerceError;
-use crate::model::{ColumnId, Row};
+use crate::model::{ColumnId, Row, RowId};
 
 /// `Result` with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -35,6 +35,22 @@ pub enum Error {
     PreconditionFailed {
         /// The row as it is now.
         current: Box<Row>,
+    },
+    /// An upsert's `keyColumn` names no column of the sheet, or one whose type cannot be a key
+    /// (a whole-request refusal: the request is malformed for this sheet).
+    #[error("{0}")]
+    KeyColumn(String),
+    /// An upsert item's key value is held by more than one row, so it names no single row.
+    #[error(
+        "the key value is held by {} rows ({}); a key must name at most one row",
+        .row_ids.len(),
+        .row_ids.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    AmbiguousKey {
+        /// The key column.
+        column_id: ColumnId,
+        /// The rows holding the key value, ascending.
+        row_ids: Vec<RowId>,
     },
     /// The sheet is at its plan's row cap.
     #[error("the sheet has reached its cap of {cap} rows")]

@@ -80,6 +80,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route(web::post().to(rows::bulk_update_rows)),
         )
         .service(
+            resource("/sheets/{sheet_id}/rows:bulkUpsert")
+                .route(web::post().to(rows::bulk_upsert_rows)),
+        )
+        .service(
             resource("/sheets/{sheet_id}/rows/{row_id}")
                 .route(read().to(rows::get_row))
                 .route(web::patch().to(rows::patch_row))

@@ -1,5 +1,5 @@
 //! Rows: `GET /sheets/{sheet_id}/rows`, `GET /sheets/{sheet_id}/rows/{row_id}`, bulk add,
-//! bulk update, patch and delete.
+//! bulk update, bulk upsert (extensions X5), patch and delete.
 //!
 //! The reads answer from the sheet's published snapshot, with an `ETag` and 304 on a matching
 //! `If-None-Match` ([`crate::conditional`]).
@@ -11,12 +11,12 @@
 
 use actix::{Handler, Message};
 use actix_web::{web, HttpRequest, HttpResponse};
-use actors::model::Column;
+use actors::model::{Column, Row};
 use actors::report::compile::{compile_sheet_filter, SheetFilter};
 use actors::sheet::SheetState;
 use actors::sheet::{
-    BulkAdd, BulkUpdate, DeleteRow, IdemRequest, Patch, PatchItem, UpdateItem, WriteOutcome,
-    WriteReply,
+    BulkAdd, BulkUpdate, BulkUpsert, DeleteRow, IdemRequest, Patch, PatchItem, UpdateItem,
+    WriteOutcome, WriteReply,
 };
 use actors::SheetActor;
 use serde::Deserialize;
@@ -28,7 +28,7 @@ use crate::auth::{Caller, Need};
 use crate::conditional::{self, row_tag, sheet_tag, SheetRead};
 use crate::cursor::{query_binding, Kind};
 use crate::error::ApiError;
-use crate::idempotency::{self, storable, Begin};
+use crate::idempotency::{self, storable_outcome, Begin};
 use crate::input::{
     body_problem, filter_problem, integer, json_body, paging_bound, path_id, read_body, row_query,
     some_integer, RowQuery,
@@ -67,6 +67,22 @@ pub struct RowAddItem {
     #[serde(default)]
     #[schema(schema_with = oa::cells_schema)]
     cells: Map<String, Value>,
+}
+
+/// BulkUpsertRequest.
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(example = json!({"keyColumn": "100", "rows": [{"cells": {"100": "Try sheetd", "101": "Done"}}]}))]
+pub struct BulkUpsertRequest {
+    /// The key column: the id, as a string, of a column of the sheet of type `text`,
+    /// `number`, `contact`, `date`, `dropdown` or `symbol` (anything else: 422 at
+    /// `["body", "keyColumn"]`).
+    #[schema(pattern = "^[0-9]+$", example = "100")]
+    key_column: String,
+    /// The items (1 to 2000), applied in order, each on its own: its key cell (required, not
+    /// null) is matched against the rows' key cells by coerced value.
+    #[schema(min_items = 1, max_items = 2000)]
+    rows: Vec<RowAddItem>,
 }
 
 /// BulkUpdateRequest.
@@ -290,36 +306,49 @@ fn render_error(e: &actors::Error, request_id: &str) -> (u16, Vec<u8>) {
 fn render_bulk(result: &actors::Result<WriteOutcome>, request_id: &str) -> (u16, Vec<u8>) {
     match result {
         Ok(WriteOutcome::Bulk(items)) => {
-            let results: Vec<BulkResultItemView> = items
-                .iter()
-                .enumerate()
-                .map(|(index, r)| match r {
-                    Ok(row) => BulkResultItemView {
-                        index,
-                        status: "succeeded",
-                        row: Some(row_json(row)),
-                        error: None,
-                    },
-                    Err(e) => BulkResultItemView {
-                        index,
-                        status: "failed",
-                        row: None,
-                        error: Some(ApiError::from(e).item_body()),
-                    },
-                })
-                .collect();
-            let succeeded_count = results.iter().filter(|r| r.status == "succeeded").count();
-            let view = BulkWriteView {
-                failed_count: results.len() - succeeded_count,
-                succeeded_count,
-                results,
-                request_id: request_id.to_owned(),
-            };
-            (200, serde_json::to_vec(&view).unwrap_or_default())
+            bulk_body(items.iter().map(|r| r.as_ref().map(|row| (&**row, None))), request_id)
         }
+        Ok(WriteOutcome::Upserted(items)) => bulk_body(
+            items.iter().map(|r| r.as_ref().map(|u| (&*u.row, Some(u.action.as_str())))),
+            request_id,
+        ),
         Ok(_) => (500, Vec::new()),
         Err(e) => render_error(e, request_id),
     }
+}
+
+/// A BulkWriteResponse: one result per item, in order; an upsert's items carry their action.
+fn bulk_body<'a>(
+    items: impl Iterator<Item = Result<(&'a Row, Option<&'static str>), &'a actors::Error>>,
+    request_id: &str,
+) -> (u16, Vec<u8>) {
+    let results: Vec<BulkResultItemView> = items
+        .enumerate()
+        .map(|(index, r)| match r {
+            Ok((row, action)) => BulkResultItemView {
+                index,
+                status: "succeeded",
+                row: Some(row_json(row)),
+                error: None,
+                action,
+            },
+            Err(e) => BulkResultItemView {
+                index,
+                status: "failed",
+                row: None,
+                error: Some(ApiError::from(e).item_body()),
+                action: None,
+            },
+        })
+        .collect();
+    let succeeded_count = results.iter().filter(|r| r.status == "succeeded").count();
+    let view = BulkWriteView {
+        failed_count: results.len() - succeeded_count,
+        succeeded_count,
+        results,
+        request_id: request_id.to_owned(),
+    };
+    (200, serde_json::to_vec(&view).unwrap_or_default())
 }
 
 fn render_row(result: &actors::Result<WriteOutcome>, request_id: &str) -> (u16, Vec<u8>) {
@@ -338,7 +367,7 @@ fn render_deleted(result: &actors::Result<WriteOutcome>, request_id: &str) -> (u
     }
 }
 
-/// The one write path shared by the four row writes.
+/// The one write path shared by the five row writes.
 async fn run_write<M>(
     state: &web::Data<AppState>,
     req: &HttpRequest,
@@ -375,7 +404,7 @@ where
             request_id: rid.clone(),
             render: Box::new(move |result| {
                 let (status, body) = render(result, &rid);
-                storable(status).then_some((status, body))
+                storable_outcome(status, result).then_some((status, body))
             }),
         }
     });
@@ -512,6 +541,66 @@ pub async fn bulk_update_rows(
         .collect();
     run_write(&state, &req, &caller, sheet_id, &body, render_bulk, |idem, _| BulkUpdate {
         items,
+        idem,
+    })
+    .await
+}
+
+/// bulkUpsertRows (extensions X5).
+#[utoipa::path(
+    post,
+    path = "/sheets/{sheet_id}/rows:bulkUpsert",
+    operation_id = "bulkUpsertRows",
+    tag = "rows",
+    summary = "Create or merge rows by a key column, each on its own (partial success)",
+    description = "Items apply in order, each as if alone but after the items before it (a key \
+        an earlier item created is updated by a later one). An item's key cell is required and \
+        not null; it is coerced like any cell and matched by coerced value (a wrapper counts as \
+        its `value`; `12`, `12.0` and `\"12\"` are one number). No row holds the key: a new row, \
+        as bulkAddRows makes one (`capacity_exceeded` at the sheet's cap). One row: the item's \
+        cells are merged into it as patchRow merges (null removes a cell) and its version goes \
+        up by one; when that changes nothing, nothing is written (`unchanged`). More than one \
+        row: the item fails with `validation_failed`, `detail.rowIds` naming them. Finding a \
+        row costs the same whatever the sheet's size.",
+    params(
+        ("sheet_id" = u64, Path, description = "Sheet id.", example = 10),
+        oa::IdempotencyKey,
+    ),
+    request_body = BulkUpsertRequest,
+    responses(
+        (status = 200, description = "One result per item, in order, each succeeded one with its \
+            `action` (`created`, `updated`, `unchanged`); 200 even when some failed \
+            (`validation_failed`: a refused cell, a missing, null or empty key cell, or a key \
+            held by several rows, `detail: {column_id, reason, rowIds}`; \
+            `capacity_exceeded`).", body = BulkWriteView),
+        (status = 401, response = oa::Unauthorized),
+        (status = 403, response = oa::Forbidden),
+        (status = 404, response = oa::NotFound),
+        (status = 409, response = oa::Conflict),
+        (status = 413, response = oa::PayloadTooLarge),
+        (status = 422, response = oa::ValidationFailed),
+        (status = 429, response = oa::RateLimited),
+        (status = 500, response = oa::InternalError),
+        (status = 503, response = oa::StorageUnavailable),
+    )
+)]
+pub async fn bulk_upsert_rows(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    caller: Caller,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let sheet_id = path_id(&req, "sheet_id")?;
+    let body = read_body(&req, payload, state.max_body_bytes).await?;
+    let parsed: BulkUpsertRequest = json_body(&body)?;
+    check_count(parsed.rows.len())?;
+    let items = parsed.rows.into_iter().map(|r| r.cells).collect();
+    // The key column is checked by the sheet's actor, against the columns, after access: a
+    // sheet the key cannot reach stays a 404 whatever the body names.
+    run_write(&state, &req, &caller, sheet_id, &body, render_bulk, |idem, cap| BulkUpsert {
+        key_column: parsed.key_column,
+        items,
+        cap,
         idem,
     })
     .await

@@ -745,3 +745,34 @@ async fn exporting_200k_rows_while_writers_run_keeps_memory_flat() {
         "memory grew by {growth} bytes for a {bytes}-byte export: it must not hold the rows it sent"
     );
 }
+
+#[actix_rt::test]
+async fn an_upsert_shows_in_the_feed_as_its_created_and_updated_items_only() {
+    let s = TestServer::start().await;
+    let (_, first, _) = s.get("/sheets/10/changes", ADA_READ).await;
+    let cursor = first["nextCursor"].as_str().unwrap().to_owned();
+    let body = json!({"keyColumn": "100", "rows": [
+        {"cells": {"100": "fresh", "102": 1}},
+        {"cells": {"100": "other", "102": 8}},
+        {"cells": {"100": "root", "102": 6}},
+        {"cells": {"100": "fresh", "102": 2}}
+    ]});
+    let (status, reply, _) = s.post("/sheets/10/rows:bulkUpsert", ADA_WRITE, &body).await;
+    assert_eq!(status, 200, "{reply}");
+    let actions: Vec<&str> = reply["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["created", "unchanged", "updated", "updated"]);
+    let (_, page, _) = s.get(&format!("/sheets/10/changes?cursor={cursor}"), ADA_READ).await;
+    let got: Vec<(&str, u64)> = page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["type"].as_str().unwrap(), c["version"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(got, [("row.created", 1), ("row.updated", 2), ("row.updated", 2)]);
+    assert_eq!(page["data"][2]["rowId"], reply["results"][0]["row"]["id"]);
+}

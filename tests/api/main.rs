@@ -16,4 +16,5 @@ mod reports;
 mod row_queries;
 mod snapshots;
 mod startup;
+mod upsert;
 mod writes;

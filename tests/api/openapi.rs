@@ -9,9 +9,9 @@ use serde_json::{json, Value};
 
 use crate::common::*;
 
-/// The spec's endpoint table and the extensions' getRow: operation id, method, path (relative
-/// to `{base_url}`).
-const OPERATIONS: [(&str, &str, &str); 15] = [
+/// The spec's endpoint table and the extensions' operations (getRow, bulkUpsertRows,
+/// listChanges, exportRows): operation id, method, path (relative to `{base_url}`).
+const OPERATIONS: [(&str, &str, &str); 16] = [
     ("getMe", "get", "/me"),
     ("listSheets", "get", "/sheets"),
     ("getSheet", "get", "/sheets/{sheet_id}"),
@@ -23,13 +23,15 @@ const OPERATIONS: [(&str, &str, &str); 15] = [
     ("runReport", "post", "/reports/{report_id}/run"),
     ("bulkAddRows", "post", "/sheets/{sheet_id}/rows:bulkAdd"),
     ("bulkUpdateRows", "post", "/sheets/{sheet_id}/rows:bulkUpdate"),
+    ("bulkUpsertRows", "post", "/sheets/{sheet_id}/rows:bulkUpsert"),
     ("patchRow", "patch", "/sheets/{sheet_id}/rows/{row_id}"),
     ("deleteRow", "delete", "/sheets/{sheet_id}/rows/{row_id}"),
     ("listChanges", "get", "/sheets/{sheet_id}/changes"),
     ("exportRows", "get", "/sheets/{sheet_id}/export"),
 ];
 
-const WRITES: [&str; 4] = ["bulkAddRows", "bulkUpdateRows", "patchRow", "deleteRow"];
+const WRITES: [&str; 5] =
+    ["bulkAddRows", "bulkUpdateRows", "bulkUpsertRows", "patchRow", "deleteRow"];
 
 /// The reads with an `ETag` and 304 (extensions X2).
 const CONDITIONAL_READS: [&str; 4] = ["getRow", "getSheet", "listColumns", "listRows"];
@@ -317,6 +319,10 @@ async fn schemas_are_camel_case_with_the_spec_required_fields() {
     );
     assert_eq!(required("BulkResultItem"), names(&["index", "status"]));
     assert_eq!(required("RowUpdateItem"), names(&["id", "version"]));
+    assert_eq!(required("BulkUpsertRequest"), names(&["keyColumn", "rows"]));
+    assert_eq!(schemas["BulkUpsertRequest"]["properties"]["keyColumn"]["type"], "string");
+    let action = &schemas["BulkResultItem"]["properties"]["action"];
+    assert_eq!(action["enum"], json!(["created", "updated", "unchanged"]), "{action}");
     // Required as api-v1 has it; a request with `If-Match` may leave it out (extensions X2), which
     // no schema can say.
     assert_eq!(required("RowPatch"), names(&["version"]));
@@ -332,7 +338,9 @@ async fn schemas_are_camel_case_with_the_spec_required_fields() {
         assert_eq!(required(list), names(&["data", "requestId"]), "{list}");
         assert_eq!(schemas[list]["properties"]["nextCursor"]["type"], json!(["string", "null"]));
     }
-    for (name, field) in [("BulkAddRequest", "rows"), ("BulkUpdateRequest", "rows")] {
+    for (name, field) in
+        [("BulkAddRequest", "rows"), ("BulkUpdateRequest", "rows"), ("BulkUpsertRequest", "rows")]
+    {
         let rows = &schemas[name]["properties"][field];
         assert_eq!((rows["minItems"].as_u64(), rows["maxItems"].as_u64()), (Some(1), Some(2000)));
         assert_eq!(schemas[name]["additionalProperties"], false, "unknown fields are refused");
@@ -405,6 +413,27 @@ async fn live_responses_have_the_documented_fields() {
     for item in bulk["results"].as_array().unwrap() {
         assert_matches_shape(&doc, items, item, "BulkResultItem");
     }
+    let (status, upserted, _) = s
+        .post(
+            "/sheets/10/rows:bulkUpsert",
+            ADA_WRITE,
+            &json!({"keyColumn": "100", "rows": [
+                {"cells": {"100": "x", "102": 1}}, {"cells": {"100": "x"}}, {"cells": {}}
+            ]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{upserted}");
+    assert_matches_shape(&doc, ok_schema(&doc, "bulkUpsertRows"), &upserted, "bulkUpsertRows");
+    for item in upserted["results"].as_array().unwrap() {
+        assert_matches_shape(&doc, items, item, "BulkResultItem");
+    }
+    let cell_problem = &doc["components"]["schemas"]["CellProblem"];
+    assert_matches_shape(
+        &doc,
+        cell_problem,
+        &upserted["results"][2]["error"]["detail"],
+        "CellProblem",
+    );
     let (status, patched, _) = s
         .call(
             "PATCH",

@@ -13,8 +13,15 @@
 //! publishes the sheet as of that write ([`SheetSnapshot`], an O(1) copy) before the reply
 //! leaves; readers on any thread load the latest published snapshot. So reads never queue
 //! behind writes, never wait for a flush, and never reveal a write a crash could take back.
+//!
+//! # Upserts
+//!
+//! An upsert finds each item's row by its key through the key indexes ([`keys`]), which live
+//! beside the working state (never in a published snapshot) and follow every write in
+//! `SheetActor::commit`, the one place a write reaches memory.
 
 mod changes;
+pub mod keys;
 mod state;
 
 use std::collections::VecDeque;
@@ -32,7 +39,8 @@ use crate::record::{IdemEntry, Record, SheetWrite};
 pub use crate::shared::Retention;
 use crate::shared::Shared;
 pub use changes::{extract, Change, ChangeKind, ChangeLog, ChangeSpan};
-pub use state::{IfMatch, PatchItem, SheetState, UpdateItem};
+use keys::KeyIndexes;
+pub use state::{IfMatch, PatchItem, SheetState, UpdateItem, UpsertAction, Upserted};
 
 /// Renders the response of an idempotent write so it can be stored in the write's own record.
 /// Returns `None` when the outcome must not be stored (server errors).
@@ -61,6 +69,8 @@ pub enum WriteOutcome {
     Row(Arc<Row>),
     /// A delete: the rows removed (the row and its subtree).
     Deleted(Vec<RowId>),
+    /// A bulk upsert: one result per item, in request order, with what each did.
+    Upserted(Vec<Result<Upserted>>),
 }
 
 /// The reply to a write: the outcome, and the stored response when the write was idempotent.
@@ -161,6 +171,20 @@ pub struct BulkAdd {
     pub idem: Option<IdemRequest>,
 }
 
+/// Create or merge rows by the value of a key column.
+#[derive(Message)]
+#[rtype(result = "WriteReply")]
+pub struct BulkUpsert {
+    /// The key column as the request names it (checked here, against the sheet's columns).
+    pub key_column: String,
+    /// Cells of each item, raw.
+    pub items: Vec<Map<String, Value>>,
+    /// The sheet's row cap under its owner's plan.
+    pub cap: u64,
+    /// Idempotency, when the request carried a key.
+    pub idem: Option<IdemRequest>,
+}
+
 /// Replace the cells of rows, each at an expected version.
 #[derive(Message)]
 #[rtype(result = "WriteReply")]
@@ -209,6 +233,8 @@ pub struct SheetActor {
     /// one at or below the durable LSN is kept once it is): what a re-sync after a heal
     /// returns to, since a durable write's own future may not have published it yet.
     pending: VecDeque<Arc<SheetSnapshot>>,
+    /// The key indexes of upserts over `state`: built on demand, kept in step by `commit`.
+    keys: KeyIndexes,
 }
 
 impl SheetActor {
@@ -221,7 +247,15 @@ impl SheetActor {
         published: PublishedSheet,
     ) -> Self {
         let epoch = shared.wal.epoch();
-        SheetActor { state, shared, applied_lsn, published, epoch, pending: VecDeque::new() }
+        SheetActor {
+            state,
+            shared,
+            applied_lsn,
+            published,
+            epoch,
+            pending: VecDeque::new(),
+            keys: KeyIndexes::default(),
+        }
     }
 
     /// Returns the working state to the durable one if the log was re-opened since it was
@@ -249,6 +283,8 @@ impl SheetActor {
             "the log was re-opened: the sheet goes on from its durable state"
         );
         self.state = snapshot.state.clone();
+        // Built over the state just dropped; the next upsert builds them again.
+        self.keys.clear();
         self.applied_lsn = snapshot.lsn;
         self.pending.clear();
         self.epoch = epoch;
@@ -312,6 +348,8 @@ impl SheetActor {
             (Ok(commit), Record::Sheet(write)) => {
                 // Applied only once the log has taken the record: a refused append (no space,
                 // a failed log) leaves memory as it was, so no reader ever sees that write.
+                // The indexes first: `state` still holds the rows the write replaces.
+                self.keys.before_apply(&self.state, &write);
                 self.state.apply(&write, commit.lsn());
                 self.state.changes.prune(at, self.shared.retention);
                 self.applied_lsn = commit.lsn();
@@ -369,6 +407,23 @@ impl Handler<BulkAdd> for SheetActor {
         let now = self.shared.clock.now();
         let (results, put) = self.state.bulk_add(&msg.items, msg.cap, now, &self.shared.row_ids);
         self.commit(put, Vec::new(), Ok(WriteOutcome::Bulk(results)), msg.idem)
+    }
+}
+
+impl Handler<BulkUpsert> for SheetActor {
+    type Result = ResponseFuture<WriteReply>;
+
+    fn handle(&mut self, msg: BulkUpsert, _: &mut Self::Context) -> Self::Result {
+        self.sync_with_log();
+        let key = match self.state.key_column(&msg.key_column) {
+            Ok(column) => column.id,
+            Err(e) => return self.commit(Vec::new(), Vec::new(), Err(e), msg.idem),
+        };
+        let now = self.shared.clock.now();
+        let index = self.keys.get_or_build(&self.state, key);
+        let (results, put) =
+            self.state.bulk_upsert(key, &msg.items, msg.cap, now, &self.shared.row_ids, index);
+        self.commit(put, Vec::new(), Ok(WriteOutcome::Upserted(results)), msg.idem)
     }
 }
 

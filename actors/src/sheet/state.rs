@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::changes::ChangeLog;
-use crate::coerce::{apply_writes, coerce_cells, CellWrite};
+use super::keys::{KeyIndex, KeyValue, KEY_COLUMN_TYPES};
+use crate::coerce::{
+    apply_writes, coerce_cells, parse_column_key, CellKey, CellWrite, CoerceError,
+};
 use crate::error::{Error, Result};
 use crate::model::{Column, ColumnId, Json, Millis, Row, RowId, SheetId, SOURCE_API};
 use crate::record::SheetWrite;
@@ -68,6 +71,37 @@ pub struct PatchItem {
     pub cells: Map<String, Value>,
     /// Advisory snapshot the client based its change on.
     pub base_cells: Option<Map<String, Value>>,
+}
+
+/// What a succeeded upsert item did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpsertAction {
+    /// No row held the key: a new row (version 1).
+    Created,
+    /// One row held the key: the item's cells merged into it (version + 1).
+    Updated,
+    /// One row held the key and the merge would change nothing: nothing written.
+    Unchanged,
+}
+
+impl UpsertAction {
+    /// The action as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpsertAction::Created => "created",
+            UpsertAction::Updated => "updated",
+            UpsertAction::Unchanged => "unchanged",
+        }
+    }
+}
+
+/// A succeeded upsert item: the row as it is after the item, and what the item did to it.
+#[derive(Clone, Debug)]
+pub struct Upserted {
+    /// The row (for `Unchanged`, the current row).
+    pub row: Arc<Row>,
+    /// What happened.
+    pub action: UpsertAction,
 }
 
 /// A sheet's columns and rows.
@@ -284,6 +318,101 @@ impl SheetState {
         (results, put)
     }
 
+    /// The column `raw` (an upsert's `keyColumn`, a column id as cell keys spell it) names:
+    /// a column of this sheet whose type can hold a key ([`KEY_COLUMN_TYPES`]).
+    pub fn key_column(&self, raw: &str) -> Result<&Column> {
+        let Some(column) = parse_column_key(raw).and_then(|id| self.columns.get(&id)) else {
+            return Err(Error::KeyColumn(format!(
+                "{} is not the id of a column of sheet {} (a column id written as a decimal \
+                 integer, e.g. \"100\")",
+                Value::String(raw.to_owned()),
+                self.id
+            )));
+        };
+        if !KEY_COLUMN_TYPES.contains(&column.ty) {
+            let allowed: Vec<&str> = KEY_COLUMN_TYPES.iter().map(|t| t.as_str()).collect();
+            return Err(Error::KeyColumn(format!(
+                "column {} is a {} column; a key column must be of type {}",
+                column.id,
+                column.ty.as_str(),
+                allowed.join(", ")
+            )));
+        }
+        Ok(column)
+    }
+
+    /// Decide a bulk upsert keyed by column `key` (one [`SheetState::key_column`] accepted),
+    /// `index` being that column's index over this state: one result per item, in order.
+    ///
+    /// Each item is decided as if alone, but after the items before it (a key an earlier item
+    /// created is found by a later one, which then updates that row). Its key cell (coerced
+    /// with its other cells) must hold a value. No row holds it: a new row, as bulk add makes
+    /// one (capacity counted the same way). One row: the item's cells merged into it as a patch
+    /// merges, unless that changes nothing. More than one: the item fails.
+    ///
+    /// `put` has one entry per item that created or changed a row, in item order, so a row
+    /// updated twice appears twice (the later entry is its final state): the record says what
+    /// each item did.
+    pub fn bulk_upsert(
+        &self,
+        key: ColumnId,
+        items: &[Map<String, Value>],
+        cap: u64,
+        now: Millis,
+        ids: &RowIds,
+        index: &KeyIndex,
+    ) -> (Vec<Result<Upserted>>, Vec<Arc<Row>>) {
+        let mut count = self.rows.len() as u64;
+        // What the earlier items of this request did, which neither the state nor the index
+        // shows yet. An update never moves a row to another key (it matched on that key), so
+        // the keys created here are all the index lacks.
+        let mut written: HashMap<RowId, Arc<Row>> = HashMap::new();
+        let mut created: HashMap<KeyValue, RowId> = HashMap::new();
+        let mut put = Vec::new();
+        let results = items
+            .iter()
+            .map(|cells| {
+                let writes = self.coerce(cells)?;
+                let value = upsert_key(key, &writes)?;
+                let holder = match (index.get(&value), created.get(&value)) {
+                    ([], None) => None,
+                    ([id], None) | ([], Some(id)) => Some(*id),
+                    (committed, also) => {
+                        let mut row_ids: Vec<RowId> =
+                            committed.iter().chain(also).copied().collect();
+                        row_ids.sort_unstable();
+                        return Err(Error::AmbiguousKey { column_id: key, row_ids });
+                    }
+                };
+                let Some(id) = holder else {
+                    if count >= cap {
+                        return Err(Error::CapacityExceeded { cap });
+                    }
+                    count += 1;
+                    let cells = apply_writes(BTreeMap::new(), writes);
+                    let row = Arc::new(Row::new(ids.allocate(), self.id, cells, SOURCE_API, now));
+                    created.insert(value, row.id);
+                    written.insert(row.id, Arc::clone(&row));
+                    put.push(Arc::clone(&row));
+                    return Ok(Upserted { row, action: UpsertAction::Created });
+                };
+                let current = match written.get(&id) {
+                    Some(row) => Arc::clone(row),
+                    None => Arc::clone(self.row(id)?),
+                };
+                let cells = apply_writes(current.cells.clone(), writes);
+                if cells == current.cells {
+                    return Ok(Upserted { row: current, action: UpsertAction::Unchanged });
+                }
+                let row = Arc::new(next_version(&current, cells, now));
+                written.insert(id, Arc::clone(&row));
+                put.push(Arc::clone(&row));
+                Ok(Upserted { row, action: UpsertAction::Updated })
+            })
+            .collect();
+        (results, put)
+    }
+
     /// Decide a bulk update: one result per item. An id may appear twice; the second item
     /// then sees the first one's result (it is checked against the new version).
     pub fn bulk_update(
@@ -369,6 +498,29 @@ impl SheetState {
             i += 1;
         }
         Ok(out)
+    }
+}
+
+/// The key an upsert item's coerced cells hold in column `key`; refused like a bad cell value
+/// (`validation_failed` naming the column) when the cell is missing, null or holds no value.
+fn upsert_key(key: ColumnId, writes: &[(ColumnId, CellWrite)]) -> Result<KeyValue> {
+    let refuse = |reason: &str| {
+        Error::Coerce(CoerceError { column_id: CellKey::Column(key), reason: reason.to_owned() })
+    };
+    match writes.iter().find(|(col, _)| *col == key).map(|(_, w)| w) {
+        None => Err(refuse(
+            "the key cell is missing: every item of a bulkUpsert must hold a value in its key \
+             column",
+        )),
+        Some(CellWrite::Clear) => {
+            Err(refuse("the key cell is null: an upsert item's key must hold a value"))
+        }
+        Some(CellWrite::Set(value)) => KeyValue::of(value).ok_or_else(|| {
+            refuse(
+                "the key cell holds no value to match (an empty string, or a wrapper without a \
+                 value)",
+            )
+        }),
     }
 }
 
@@ -553,6 +705,82 @@ mod tests {
             Err(Error::PreconditionFailed { current }) if current.version == 1
         ));
         assert!(matches!(s.delete(77, Some(&IfMatch::Any)), Err(Error::NotFound(_))));
+    }
+
+    /// The record of an upsert lists one row per item that created or changed one, in item
+    /// order (the change feed reads created/updated off the versions); failed and unchanged
+    /// items put nothing.
+    #[test]
+    fn an_upsert_puts_each_written_row_in_item_order() {
+        let mut s = sheet();
+        let ids = RowIds::default();
+        ids.observe(100);
+        let index = KeyIndex::build(&s, 1);
+        let items = [
+            cells(json!({"1": 7})),
+            cells(json!({"1": "7"})),
+            cells(json!({"1": 7.0})),
+            cells(json!({"1": null})),
+            cells(json!({"1": "x"})),
+            cells(json!({})),
+            cells(json!({"1": 8})),
+        ];
+        let (results, put) = s.bulk_upsert(1, &items, 10, 5, &ids, &index);
+        let actions: Vec<Option<UpsertAction>> =
+            results.iter().map(|r| r.as_ref().ok().map(|u| u.action)).collect();
+        use UpsertAction::*;
+        // `7`, `"7"` and `7.0` are one key; the first creates, the second changes nothing, the
+        // third stores 7.0 instead of 7 (what the row reads back changes).
+        assert_eq!(
+            actions,
+            [Some(Created), Some(Unchanged), Some(Updated), None, None, None, Some(Created)]
+        );
+        assert_eq!(
+            put.iter().map(|r| (r.id, r.version)).collect::<Vec<_>>(),
+            [(101, 1), (101, 2), (102, 1)]
+        );
+        assert!(matches!(&results[3], Err(Error::Coerce(e)) if e.column_id == 1));
+        assert!(matches!(&results[5], Err(Error::Coerce(e)) if e.column_id == 1));
+        // Applied (twice, as replay may), the rows are the last entries.
+        let write =
+            SheetWrite { sheet_id: 9, at: 5, put: put.clone(), deleted: vec![], idem: None };
+        s.apply(&write, 1);
+        s.apply(&write, 1);
+        assert_eq!(s.rows[&101].version, 2);
+        assert_eq!(s.rows[&101].cells[&1], Json(json!(7.0)));
+        // Two rows holding one key: the item fails naming both, the next item still runs.
+        let write = SheetWrite {
+            sheet_id: 9,
+            at: 6,
+            put: vec![Arc::new(Row::new(103, 9, s.rows[&102].cells.clone(), SOURCE_API, 6))],
+            deleted: vec![],
+            idem: None,
+        };
+        s.apply(&write, 2);
+        let index = KeyIndex::build(&s, 1);
+        let (results, put) = s.bulk_upsert(
+            1,
+            &[cells(json!({"1": 8})), cells(json!({"1": 7}))],
+            10,
+            7,
+            &ids,
+            &index,
+        );
+        assert!(matches!(
+            &results[0],
+            Err(Error::AmbiguousKey { column_id: 1, row_ids }) if row_ids == &[102, 103]
+        ));
+        assert_eq!(results[1].as_ref().unwrap().action, Updated);
+        assert_eq!(put.iter().map(|r| (r.id, r.version)).collect::<Vec<_>>(), [(101, 3)]);
+    }
+
+    #[test]
+    fn only_a_column_of_a_key_type_is_a_key_column() {
+        let s = sheet();
+        assert_eq!(s.key_column("1").unwrap().id, 1);
+        for bad in ["2", "01", "+1", "", "x", "18446744073709551616"] {
+            assert!(matches!(s.key_column(bad), Err(Error::KeyColumn(_))), "{bad}");
+        }
     }
 
     #[test]
