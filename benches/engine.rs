@@ -3,13 +3,14 @@
 //! in `sheetd::bench`), plus a bare actix-web handler in this process serving the same page
 //! bytes, for the one figure that is a ratio against the wire.
 //!
-//! Run: `cargo bench --bench engine` (add `-- --quick` for 50,000-row big sheets instead of
-//! 500,000, the paid plan's cap per sheet). Nothing here asserts a duration: it prints.
+//! Run: `cargo bench --bench engine` (add `-- --quick` for a 100,000-row big sheet instead of
+//! 1,000,000). Nothing here asserts a duration: it prints.
 //!
-//! The data: two big sheets (B1, B2) loaded through bulkAdd of 2,000 rows, and a small sheet
-//! (S) of 1,000 rows from the seed, all with nine columns of every type. The upsert figure
-//! updates B1's rows by their text cell, keeping to the texts only one row holds (the load's
-//! generated texts repeat now and then).
+//! The data: a big sheet (B1) loaded through bulkAdd of 2,000 rows (the fixture raises the paid
+//! plan's row cap for it), and a small sheet (S) of 1,000 rows from the seed, all with nine
+//! columns of every type. The upsert figure writes B1's rows by their text cell, half of the
+//! items with texts only one row holds (updates), half with new texts (creates). The change
+//! feed and leaner-read figures come last.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -27,7 +28,7 @@ const KEY: &str = "svc_live_EngineBenchKey00000000000000000000001";
 const KEY_BIG: &str = "svc_live_EngineBenchBigSheet0000000000000002";
 const KEY_SMALL: &str = "svc_live_EngineBenchSmallSheet00000000000003";
 const ADMIN: &str = "adm_engine_bench";
-const BIG: [u64; 2] = [1, 2];
+const BIG: [u64; 1] = [1];
 const SMALL: u64 = 3;
 
 fn cells(i: usize) -> Value {
@@ -79,6 +80,7 @@ fn fixture() -> Value {
         None => json!({"verb": verb, "scopeType": "account", "scopeId": null}),
     };
     json!({
+        "plans": {"paid": {"maxRowsPerSheet": 5_000_000}},
         "users": [{"id": 1, "name": "bench", "plan": "paid"}],
         "projects": [{"id": 1, "name": "Engine", "ownerId": 1}],
         "sheets": [{"id": 1, "projectId": 1, "name": "B1"}, {"id": 2, "projectId": 1, "name": "B2"},
@@ -185,9 +187,9 @@ async fn p50(url: &str, key: &str, n: usize) -> f64 {
     times[n / 2]
 }
 
-/// bulkUpsert of existing keys on sheet 1 (key column 100, the text), 2000-row bodies over
-/// `connections` keep-alive connections, each item changing the row's number cell so every one
-/// is an update. Returns the first upsert's seconds (it builds the key index, one scan of the
+/// bulkUpsert on sheet 1 (key column 100, the text), 2000-row bodies over `connections`
+/// keep-alive connections: every other item names an existing key and changes the row's
+/// number cell (an update), the others a new key (a create). Returns the first upsert's seconds (it builds the key index, one scan of the
 /// sheet) and the durable rows/s of the load after it.
 async fn upsert_load(url: &str, keys: &[String], connections: usize, bodies: usize) -> (f64, f64) {
     let endpoint = format!("{url}/sheets/1/rows:bulkUpsert");
@@ -210,8 +212,14 @@ async fn upsert_load(url: &str, keys: &[String], connections: usize, bodies: usi
     let client = || awc::Client::builder().timeout(Duration::from_secs(120)).finish();
     // Untimed bodies: the client's JSON work is not what is measured.
     let body = |chunk: &[String], round: usize| {
-        let rows: Vec<Value> =
-            chunk.iter().map(|k| json!({"cells": {"100": k, "102": 1_000_000 + round}})).collect();
+        let rows: Vec<Value> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, k)| match i % 2 {
+                0 => json!({"cells": {"100": k, "102": 1_000_000 + round}}),
+                _ => json!({"cells": {"100": format!("new {round} {k}"), "102": 1}}),
+            })
+            .collect();
         json!({"keyColumn": "100", "rows": rows}).to_string().into_bytes()
     };
     let first = Instant::now();
@@ -240,6 +248,80 @@ async fn upsert_load(url: &str, keys: &[String], connections: usize, bodies: usi
     });
     let rows: u64 = futures_util::future::join_all(workers).await.into_iter().sum();
     (built, rows as f64 / started.elapsed().as_secs_f64())
+}
+
+/// `connections` clients GET `url` with `headers` back to back for `secs` seconds: requests per
+/// second, and the mean body bytes on the wire (as sent: awc here decodes no coding).
+async fn hammer(url: &str, headers: &[(&str, &str)], connections: usize, secs: f64) -> (f64, f64) {
+    let until = Instant::now() + Duration::from_secs_f64(secs);
+    let workers = (0..connections).map(|_| async move {
+        let client = awc::Client::builder().timeout(Duration::from_secs(60)).finish();
+        let (mut n, mut bytes) = (0u64, 0u64);
+        while Instant::now() < until {
+            let mut req = client.get(url).insert_header(("Authorization", format!("Bearer {KEY}")));
+            for h in headers {
+                req = req.insert_header(*h);
+            }
+            let mut res = req.send().await.expect("sent");
+            assert_eq!(res.status(), 200, "{url}");
+            bytes += res.body().limit(1 << 30).await.unwrap().len() as u64;
+            n += 1;
+        }
+        (n, bytes)
+    });
+    let started = Instant::now();
+    let done = futures_util::future::join_all(workers).await;
+    let (n, bytes) = done.iter().fold((0, 0), |(a, b), (n, by)| (a + n, b + by));
+    (n as f64 / started.elapsed().as_secs_f64(), bytes as f64 / n.max(1) as f64)
+}
+
+/// One page of `sheet`'s change feed from `cursor` (`None`: the oldest retained change):
+/// the number of changes and the next cursor.
+async fn changes_page(url: &str, sheet: u64, cursor: Option<&str>, wait: u32) -> (usize, String) {
+    let mut u = format!("{url}/sheets/{sheet}/changes?limit=500&wait={wait}");
+    if let Some(c) = cursor {
+        u.push_str(&format!("&cursor={c}"));
+    }
+    let (status, body) = get(&u, KEY).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let page: Value = serde_json::from_slice(&body).unwrap();
+    (page["data"].as_array().unwrap().len(), page["nextCursor"].as_str().unwrap().to_owned())
+}
+
+/// A follower of `sheet`'s feed from its head, long-polling until `stop` is set and then until a
+/// poll comes back empty: the changes it received, the seconds it followed, and how long it
+/// took after `stop` to have every change.
+async fn follow(
+    url: String,
+    sheet: u64,
+    stop: std::rc::Rc<std::cell::Cell<bool>>,
+) -> (u64, f64, f64) {
+    let (_, head) = changes_page(&url, sheet, None, 0).await;
+    // From the oldest retained change to the head without counting: start caught up.
+    let mut cursor = head;
+    loop {
+        let (n, next) = changes_page(&url, sheet, Some(&cursor), 0).await;
+        cursor = next;
+        if n == 0 {
+            break;
+        }
+    }
+    let started = Instant::now();
+    let mut received = 0u64;
+    let mut stopped: Option<Instant> = None;
+    loop {
+        let wait = if stop.get() { 0 } else { 30 };
+        if stop.get() && stopped.is_none() {
+            stopped = Some(Instant::now());
+        }
+        let (n, next) = changes_page(&url, sheet, Some(&cursor), wait).await;
+        received += n as u64;
+        cursor = next;
+        if n == 0 && stopped.is_some() {
+            let lag = stopped.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            return (received, started.elapsed().as_secs_f64(), lag);
+        }
+    }
 }
 
 async fn run_bench(flags: &[&str]) -> Report {
@@ -273,7 +355,7 @@ fn row(what: &str, now: String, target: &str) {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let big_rows: usize = if quick { 50_000 } else { 500_000 };
+    let big_rows: usize = if quick { 100_000 } else { 1_000_000 };
     actix_rt::System::new().block_on(async move {
         let dir = tempfile::tempdir().unwrap();
         let seed = dir.path().join("seed.json");
@@ -284,8 +366,8 @@ fn main() {
         let common = ["--url", url.as_str(), "--key", KEY];
 
         // 1. Load the big sheets: durable bulkAdd of 2000-row bodies at 8 connections.
-        let requests = (2 * big_rows / 2000).to_string();
-        let load = run_bench(&[&common[..], &["--sheet-ids", "1,2", "--workload", "bulk-add",
+        let requests = (big_rows / 2000).to_string();
+        let load = run_bench(&[&common[..], &["--sheet-ids", "1", "--workload", "bulk-add",
             "--bulk-size", "2000", "--concurrency", "8", "--requests", &requests, "--warmup", "0s"]]
             .concat())
         .await;
@@ -380,7 +462,7 @@ fn main() {
             }
         }
         let rss = server.rss_bytes();
-        let total_rows = 2 * big_rows + 1000;
+        let total_rows = big_rows + 1000;
 
         // 5b. bulkUpsert updating existing keys of a big sheet, 2000-row bodies, 8 connections
         //     (after the RSS figure, which is about reads).
@@ -388,6 +470,43 @@ fn main() {
         keys.sort_unstable();
         let upsert_bodies = if quick { 40 } else { 100 };
         let (index_build, upsert_rps) = upsert_load(&url, &keys, 8, upsert_bodies).await;
+
+        // 5c. The change feed: reading the big sheet's backlog (its load's changes, from the
+        //     oldest), then patches of the small sheet at 16 connections without and with a
+        //     caught-up follower long-polling its feed.
+        let backlog_target = (big_rows / 5).max(1000);
+        let (mut read, mut cursor, started) = (0usize, None::<String>, Instant::now());
+        while read < backlog_target {
+            let (n, next) = changes_page(&url, 1, cursor.as_deref(), 0).await;
+            read += n;
+            cursor = Some(next);
+            if n == 0 {
+                break;
+            }
+        }
+        let backlog_rate = read as f64 / started.elapsed().as_secs_f64();
+        let patch_flags = ["--workload", "patch", "--concurrency", "16", "--duration", "5s",
+            "--warmup", "1s", "--sheet-ids", "3"];
+        let alone = run_bench(&[&common[..], &patch_flags[..]].concat()).await;
+        let stop = std::rc::Rc::new(std::cell::Cell::new(false));
+        let follower = actix_rt::spawn(follow(url.clone(), SMALL, stop.clone()));
+        let followed = run_bench(&[&common[..], &patch_flags[..]].concat()).await;
+        stop.set(true);
+        let (delivered, followed_secs, catch_up) = follower.await.unwrap();
+        let (alone_rps, followed_rps) =
+            (alone.levels[0].requests_per_second, followed.levels[0].requests_per_second);
+
+        // 5d. Leaner reads: a page of 100 with 2 of the 9 columns against all of them, and the
+        //     bytes and req/s of a full page plain, gzip and zstd (32 connections, 5 s each).
+        let small_page = format!("{url}/sheets/{SMALL}/rows?limit=100");
+        let (all_rps, all_bytes) = hammer(&small_page, &[], 32, 5.0).await;
+        let two = format!("{small_page}&fields=2100,2101");
+        let (two_rps, two_bytes) = hammer(&two, &[], 32, 5.0).await;
+        let mut coded = Vec::new();
+        for coding in ["gzip", "zstd"] {
+            let (rps, bytes) = hammer(&small_page, &[("Accept-Encoding", coding)], 32, 5.0).await;
+            coded.push((coding, rps, bytes));
+        }
 
         // 6. Start-up after SIGKILL, and after a clean stop; the data dir against its checkpoint.
         server.kill9();
@@ -399,13 +518,13 @@ fn main() {
         server.terminate();
 
         println!();
-        println!("sheetd engine figures (release build, loopback, {} rows in all: 2 sheets of {big_rows} + 1 of 1,000)", total_rows);
+        println!("sheetd engine figures (release build, loopback, {} rows in all: a sheet of {big_rows} + one of 1,000)", total_rows);
         println!();
         row("measure", "now".into(), "target");
         println!("|{}|{}|{}|", "-".repeat(60), "-".repeat(36), "-".repeat(24));
         row("listRows page of 100, 32 conns, against bare actix-web", format!("{:.1}k vs {:.1}k req/s = {:.2}", ours_rps / 1e3, bare_rps / 1e3, ours_rps / bare_rps), ">= 0.6");
         row("bulkAdd, 2000-row bodies, 8 conns", format!("{:.0}k durable rows/s", bulk.rows_per_second / 1e3), ">= 250k");
-        row("bulkUpsert updates by key, 2000-row bodies, 8 conns", format!("{:.0}k durable rows/s", upsert_rps / 1e3), "flat in sheet size");
+        row(&format!("bulkUpsert on the {big_rows}-row sheet, 2000-row bodies, half updates, 8 conns"), format!("{:.0}k durable rows/s", upsert_rps / 1e3), "flat in sheet size");
         row(&format!("first upsert naming a key column ({big_rows} rows, one scan)"), format!("{:.0} ms", index_build * 1e3), "once per column");
         row("patchRow of distinct rows, 64 conns", format!("{:.1}k/s, p99 {:.1} ms", p64.requests_per_second / 1e3, p64.latency_ms.p99), ">= 15k/s, p99 <= 10 ms");
         row("patchRow, 1 conn", format!("p50 {:.2} ms", p1.latency_ms.p50), "p50 <= 0.3 ms");
@@ -416,7 +535,21 @@ fn main() {
         row("start-up after SIGKILL / after a clean stop", format!("{:.2} s / {:.2} s", after_kill.as_secs_f64(), after_stop.as_secs_f64()), "<= 1 s");
         row("data dir against its checkpoint (after a clean stop)", format!("{} MB vs {} MB ({:.2}x)", data_dir >> 20, checkpoint >> 20, data_dir as f64 / checkpoint.max(1) as f64), "<= 2x");
         println!();
+        println!("change feed and leaner reads");
+        println!();
+        row("measure", "now".into(), "for");
+        println!("|{}|{}|{}|", "-".repeat(60), "-".repeat(36), "-".repeat(24));
+        row(&format!("feed backlog read, limit 500, 1 client ({read} changes)"), format!("{:.0}k changes/s", backlog_rate / 1e3), "catch-up after export");
+        row("patchRow, 16 conns: alone / with a long-polling follower", format!("{:.1}k / {:.1}k req/s ({:.2}x)", alone_rps / 1e3, followed_rps / 1e3, followed_rps / alone_rps), "writers pay nothing");
+        row("caught-up follower: changes delivered", format!("{delivered} in {followed_secs:.1} s = {:.1}k/s", delivered as f64 / followed_secs / 1e3), "every patch");
+        row("follower has every change, after the writers stop", format!("{:.0} ms", catch_up * 1e3), "");
+        row("listRows page of 100: all 9 columns / fields of 2", format!("{:.1}k / {:.1}k req/s, {:.0} / {:.0} bytes", all_rps / 1e3, two_rps / 1e3, all_bytes, two_bytes), "");
+        for (coding, rps, bytes) in &coded {
+            row(&format!("listRows page of 100, {coding} against plain"), format!("{:.1}k vs {:.1}k req/s, {:.0} vs {:.0} bytes", rps / 1e3, all_rps / 1e3, bytes, all_bytes), "");
+        }
+        println!();
         println!("bulkAdd load: {} rows in {:.1} s; page of 100: {} bytes", bulk.rows_written, bulk.elapsed_seconds, page.len());
-        println!("bulkUpsert: {upsert_bodies} bodies of 2000 over {} keys only one row of B1 holds", keys.len());
+        println!("patchRow with the follower: {} requests, the follower received {delivered} changes", followed.levels[0].requests);
+        println!("bulkUpsert: {upsert_bodies} bodies of 2000, updates over {} keys only one row of B1 holds", keys.len());
     });
 }
