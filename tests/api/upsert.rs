@@ -509,3 +509,37 @@ async fn upserts_survive_a_restart_and_keep_matching_their_rows() {
     assert_eq!((row["version"].clone(), row["cells"]["112"].clone()), (json!(2), json!(2)));
     s.stop().await;
 }
+
+#[actix_rt::test]
+async fn option_keys_match_dropdown_and_symbol_cells() {
+    let s = TestServer::start().await;
+    // Dropdown 101: "Open" is row 1001's alone, "Done" is held by 1000 and 1003.
+    let r = upsert(
+        &s,
+        10,
+        "101",
+        json!([{"cells": {"101": "Open", "102": 9}}, {"cells": {"101": "Done", "102": 9}}]),
+    )
+    .await;
+    let got = outcomes(&r);
+    assert_eq!(got[0], done("updated", 1001, 2));
+    assert_eq!(got[1], failed());
+    assert_eq!(r.1["results"][1]["error"]["detail"]["rowIds"], json!([1000, 1003]));
+    // Symbol 108: "Red" is row 1003's; "Green" is nobody's yet; an unknown option is refused.
+    let r = upsert(
+        &s,
+        10,
+        "108",
+        json!([
+            {"cells": {"108": "Red", "100": "red one"}},
+            {"cells": {"108": "Green"}},
+            {"cells": {"108": "Blue"}}
+        ]),
+    )
+    .await;
+    let got = outcomes(&r);
+    assert_eq!(got[0], done("updated", 1003, 2));
+    assert_eq!(got[1].1.as_deref(), Some("created"));
+    assert_eq!(got[2], failed());
+    assert_eq!(r.1["results"][2]["error"]["errorCode"], "validation_failed");
+}

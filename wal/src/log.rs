@@ -438,6 +438,13 @@ impl LogStore {
 
     /// The payload of the record at `lsn`: its one frame, or its chunks in order.
     pub(crate) fn read(&self, lsn: Lsn) -> Result<Option<Vec<u8>>> {
+        // Most records are stored whole under their 8-byte key: one lookup, no range scan.
+        if let Some(stored) = self.db.get(key(lsn))? {
+            return match crate::frame::decode(&stored) {
+                Ok(payload) => Ok(Some(payload.to_vec())),
+                Err(defect) => Err(crate::error::Corruption::Record { lsn, defect }.into()),
+            };
+        }
         let end = match lsn.checked_add(1) {
             Some(next) => std::ops::Bound::Excluded(key(next).to_vec()),
             None => std::ops::Bound::Unbounded,
