@@ -349,6 +349,10 @@ async fn follow(
     }
 }
 
+/// One kind of follower run: its pace, the writers' req/s of each run, and the follower's
+/// changes, polls and seconds over the runs, and its largest delay after the writers stopped.
+type FollowerRuns = (Option<Duration>, Vec<f64>, u64, u64, f64, f64);
+
 async fn run_bench(flags: &[&str]) -> Report {
     let args = BenchArgs::parse_flags(flags).expect("valid bench flags");
     let report = bench::execute(&args).await.expect("bench runs");
@@ -517,7 +521,7 @@ fn main() {
         // poll brings a batch.
         let patch_flags = ["--workload", "patch", "--concurrency", "16", "--duration", "5s",
             "--warmup", "1s", "--sheet-ids", "3"];
-        let mut runs: Vec<(Option<Duration>, Vec<f64>, u64, u64, f64, f64)> = vec![
+        let mut runs: Vec<FollowerRuns> = vec![
             (None, Vec::new(), 0, 0, 0.0, 0.0),
             (Some(Duration::from_millis(100)), Vec::new(), 0, 0, 0.0, 0.0),
         ];
