@@ -197,9 +197,9 @@ async fn a_cursor_serves_only_the_filter_and_fields_it_came_with() {
 #[actix_rt::test]
 async fn a_rare_match_pages_through_a_large_sheet_examining_at_most_100_000_rows_a_request() {
     let s = TestServer::start().await;
-    // 120,000 rows on sheet 11 (fixture row 1100 is `Done`); two more are `Done`.
-    let total = 120_000;
-    let rare = [5, 119_990];
+    // 300,000 rows on sheet 11 (fixture row 1100 is `Done`); three more are `Done`.
+    let total = 300_000;
+    let rare = [5, 150_000, 299_990];
     let mut done_ids = vec![1100];
     for batch in 0..total / 2000 {
         let rows: Vec<Value> = (0..2000)
@@ -220,13 +220,14 @@ async fn a_rare_match_pages_through_a_large_sheet_examining_at_most_100_000_rows
     let (found, pages) = all_matching(&s, 11, &filter, 2).await;
     assert_eq!(found, done_ids, "every match once, in id order");
     let sizes: Vec<usize> = pages.iter().map(|p| p["data"].as_array().unwrap().len()).collect();
-    // Page 1 fills up; page 2 examines 100,000 rows and finds none, yet has a cursor; page 3
-    // finds the last one and ends.
-    assert_eq!(sizes, [2, 0, 1]);
+    // Page 1 fills up; page 2 examines 100,000 rows and finds none, yet has a cursor; pages 3
+    // and 4 each find one within their 100,000 rows, and page 4 reaches the end.
+    assert_eq!(sizes, [2, 0, 1, 1]);
     assert!(pages[1]["nextCursor"].is_string());
     // With a large page the cap is what ends the first page, short.
     let (found, pages) = all_matching(&s, 11, &filter, 500).await;
     assert_eq!(found, done_ids);
     let sizes: Vec<usize> = pages.iter().map(|p| p["data"].as_array().unwrap().len()).collect();
-    assert_eq!(sizes, [2, 1]);
+    // (The third page's 100,000 rows end one row short of the sheet: a last, empty page.)
+    assert_eq!(sizes, [2, 1, 1, 0]);
 }
