@@ -30,8 +30,11 @@ pub type KeyId = u64;
 /// Milliseconds since the Unix epoch, UTC.
 pub type Millis = i64;
 
-/// A JSON value that stores itself as JSON text in non-human-readable formats (the log's binary
-/// codec cannot carry `serde_json::Value`, which needs `deserialize_any`).
+/// A JSON value. In human-readable formats it is plain JSON; in the log's binary codec, which
+/// cannot carry `serde_json::Value` as is (that needs `deserialize_any`), it is a small tree of
+/// tagged nodes ([`Node`]): decoding builds the value directly, with no JSON text to write on
+/// every write or parse at every start. Bytes of codec format 1 held the value's JSON text; they
+/// still decode (`wal::codec::decoding_version`).
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Json(pub serde_json::Value);
 
@@ -40,7 +43,7 @@ impl Serialize for Json {
         if s.is_human_readable() {
             self.0.serialize(s)
         } else {
-            s.serialize_str(&self.0.to_string())
+            NodeRef(&self.0).serialize(s)
         }
     }
 }
@@ -49,10 +52,85 @@ impl<'de> Deserialize<'de> for Json {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         if d.is_human_readable() {
             serde_json::Value::deserialize(d).map(Json)
-        } else {
+        } else if wal::codec::decoding_version() < 2 {
             let text = String::deserialize(d)?;
             serde_json::from_str(&text).map(Json).map_err(serde::de::Error::custom)
+        } else {
+            Node::deserialize(d).map(|n| Json(n.into_value()))
         }
+    }
+}
+
+/// The binary form of a JSON value, one variant per kind (the variant order is the format).
+#[derive(Deserialize)]
+enum Node {
+    Null,
+    Bool(bool),
+    I64(i64),
+    U64(u64),
+    F64(f64),
+    Str(String),
+    Array(Vec<Json>),
+    Object(Vec<(String, Json)>),
+}
+
+impl Node {
+    fn into_value(self) -> serde_json::Value {
+        use serde_json::Value;
+        match self {
+            Node::Null => Value::Null,
+            Node::Bool(b) => Value::Bool(b),
+            Node::I64(n) => Value::from(n),
+            Node::U64(n) => Value::from(n),
+            // Only finite numbers are ever stored; anything else reads back as null.
+            Node::F64(x) => serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number),
+            Node::Str(s) => Value::String(s),
+            Node::Array(items) => Value::Array(items.into_iter().map(|j| j.0).collect()),
+            Node::Object(fields) => {
+                Value::Object(fields.into_iter().map(|(k, j)| (k, j.0)).collect())
+            }
+        }
+    }
+}
+
+/// A borrowed value written as a [`Node`], without copying it.
+struct NodeRef<'a>(&'a serde_json::Value);
+
+impl Serialize for NodeRef<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde_json::Value;
+        match self.0 {
+            Value::Null => s.serialize_unit_variant("Node", 0, "Null"),
+            Value::Bool(b) => s.serialize_newtype_variant("Node", 1, "Bool", b),
+            Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => s.serialize_newtype_variant("Node", 2, "I64", &i),
+                (None, Some(u)) => s.serialize_newtype_variant("Node", 3, "U64", &u),
+                _ => s.serialize_newtype_variant("Node", 4, "F64", &n.as_f64().unwrap_or(0.0)),
+            },
+            Value::String(text) => s.serialize_newtype_variant("Node", 5, "Str", text),
+            Value::Array(items) => s.serialize_newtype_variant("Node", 6, "Array", &Items(items)),
+            Value::Object(fields) => {
+                s.serialize_newtype_variant("Node", 7, "Object", &Fields(fields))
+            }
+        }
+    }
+}
+
+/// An array's items as a sequence of [`NodeRef`]s.
+struct Items<'a>(&'a [serde_json::Value]);
+
+impl Serialize for Items<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(NodeRef))
+    }
+}
+
+/// An object's fields as a sequence of `(name, NodeRef)` pairs, in the map's order.
+struct Fields<'a>(&'a serde_json::Map<String, serde_json::Value>);
+
+impl Serialize for Fields<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|(k, v)| (k.as_str(), NodeRef(v))))
     }
 }
 
@@ -462,6 +540,36 @@ impl Row {
             updated_at: at,
             source: source.to_owned(),
             rendered: Rendered::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use wal::codec;
+
+    use super::Json;
+
+    #[test]
+    fn json_values_round_trip_through_the_codec_and_format_1_text_still_decodes() {
+        let values = [
+            json!(null),
+            json!(true),
+            json!(-7),
+            json!(u64::MAX),
+            json!(1.5),
+            json!("text ✓ with \"quotes\""),
+            json!(["a", 2, null, [false]]),
+            json!({"value": 2.5, "format": "0.0", "nested": {"k": [1, {"x": "y"}]}}),
+        ];
+        for value in values {
+            let bytes = codec::encode(&Json(value.clone())).unwrap();
+            assert_eq!(codec::decode::<Json>(&bytes).unwrap(), Json(value.clone()), "{value}");
+            // Format 1 stored a cell as its JSON text.
+            let mut old = codec::encode(&value.to_string()).unwrap();
+            old[0] = 1;
+            assert_eq!(codec::decode::<Json>(&old).unwrap(), Json(value.clone()), "{value}");
         }
     }
 }

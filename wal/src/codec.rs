@@ -5,6 +5,10 @@
 //!
 //! Format: `[FORMAT_VERSION u8][bincode 2, standard config, serde integration]`.
 //!
+//! Versions: 1 and 2 share bincode's layout; they differ in how callers' types choose to encode
+//! themselves (version 2 stores JSON cell values as a binary tree instead of JSON text). A type
+//! whose encoding changed asks [`decoding_version`] which one it is reading.
+//!
 //! Guarantees:
 //! - [`decode`] refuses a version byte it does not know with [`Error::UnsupportedVersion`]
 //!   instead of misreading bytes written by another build.
@@ -18,7 +22,22 @@ use serde::Serialize;
 use crate::error::{CodecError, Error, Result};
 
 /// Current on-disk format version byte.
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
+
+/// The oldest format version [`decode`] still reads.
+pub const OLDEST_READABLE_VERSION: u8 = 1;
+
+thread_local! {
+    /// The version of the value [`decode`] is decoding on this thread.
+    static DECODING: std::cell::Cell<u8> = const { std::cell::Cell::new(FORMAT_VERSION) };
+}
+
+/// The format version of the bytes being decoded on this thread: [`FORMAT_VERSION`] outside a
+/// [`decode`]. For a type whose own encoding differs between versions, read from its
+/// `Deserialize` impl.
+pub fn decoding_version() -> u8 {
+    DECODING.with(std::cell::Cell::get)
+}
 
 /// bincode 2 (standard config, serde integration) behind a leading format-version byte.
 ///
@@ -39,18 +58,21 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
 /// # Errors
 /// - [`Error::Codec`] with [`CodecError::Empty`] for an empty input, [`CodecError::Decode`] if
 ///   the bytes are not a `T`, [`CodecError::TrailingBytes`] if bytes are left over.
-/// - [`Error::UnsupportedVersion`] if the leading byte is not [`FORMAT_VERSION`].
+/// - [`Error::UnsupportedVersion`] if the leading byte is not a version from
+///   [`OLDEST_READABLE_VERSION`] to [`FORMAT_VERSION`].
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     let (&version, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if version != FORMAT_VERSION {
+    if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(Error::UnsupportedVersion {
             what: "an encoded value".to_owned(),
             found: version,
             supported: FORMAT_VERSION,
         });
     }
-    let (value, used) = bincode::serde::decode_from_slice(body, bincode::config::standard())
-        .map_err(CodecError::Decode)?;
+    let previous = DECODING.with(|v| v.replace(version));
+    let decoded = bincode::serde::decode_from_slice(body, bincode::config::standard());
+    DECODING.with(|v| v.set(previous));
+    let (value, used) = decoded.map_err(CodecError::Decode)?;
     if used != body.len() {
         return Err(CodecError::TrailingBytes { extra: body.len() - used }.into());
     }
@@ -112,8 +134,29 @@ mod tests {
             matches!(err, Error::UnsupportedVersion { found, supported, .. } if found == FORMAT_VERSION + 1 && supported == FORMAT_VERSION),
             "{err:?}"
         );
-        assert!(err.to_string().contains("format version 2"), "{err}");
+        assert!(err.to_string().contains("format version 3"), "{err}");
         assert!(!err.is_corruption());
+    }
+
+    #[test]
+    fn an_older_version_decodes_and_says_so_while_it_does() {
+        #[derive(Debug, PartialEq)]
+        struct Seen(u8);
+        impl<'de> Deserialize<'de> for Seen {
+            fn deserialize<D: serde::Deserializer<'de>>(
+                d: D,
+            ) -> std::result::Result<Self, D::Error> {
+                u8::deserialize(d)?;
+                Ok(Seen(decoding_version()))
+            }
+        }
+        let mut bytes = encode(&0u8).unwrap();
+        assert_eq!(decode::<Seen>(&bytes).unwrap(), Seen(FORMAT_VERSION));
+        bytes[0] = OLDEST_READABLE_VERSION;
+        assert_eq!(decode::<Seen>(&bytes).unwrap(), Seen(OLDEST_READABLE_VERSION));
+        assert_eq!(decoding_version(), FORMAT_VERSION, "restored after decode");
+        bytes[0] = 0;
+        assert!(matches!(decode::<Seen>(&bytes), Err(Error::UnsupportedVersion { found: 0, .. })));
     }
 
     #[test]
