@@ -196,3 +196,80 @@ async fn damage_before_the_tail_stops_start_up_with_a_clear_message() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("record 2") && err.contains("damaged"), "{err}");
 }
+
+/// A data dir written by the build before the change feed and codec format 2 (cells as JSON
+/// text): its checkpoint, without a change index, and the log records after it, made by that
+/// build's binary (`tests/data/format1-data-dir.tar.gz`: the demo workspace, writes, a clean
+/// stop, more writes, then SIGKILL). `format1-rows.json` is what that build served before the
+/// kill. The feed of such a dir starts with the first change after its last checkpoint.
+#[actix_rt::test]
+async fn a_data_dir_of_the_previous_format_opens_with_every_row_and_feeds_its_later_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/format1-data-dir.tar.gz");
+    let unpacked = Command::new("tar").arg("xzf").arg(archive).arg("-C").arg(dir.path()).status();
+    assert!(unpacked.unwrap().success());
+    let data = dir.path().join("d");
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/format1-rows.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let keys = std::fs::read_to_string(data.join("demo-keys.txt")).unwrap();
+    let key = keys
+        .lines()
+        .find_map(|l| l.split_whitespace().nth(3).filter(|_| l.contains("ada-write")))
+        .unwrap()
+        .to_owned();
+    let mut s = TestServer::start_with(fixture(), |a| {
+        a.data_dir = data.clone();
+        a.seed = None;
+    })
+    .await;
+    for round in 0..2 {
+        for sheet in ["10", "11"] {
+            let (status, page, _) = s.get(&format!("/sheets/{sheet}/rows?limit=500"), &key).await;
+            assert_eq!(status, 200);
+            let mut rows = page["data"].clone();
+            if round == 1 && sheet == "10" {
+                // The write made after the upgrade.
+                assert_eq!(rows[2]["cells"]["100"], "after the upgrade");
+                rows[2] = expected["10"][2].clone();
+            }
+            assert_eq!(rows, expected[sheet], "sheet {sheet}, round {round}");
+        }
+        // The records after the old checkpoint were replayed into the feed (the patch of 2002
+        // and the subtree delete of 1000) and are read back from format-1 records.
+        let (status, feed, _) = s.get("/sheets/10/changes", &key).await;
+        assert_eq!(status, 200, "{feed}");
+        let got: Vec<(u64, &str, u64)> = feed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let (seq, kind) = (c["seq"].as_u64().unwrap(), c["type"].as_str().unwrap());
+                (seq, kind, c["rowId"].as_u64().unwrap())
+            })
+            .collect();
+        let mut want = vec![
+            (1, "row.updated", 2002),
+            (2, "row.deleted", 1000),
+            (3, "row.deleted", 1001),
+            (4, "row.deleted", 1002),
+        ];
+        if round == 1 {
+            want.push((5, "row.updated", 2001));
+        }
+        assert_eq!(got, want);
+        assert_eq!(feed["data"][0]["row"], expected["10"][3]);
+        if round == 0 {
+            let patch = json!({"version": 1, "cells": {"100": "after the upgrade"}});
+            let reply = s.call("PATCH", "/sheets/10/rows/2001", Some(&key), Some(&patch)).await;
+            assert_eq!(reply.0, 200, "{}", reply.1);
+            // A clean stop writes a checkpoint of the current format; the next start reads it.
+            s.restart().await;
+        }
+    }
+}
