@@ -32,9 +32,9 @@ pub type Millis = i64;
 
 /// A JSON value. In human-readable formats it is plain JSON; in the log's binary codec, which
 /// cannot carry `serde_json::Value` as is (that needs `deserialize_any`), it is a small tree of
-/// tagged nodes ([`Node`]): decoding builds the value directly, with no JSON text to write on
-/// every write or parse at every start. Bytes of codec format 1 held the value's JSON text; they
-/// still decode (`wal::codec::decoding_version`).
+/// tagged nodes: decoding builds the value directly, with no JSON text to write on every write
+/// or parse at every start. Bytes of codec format 1 held the value's JSON text; they still
+/// decode (`wal::codec::decoding_version`).
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Json(pub serde_json::Value);
 
