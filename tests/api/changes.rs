@@ -776,3 +776,30 @@ async fn an_upsert_shows_in_the_feed_as_its_created_and_updated_items_only() {
     assert_eq!(got, [("row.created", 1), ("row.updated", 2), ("row.updated", 2)]);
     assert_eq!(page["data"][2]["rowId"], reply["results"][0]["row"]["id"]);
 }
+
+#[actix_rt::test]
+async fn a_quiet_event_stream_sends_a_keep_alive_comment_every_15_seconds() {
+    let s = TestServer::start().await;
+    let client = awc::Client::builder().timeout(Duration::from_secs(60)).finish();
+    let mut res = client
+        .get(format!("{}/sheets/10/changes", s.base))
+        .insert_header(("Authorization", format!("Bearer {ADA_READ}")))
+        .insert_header(("Accept", "text/event-stream"))
+        .send()
+        .await
+        .unwrap();
+    let mut buffer = String::new();
+    read_events(&mut res, &mut buffer, 4).await;
+    let opened = std::time::Instant::now();
+    while !buffer.contains(": keep-alive\n\n") {
+        let chunk = tokio::time::timeout(Duration::from_secs(20), res.next())
+            .await
+            .expect("a comment within 20 s")
+            .expect("the stream goes on")
+            .unwrap();
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    // Not before its time (a lower bound only: a slow machine can only make it later; the
+    // margin covers the time the client took to read the events before it).
+    assert!(opened.elapsed() >= Duration::from_secs(10), "{:?}", opened.elapsed());
+}
