@@ -80,9 +80,8 @@ pub struct Checkpoint {
 
 /// What a checkpoint file holds: the [`Checkpoint`], then each sheet's change index.
 ///
-/// The index follows the checkpoint instead of living inside [`SheetState`]'s encoding, so a
-/// checkpoint written before the change feed existed (the same bytes without the index) still
-/// decodes, as sheets whose feed starts after it.
+/// Builds before the change feed wrote codec format 1 and the [`Checkpoint`] alone; such a
+/// file decodes as sheets whose feed starts after it.
 #[derive(Serialize, Deserialize)]
 struct CheckpointFile {
     checkpoint: Checkpoint,
@@ -91,9 +90,11 @@ struct CheckpointFile {
 
 impl CheckpointFile {
     fn decode(bytes: &[u8]) -> Result<Checkpoint> {
-        let (mut checkpoint, changes) = match codec::decode::<CheckpointFile>(bytes) {
-            Ok(file) => (file.checkpoint, file.changes),
-            Err(_) => (codec::decode::<Checkpoint>(bytes)?, Vec::new()),
+        let (mut checkpoint, changes) = if codec::version_of(bytes) == Some(1) {
+            (codec::decode::<Checkpoint>(bytes)?, Vec::new())
+        } else {
+            let file = codec::decode::<CheckpointFile>(bytes)?;
+            (file.checkpoint, file.changes)
         };
         let mut changes: BTreeMap<SheetId, ChangeLog> = changes.into_iter().collect();
         for (state, _) in &mut checkpoint.sheets {

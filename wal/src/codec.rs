@@ -32,6 +32,11 @@ thread_local! {
     static DECODING: std::cell::Cell<u8> = const { std::cell::Cell::new(FORMAT_VERSION) };
 }
 
+/// The format version `bytes` (made by [`encode`]) say they are in; `None` for no bytes.
+pub fn version_of(bytes: &[u8]) -> Option<u8> {
+    bytes.first().copied()
+}
+
 /// The format version of the bytes being decoded on this thread: [`FORMAT_VERSION`] outside a
 /// [`decode`]. For a type whose own encoding differs between versions, read from its
 /// `Deserialize` impl.
