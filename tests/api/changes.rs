@@ -94,27 +94,6 @@ impl Follower {
     }
 }
 
-/// Every row of the sheet by listRows, by id.
-async fn list_all(base: &str, key: &str, sheet: u64) -> BTreeMap<u64, Value> {
-    let mut rows = BTreeMap::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let url = match &cursor {
-            Some(c) => format!("{base}/sheets/{sheet}/rows?limit=500&cursor={c}"),
-            None => format!("{base}/sheets/{sheet}/rows?limit=500"),
-        };
-        let (status, page, _) = send("GET", &url, Some(key), &[], None).await;
-        assert_eq!(status, 200, "{page}");
-        for row in page["data"].as_array().unwrap() {
-            rows.insert(row["id"].as_u64().unwrap(), row.clone());
-        }
-        match page["nextCursor"].as_str() {
-            Some(c) => cursor = Some(c.to_owned()),
-            None => return rows,
-        }
-    }
-}
-
 /// A write as ada's write key that reports a transport failure (a killed server) as `None`.
 async fn attempt(method: &str, url: &str, body: Option<Value>) -> Option<(u16, Value)> {
     let client = awc::Client::builder().timeout(Duration::from_secs(10)).finish();
@@ -646,13 +625,6 @@ async fn export_is_one_instant_in_ndjson_or_csv_and_its_cursor_lines_up_with_the
     assert_eq!(follower.rows, list_all(&s.base, ADA_READ, 10).await);
 }
 
-/// Resident memory of a process, in bytes.
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap();
-    kb.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap() * 1024
-}
-
 #[actix_rt::test]
 async fn exporting_200k_rows_while_writers_run_keeps_memory_flat() {
     let dir = tempfile::tempdir().unwrap();
@@ -802,4 +774,25 @@ async fn a_quiet_event_stream_sends_a_keep_alive_comment_every_15_seconds() {
     // Not before its time (a lower bound only: a slow machine can only make it later; the
     // margin covers the time the client took to read the events before it).
     assert!(opened.elapsed() >= Duration::from_secs(10), "{:?}", opened.elapsed());
+}
+
+#[actix_rt::test]
+async fn a_stream_and_an_export_each_count_one_request_against_the_rate_limit() {
+    let s = TestServer::start_with(fixture(), |a| a.rate_limit_per_minute = 3).await;
+    let client = awc::Client::builder().timeout(Duration::from_secs(60)).finish();
+    let mut stream = client
+        .get(format!("{}/sheets/10/changes", s.base))
+        .insert_header(("Authorization", format!("Bearer {ADA_READ}")))
+        .insert_header(("Accept", "text/event-stream"))
+        .send()
+        .await
+        .unwrap();
+    let mut buffer = String::new();
+    // Four events (and more to come while it is open) are one request.
+    read_events(&mut stream, &mut buffer, 4).await;
+    let (status, _, _) =
+        send("GET", &format!("{}/sheets/10/export", s.base), Some(ADA_READ), &[], None).await;
+    assert_eq!(status, 200);
+    assert_eq!(s.get("/me", ADA_READ).await.0, 200, "the third request of the minute");
+    assert_error(&s.get("/me", ADA_READ).await, 429, "rate_limit_exceeded");
 }

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -404,4 +405,32 @@ impl Drop for Binary {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Every row of a sheet by listRows (pages of 500), by id.
+pub async fn list_all(base: &str, key: &str, sheet: u64) -> BTreeMap<u64, Value> {
+    let mut rows = BTreeMap::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let url = match &cursor {
+            Some(c) => format!("{base}/sheets/{sheet}/rows?limit=500&cursor={c}"),
+            None => format!("{base}/sheets/{sheet}/rows?limit=500"),
+        };
+        let (status, page, _) = send("GET", &url, Some(key), &[], None).await;
+        assert_eq!(status, 200, "{page}");
+        for row in page["data"].as_array().unwrap() {
+            rows.insert(row["id"].as_u64().unwrap(), row.clone());
+        }
+        match page["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return rows,
+        }
+    }
+}
+
+/// Bytes of `pid`'s resident memory.
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
 }

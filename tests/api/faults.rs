@@ -155,24 +155,10 @@ async fn write_until_refused(base: &str) -> (BTreeMap<u64, String>, Option<Reply
 
 /// Every row of sheet 11: id → Task text.
 async fn all_rows(base: &str) -> BTreeMap<u64, String> {
-    let mut rows = BTreeMap::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let url = match &cursor {
-            Some(c) => format!("{base}/sheets/11/rows?limit=500&cursor={c}"),
-            None => format!("{base}/sheets/11/rows?limit=500"),
-        };
-        let (status, page, _) = send("GET", &url, Some(ADA_READ), &[], None).await;
-        assert_eq!(status, 200, "{page}");
-        for r in page["data"].as_array().unwrap() {
-            let text = r["cells"]["110"].as_str().unwrap_or_default().to_owned();
-            rows.insert(r["id"].as_u64().unwrap(), text);
-        }
-        match page["nextCursor"].as_str() {
-            Some(c) => cursor = Some(c.to_owned()),
-            None => return rows,
-        }
-    }
+    let rows = list_all(base, ADA_READ, 11).await;
+    rows.into_iter()
+        .map(|(id, r)| (id, r["cells"]["110"].as_str().unwrap_or_default().to_owned()))
+        .collect()
 }
 
 /// Starts the binary on `data` with no fault, checks that every acknowledged row is there as it
@@ -487,13 +473,6 @@ async fn a_start_on_a_device_that_refuses_fsync_changes_nothing() {
     assert_eq!(contents(&data), before, "a refused start changed the data dir");
 
     every_acknowledged_row_survives(&data, &acked).await;
-}
-
-/// Bytes of `pid`'s resident memory.
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
 }
 
 /// Total bytes of the files under `dir`.
