@@ -18,11 +18,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-/// RFC 3339 UTC with milliseconds.
-pub fn timestamp(ms: Millis) -> Option<String> {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-}
+/// RFC 3339 UTC with milliseconds (the one formatter, shared with the rows' JSON).
+pub use actors::model::timestamp;
 
 /// A list page.
 #[derive(Serialize, ToSchema)]
@@ -167,11 +164,11 @@ pub struct RowView {
     pub updated_by: UpdatedBy,
 }
 
-/// A row's JSON (RowV1), rendered once per version of the row and then shared by every
-/// response that shows it: pages, getSheet, write replies. The same JSON as [`RowView`],
-/// written straight from the row without copying its cells.
+/// A row's JSON (RowV1): the row's own rendering, made when the row version was written and
+/// shared by every response that shows it: pages, getSheet, write replies. The same JSON as
+/// [`RowView`] (a test keeps them equal).
 pub fn row_json(row: &Row) -> &RawValue {
-    row.rendered.get_or_render(|| serde_json::to_string(&RowJson(row, None)).unwrap_or_default())
+    row.json()
 }
 
 /// A row with the request id (RowResponse: getRow's and patchRow's body): the row's shared
@@ -179,11 +176,7 @@ pub fn row_json(row: &Row) -> &RawValue {
 /// [`RowResponseView`] without copying the row's cells.
 pub fn row_response(row: &Row, request_id: &str) -> Vec<u8> {
     let json = row_json(row).get();
-    let Some(fields) = json.strip_suffix('}') else {
-        // Not an object: only if rendering failed. The view says what it can.
-        let view = RowResponseView { row: RowView::from(row), request_id: request_id.to_owned() };
-        return serde_json::to_vec(&view).unwrap_or_default();
-    };
+    let fields = json.strip_suffix('}').unwrap_or(json);
     let mut out = Vec::with_capacity(json.len() + request_id.len() + 16);
     out.extend_from_slice(fields.as_bytes());
     out.extend_from_slice(b",\"requestId\":");
@@ -192,64 +185,14 @@ pub fn row_response(row: &Row, request_id: &str) -> Vec<u8> {
     out
 }
 
-/// A row's JSON with only the cells of `fields` (listRows' `fields`): rendered for the
-/// request, not kept, by the same serializer as [`row_json`].
+/// A row's JSON with only the cells of `fields` (listRows' `fields`), for one response.
 pub fn row_json_fields(row: &Row, fields: &BTreeSet<u64>) -> Box<RawValue> {
-    let text = serde_json::to_string(&RowJson(row, Some(fields))).unwrap_or_default();
-    RawValue::from_string(text).unwrap_or_else(|_| row_json(row).to_owned())
-}
-
-/// Serializes a row as RowV1 by reference, with every cell or only those of a set of column
-/// ids (see [`row_json`]).
-struct RowJson<'a>(&'a Row, Option<&'a BTreeSet<u64>>);
-
-impl Serialize for RowJson<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        let r = self.0;
-        let mut row = s.serialize_struct("RowV1", 7)?;
-        row.serialize_field("id", &r.id)?;
-        row.serialize_field("sheetId", &r.sheet_id)?;
-        row.serialize_field("version", &r.version)?;
-        // serde_json writes integer map keys as strings: `{"100": ...}`.
-        row.serialize_field("cells", &Cells(&r.cells, self.1))?;
-        row.serialize_field("createdAt", &timestamp(r.created_at))?;
-        row.serialize_field("updatedAt", &timestamp(r.updated_at))?;
-        row.serialize_field("updatedBy", &UpdatedByRef { source: &r.source })?;
-        row.end()
-    }
-}
-
-/// A row's cells by column id, by reference, keyed in the order of their decimal text
-/// (`"100"` before `"2"`), as a map of strings orders them: the bytes match [`RowView`]'s.
-struct Cells<'a>(
-    &'a std::collections::BTreeMap<u64, actors::model::Json>,
-    Option<&'a BTreeSet<u64>>,
-);
-
-impl Serialize for Cells<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let only = self.1;
-        let mut cells: Vec<_> =
-            self.0.iter().filter(|(id, _)| only.is_none_or(|f| f.contains(id))).collect();
-        cells.sort_by(|(a, _), (b, _)| decimal_order(**a, **b));
-        s.collect_map(cells.into_iter().map(|(id, cell)| (id, &cell.0)))
-    }
-}
-
-/// The order of `a` and `b` written in decimal and compared as text.
-fn decimal_order(a: u64, b: u64) -> std::cmp::Ordering {
-    let digits = |n: u64| n.checked_ilog10().map_or(1, |d| d + 1);
-    let (da, db) = (digits(a), digits(b));
-    // Compare the leading digits both have; on a tie the shorter text comes first.
-    let (ta, tb) = if da > db { (a / 10u64.pow(da - db), b) } else { (a, b / 10u64.pow(db - da)) };
-    ta.cmp(&tb).then(da.cmp(&db))
-}
-
-/// `updatedBy`, by reference.
-#[derive(Serialize)]
-struct UpdatedByRef<'a> {
-    source: &'a str,
+    let mut out = Vec::new();
+    row.write_json_fields(&mut out, fields);
+    String::from_utf8(out)
+        .ok()
+        .and_then(|text| RawValue::from_string(text).ok())
+        .unwrap_or_else(|| row_json(row).to_owned())
 }
 
 impl From<&Row> for RowView {
@@ -258,10 +201,10 @@ impl From<&Row> for RowView {
             id: r.id,
             sheet_id: r.sheet_id,
             version: r.version,
-            cells: r.cells.iter().map(|(k, v)| (k.to_string(), v.0.clone())).collect(),
+            cells: r.cells().into_iter().map(|(k, v)| (k.to_string(), v.0)).collect(),
             created_at: timestamp(r.created_at),
             updated_at: timestamp(r.updated_at),
-            updated_by: UpdatedBy { source: r.source.clone() },
+            updated_by: UpdatedBy { source: r.source.as_str().to_owned() },
         }
     }
 }
@@ -323,13 +266,11 @@ pub struct ChangesView<'a> {
     pub request_id: String,
 }
 
-/// A row's JSON for a bulk reader (export) into `out`: the shared rendering when a read made it
-/// already, else rendered into `out` without being kept, so reading a whole sheet leaves no
-/// cache behind (memory stays flat); with `fields`, only those cells.
+/// A row's JSON for a bulk reader (export) into `out`; with `fields`, only those cells.
 pub fn write_row_json(out: &mut Vec<u8>, row: &Row, fields: Option<&BTreeSet<u64>>) {
-    match (row.rendered.cached(), fields) {
-        (Some(json), None) => out.extend_from_slice(json.get().as_bytes()),
-        _ => serde_json::to_writer(&mut *out, &RowJson(row, fields)).unwrap_or_default(),
+    match fields {
+        None => out.extend_from_slice(row_json(row).get().as_bytes()),
+        Some(fields) => row.write_json_fields(out, fields),
     }
 }
 
@@ -786,7 +727,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_rows_shared_rendering_is_byte_for_byte_its_view_and_never_outlives_a_change() {
+    fn a_rows_json_is_byte_for_byte_its_view_and_a_new_version_renders_anew() {
         let cells: BTreeMap<u64, Json> = [
             (100, json!("text \"quoted\" é")),
             (102, json!({"value": 1.5, "format": "0.0"})),
@@ -797,14 +738,11 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k, Json(v)))
         .collect();
-        let row = Row::new(7, 10, cells, SOURCE_API, 1_767_225_600_123);
+        let row = Row::new(7, 10, cells.clone(), SOURCE_API, 1_767_225_600_123);
         let rendered = row_json(&row).get().to_owned();
         assert_eq!(rendered, serde_json::to_string(&RowView::from(&row)).unwrap());
-        assert!(std::ptr::eq(row_json(&row), row_json(&row)), "rendered once, then shared");
 
-        // A new version is a changed clone: it renders itself, not the old JSON.
-        let mut next = row.clone();
-        next.version = 2;
+        let next = row.next(&cells, 1_767_225_601_000);
         assert_eq!(row_json(&next).get(), serde_json::to_string(&RowView::from(&next)).unwrap());
         assert_ne!(row_json(&next).get(), rendered);
 
@@ -813,14 +751,10 @@ mod tests {
             String::from_utf8(row_response(&row, "req_1\"x")).unwrap(),
             serde_json::to_string(&view).unwrap()
         );
-    }
-
-    #[test]
-    fn decimal_order_is_the_order_of_the_numbers_as_text() {
-        let mut ids = vec![2u64, 100, 10, 1, 0, 21, 3, 1000, 99, u64::MAX, 101, 11];
-        let mut as_text: Vec<String> = ids.iter().map(u64::to_string).collect();
-        as_text.sort();
-        ids.sort_by(|a, b| decimal_order(*a, *b));
-        assert_eq!(ids.iter().map(u64::to_string).collect::<Vec<_>>(), as_text);
+        let fields = BTreeSet::from([103, 2]);
+        let only: Value = serde_json::from_str(row_json_fields(&row, &fields).get()).unwrap();
+        let mut view = serde_json::to_value(RowView::from(&row)).unwrap();
+        view["cells"] = json!({"103": true, "2": null});
+        assert_eq!(only, view);
     }
 }

@@ -3,13 +3,17 @@
 //!
 //! These types are what the log records and checkpoints carry (through `wal::codec`), so they
 //! avoid serde features the binary codec cannot express (untagged enums, `skip_serializing_if`,
-//! `flatten`). JSON cell values travel as [`Json`], which stores itself as JSON text in binary
-//! formats. The HTTP layer never renders these types directly: it maps them to its own views, so
-//! hidden fields (folder id, parent id, attachments, key hashes) cannot leak by accident.
-
-use std::collections::BTreeMap;
+//! `flatten`). JSON cell values travel as [`Json`], which stores itself as a small binary tree in
+//! binary formats. A [`Row`] is the one type that carries its API form: it keeps its cells only
+//! inside its rendered RowV1 JSON, which holds none of its hidden fields (parent, attachments).
+//! The HTTP layer maps every other type to its own views, so hidden fields (folder id, key
+//! hashes) cannot leak by accident.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+mod row;
+
+pub use row::{decimal_order, timestamp, Row, Source, SOURCE_API, SOURCE_IMPORT};
 
 /// A user (an owner of projects and keys).
 pub type UserId = u64;
@@ -428,84 +432,6 @@ pub struct Attachment {
     pub bytes: u64,
 }
 
-/// `source` of rows written through the API.
-pub const SOURCE_API: &str = "api";
-/// `source` of rows loaded from a fixture or an admin import.
-pub const SOURCE_IMPORT: &str = "import";
-
-/// A row of a sheet. Cells are keyed by column id and hold the stored (coerced) value.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Row {
-    /// Global row id.
-    pub id: RowId,
-    /// The sheet it belongs to.
-    pub sheet_id: SheetId,
-    /// The parent row (never exposed); deleting a row deletes its subtree.
-    pub parent_id: Option<RowId>,
-    /// Optimistic-concurrency version: 1 when created, +1 on every successful write.
-    pub version: u64,
-    /// Stored cell values by column id.
-    pub cells: BTreeMap<ColumnId, Json>,
-    /// Files attached to the row.
-    pub attachments: Vec<Attachment>,
-    /// Creation time.
-    pub created_at: Millis,
-    /// Time of the last write.
-    pub updated_at: Millis,
-    /// Where the last write came from: `api` or `import`.
-    pub source: String,
-    /// The row's JSON as the API shows it, made on first read (see [`Rendered`]).
-    #[serde(skip)]
-    pub rendered: Rendered,
-}
-
-/// A row's JSON as the API shows it, made once on first read and shared by every read after
-/// (pages are assembled from these bytes instead of re-serializing rows).
-///
-/// The HTTP layer owns the format and passes its renderer to [`Rendered::get_or_render`]; the
-/// cache only keeps the result. A clone starts empty, so a changed row (always a clone of the
-/// old one) never carries the old row's JSON; equality ignores it.
-#[derive(Default)]
-pub struct Rendered(std::sync::OnceLock<Box<serde_json::value::RawValue>>);
-
-impl Rendered {
-    /// The cached JSON, rendered by `render` the first time. `render` must produce one JSON
-    /// value; anything else is cached as `null`.
-    pub fn get_or_render(&self, render: impl FnOnce() -> String) -> &serde_json::value::RawValue {
-        self.0.get_or_init(|| {
-            serde_json::value::RawValue::from_string(render()).unwrap_or_else(|_| {
-                serde_json::value::RawValue::from_string("null".to_owned()).expect("JSON")
-            })
-        })
-    }
-}
-
-impl Rendered {
-    /// The cached JSON, if a read rendered it already (a bulk reader that must not fill the
-    /// cache, such as an export, uses it when present and renders into its own buffer else).
-    pub fn cached(&self) -> Option<&serde_json::value::RawValue> {
-        self.0.get().map(|b| &**b)
-    }
-}
-
-impl Clone for Rendered {
-    fn clone(&self) -> Self {
-        Rendered::default()
-    }
-}
-
-impl PartialEq for Rendered {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl std::fmt::Debug for Rendered {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.get().is_some() { "Rendered(cached)" } else { "Rendered(empty)" })
-    }
-}
-
 impl ApiKey {
     /// The key's state at `now`; only an [`KeyState::Active`] key authenticates.
     pub fn state(&self, now: Millis) -> KeyState {
@@ -515,31 +441,6 @@ impl ApiKey {
             KeyState::Expired
         } else {
             KeyState::Active
-        }
-    }
-}
-
-impl Row {
-    /// A new row: version 1, no parent, no attachments, created and updated `at` by `source`
-    /// ([`SOURCE_API`] or [`SOURCE_IMPORT`]).
-    pub fn new(
-        id: RowId,
-        sheet_id: SheetId,
-        cells: BTreeMap<ColumnId, Json>,
-        source: &str,
-        at: Millis,
-    ) -> Self {
-        Row {
-            id,
-            sheet_id,
-            parent_id: None,
-            version: 1,
-            cells,
-            attachments: Vec::new(),
-            created_at: at,
-            updated_at: at,
-            source: source.to_owned(),
-            rendered: Rendered::default(),
         }
     }
 }

@@ -101,7 +101,7 @@ pub async fn export_rows(
         format,
         fields: query.fields,
         filter: filter.map(Arc::new),
-        columns,
+        columns: columns.iter().map(|c| Some(c.id)).collect(),
         header,
     };
     let body = stream::unfold(export, |mut e| async move {
@@ -148,8 +148,8 @@ struct Export {
     format: Format,
     fields: Option<BTreeSet<u64>>,
     filter: Option<Arc<SheetFilter>>,
-    /// The columns shown, by position (CSV).
-    columns: Vec<Column>,
+    /// The ids of the columns shown, by position (CSV).
+    columns: Vec<Option<u64>>,
     /// The CSV header line, sent with the first chunk.
     header: Vec<u8>,
 }
@@ -204,12 +204,11 @@ fn csv_header(columns: &[Column]) -> Result<Vec<u8>, ApiError> {
     writer.into_inner().map_err(ApiError::internal)
 }
 
-/// One row's CSV fields: id, version, then each column's cell as text.
-fn csv_record(row: &Row, columns: &[Column]) -> Vec<String> {
+/// One row's CSV fields: id, version, then each column's cell as text (`ids`: the columns'
+/// ids, in the same order).
+fn csv_record(row: &Row, ids: &[Option<u64>]) -> Vec<String> {
     let mut record = vec![row.id.to_string(), row.version.to_string()];
-    record.extend(
-        columns.iter().map(|c| row.cells.get(&c.id).map_or(String::new(), |j| cell_text(&j.0))),
-    );
+    record.extend(row.project(ids).iter().map(cell_text));
     record
 }
 

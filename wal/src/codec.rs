@@ -5,9 +5,10 @@
 //!
 //! Format: `[FORMAT_VERSION u8][bincode 2, standard config, serde integration]`.
 //!
-//! Versions: 1 and 2 share bincode's layout; they differ in how callers' types choose to encode
-//! themselves (version 2 stores JSON cell values as a binary tree instead of JSON text). A type
-//! whose encoding changed asks [`decoding_version`] which one it is reading.
+//! Versions: 1 to 3 share bincode's layout; they differ in how callers' types choose to encode
+//! themselves (version 2 stores JSON cell values as a binary tree instead of JSON text; version
+//! 3 stores a row as its rendered JSON). A type whose encoding changed asks
+//! [`decoding_version`] which one it is reading.
 //!
 //! Guarantees:
 //! - [`decode`] refuses a version byte it does not know with [`Error::UnsupportedVersion`]
@@ -22,7 +23,7 @@ use serde::Serialize;
 use crate::error::{CodecError, Error, Result};
 
 /// Current on-disk format version byte.
-pub const FORMAT_VERSION: u8 = 2;
+pub const FORMAT_VERSION: u8 = 3;
 
 /// The oldest format version [`decode`] still reads.
 pub const OLDEST_READABLE_VERSION: u8 = 1;
@@ -139,7 +140,7 @@ mod tests {
             matches!(err, Error::UnsupportedVersion { found, supported, .. } if found == FORMAT_VERSION + 1 && supported == FORMAT_VERSION),
             "{err:?}"
         );
-        assert!(err.to_string().contains("format version 3"), "{err}");
+        assert!(err.to_string().contains("format version 4"), "{err}");
         assert!(!err.is_corruption());
     }
 

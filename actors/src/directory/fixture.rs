@@ -443,15 +443,14 @@ pub fn prepare(
         let writes = coerce_cells(&columns, &r.cells)
             .map_err(|e| Error::invalid(format!("rows[{i}] (id {}): {e}", r.id)))?;
         let cells = apply_writes(BTreeMap::new(), writes);
-        sheet.rows.push(Row {
-            parent_id: r.parent_id,
-            attachments: r
-                .attachments
-                .into_iter()
-                .map(|a| Attachment { name: a.name, bytes: a.bytes })
-                .collect(),
-            ..Row::new(r.id, r.sheet_id, cells, SOURCE_IMPORT, now)
-        });
+        let mut row = Row::new(r.id, r.sheet_id, cells, SOURCE_IMPORT, now);
+        row.parent_id = r.parent_id;
+        row.attachments = r
+            .attachments
+            .into_iter()
+            .map(|a| Attachment { name: a.name, bytes: a.bytes })
+            .collect();
+        sheet.rows.push(row);
     }
     for (i, s) in fx.shares.into_iter().enumerate() {
         let what = format!("shares[{i}]");
@@ -623,7 +622,7 @@ mod tests {
         let positions: Vec<i64> = batch.sheets[0].columns.iter().map(|c| c.position).collect();
         assert_eq!(positions, [0, 1], "order of appearance");
         let root = &batch.sheets[0].rows[0];
-        assert_eq!(root.cells[&2].0, json!("2026-01-02T02:04:05Z"), "cells are coerced");
+        assert_eq!(root.cell(2), Some(json!("2026-01-02T02:04:05Z")), "cells are coerced");
         assert_eq!(batch.sheets[0].rows[1].parent_id, Some(100));
         assert_eq!((batch.shares.len(), batch.reports.len()), (1, 1));
 

@@ -107,8 +107,11 @@ impl RunResult {
             Output::Flat { rows, select, order } => order[range]
                 .iter()
                 .map(|&(s, id)| {
-                    let row = rows[s as usize].get(&id).map(|r| &**r);
-                    select[s as usize].iter().map(|col| unwrap(cell(row, *col)).clone()).collect()
+                    let select = &select[s as usize];
+                    match rows[s as usize].get(&id) {
+                        Some(row) => row.project(select).into_iter().map(unwrap_owned).collect(),
+                        None => vec![Value::Null; select.len()],
+                    }
                 })
                 .collect(),
             Output::Grid(rows) => rows[range].to_vec(),
@@ -126,10 +129,11 @@ pub fn unwrap(v: &Value) -> &Value {
     }
 }
 
-fn cell(row: Option<&Row>, col: Option<ColumnId>) -> &Value {
-    match (row, col) {
-        (Some(row), Some(col)) => row.cells.get(&col).map_or(&NULL, |j| &j.0),
-        _ => &NULL,
+/// [`unwrap`], taking the value.
+fn unwrap_owned(v: Value) -> Value {
+    match v {
+        Value::Object(mut o) => o.remove("value").unwrap_or(Value::Null),
+        v => v,
     }
 }
 
@@ -337,7 +341,8 @@ impl Predicate {
 impl SheetFilter {
     /// Whether a row of the sheet the filter was compiled for passes it.
     pub fn matches(&self, row: &Row) -> bool {
-        self.predicate.matches(&|f: usize| cell(Some(row), self.lookup[f]))
+        let cells = row.project(&self.lookup);
+        self.predicate.matches(&|f: usize| &cells[f])
     }
 }
 
@@ -364,19 +369,16 @@ pub fn execute(plan: &QueryPlan, sources: &[Source]) -> RunResult {
     }
 }
 
-/// Call `visit(source index, row, read)` for every row passing the filter, in source order then
-/// row id order; `read(field)` gives the row's cell of a plan field.
-fn scan<'a>(
-    plan: &QueryPlan,
-    sources: &'a [Source],
-    mut visit: impl FnMut(usize, &'a Row, &dyn Fn(usize) -> &'a Value),
-) {
+/// Call `visit(source index, row, cells)` for every row passing the filter, in source order
+/// then row id order; `cells[field]` is the row's cell of a plan field (parsed from the row once,
+/// for every field the plan reads).
+fn scan(plan: &QueryPlan, sources: &[Source], mut visit: impl FnMut(usize, &Row, &[Value])) {
     for (s, source) in sources.iter().enumerate() {
         let lookup = &plan.lookup[s];
         for row in source.rows.values() {
-            let read = |f: usize| cell(Some(row), lookup[f]);
-            if plan.filter.as_ref().is_none_or(|p| p.matches(&read)) {
-                visit(s, row, &read);
+            let cells = row.project(lookup);
+            if plan.filter.as_ref().is_none_or(|p| p.matches(&|f: usize| &cells[f])) {
+                visit(s, row, &cells);
             }
         }
     }
@@ -393,10 +395,10 @@ fn flat(
 ) -> FlatParts {
     let mut order: Vec<(u32, RowId)> = Vec::new();
     // Sort keys of every matching row, `sort.len()` per row, in scan order.
-    let mut keys: Vec<CellRef<'_>> = Vec::new();
-    scan(plan, sources, |s, row, read| {
+    let mut keys: Vec<Value> = Vec::new();
+    scan(plan, sources, |s, row, cells| {
         order.push((s as u32, row.id));
-        keys.extend(sort.iter().map(|(f, _)| CellRef::of(read(*f))));
+        keys.extend(sort.iter().map(|(f, _)| cells[*f].clone()));
     });
     if !sort.is_empty() {
         let k = sort.len();
@@ -407,7 +409,7 @@ fn flat(
             ka.iter()
                 .zip(kb)
                 .zip(sort)
-                .map(|((x, y), (_, dir))| sort_cmp(*x, *y, *dir))
+                .map(|((x, y), (_, dir))| sort_cmp(CellRef::of(x), CellRef::of(y), *dir))
                 .find(|o| o.is_ne())
                 .unwrap_or_else(|| a.cmp(&b))
         });
@@ -418,15 +420,17 @@ fn flat(
 }
 
 /// A running aggregate.
-enum Acc<'a> {
+enum Acc {
     Count(u64),
     Sum(f64),
     Avg(f64, u64),
-    Min(Option<(CellRef<'a>, &'a Value)>),
-    Max(Option<(CellRef<'a>, &'a Value)>),
+    /// The least value so far (unwrapped).
+    Min(Option<Value>),
+    /// The greatest value so far (unwrapped).
+    Max(Option<Value>),
 }
 
-impl<'a> Acc<'a> {
+impl Acc {
     fn new(func: AggFn) -> Self {
         match func {
             AggFn::Count => Acc::Count(0),
@@ -438,7 +442,7 @@ impl<'a> Acc<'a> {
     }
 
     /// Add a row: `v` is the aggregate column's cell (`None` for a row `count`).
-    fn add(&mut self, v: Option<&'a Value>) {
+    fn add(&mut self, v: Option<&Value>) {
         let c = v.map_or(CellRef::Blank, CellRef::of);
         match self {
             Acc::Count(n) => *n += u64::from(v.is_none() || !c.is_blank()),
@@ -454,13 +458,17 @@ impl<'a> Acc<'a> {
                 }
             }
             Acc::Min(best) => {
-                if !c.is_blank() && best.is_none_or(|(b, _)| c.total_cmp(b).is_lt()) {
-                    *best = Some((c, unwrap(v.unwrap_or(&NULL))));
+                if !c.is_blank()
+                    && best.as_ref().is_none_or(|b| c.total_cmp(CellRef::of(b)).is_lt())
+                {
+                    *best = Some(unwrap(v.unwrap_or(&NULL)).clone());
                 }
             }
             Acc::Max(best) => {
-                if !c.is_blank() && best.is_none_or(|(b, _)| c.total_cmp(b).is_gt()) {
-                    *best = Some((c, unwrap(v.unwrap_or(&NULL))));
+                if !c.is_blank()
+                    && best.as_ref().is_none_or(|b| c.total_cmp(CellRef::of(b)).is_gt())
+                {
+                    *best = Some(unwrap(v.unwrap_or(&NULL)).clone());
                 }
             }
         }
@@ -472,64 +480,84 @@ impl<'a> Acc<'a> {
             Acc::Sum(sum) => number(*sum),
             Acc::Avg(_, 0) => Value::Null,
             Acc::Avg(sum, n) => number(*sum / *n as f64),
-            Acc::Min(best) | Acc::Max(best) => best.map_or(Value::Null, |(_, v)| v.clone()),
+            Acc::Min(best) | Acc::Max(best) => best.clone().unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// A group's key: its key cells, equal and hashed as their [`CellRef`]s are.
+#[derive(Clone)]
+struct GroupKey(Vec<Value>);
+
+impl PartialEq for GroupKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self.0.iter().zip(&other.0).all(|(a, b)| CellRef::of(a) == CellRef::of(b))
+    }
+}
+
+impl Eq for GroupKey {}
+
+impl Hash for GroupKey {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.0.len().hash(h);
+        for v in &self.0 {
+            CellRef::of(v).hash(h);
         }
     }
 }
 
 /// One group while scanning.
-struct Group<'a> {
+struct Group {
     /// The key cells.
-    key: Vec<CellRef<'a>>,
+    key: GroupKey,
     /// The first row's key values (shown for the group).
-    shown: Vec<&'a Value>,
-    accs: Vec<Acc<'a>>,
+    shown: Vec<Value>,
+    accs: Vec<Acc>,
 }
 
-fn grouped<'a>(
+fn grouped(
     plan: &QueryPlan,
-    sources: &'a [Source],
+    sources: &[Source],
     group_by: &[usize],
     aggregates: &[(AggFn, Option<usize>)],
     sort: &[(usize, Direction)],
 ) -> Vec<Vec<Value>> {
-    let new_group = |key: Vec<CellRef<'a>>, shown: Vec<&'a Value>| Group {
+    let new_group = |key: GroupKey, shown: Vec<Value>| Group {
         key,
         shown,
         accs: aggregates.iter().map(|(f, _)| Acc::new(*f)).collect(),
     };
-    let mut index: HashMap<Vec<CellRef<'a>>, usize> = HashMap::new();
-    let mut groups: Vec<Group<'a>> = Vec::new();
+    let mut index: HashMap<GroupKey, usize> = HashMap::new();
+    let mut groups: Vec<Group> = Vec::new();
     if group_by.is_empty() {
-        groups.push(new_group(Vec::new(), Vec::new()));
-        index.insert(Vec::new(), 0);
+        groups.push(new_group(GroupKey(Vec::new()), Vec::new()));
+        index.insert(GroupKey(Vec::new()), 0);
     }
-    let mut key: Vec<CellRef<'a>> = Vec::with_capacity(group_by.len());
-    scan(plan, sources, |_, _, read| {
-        key.clear();
-        key.extend(group_by.iter().map(|f| CellRef::of(read(*f))));
-        let g = match index.get(key.as_slice()) {
+    scan(plan, sources, |_, _, cells| {
+        let key = GroupKey(group_by.iter().map(|f| cells[*f].clone()).collect());
+        let g = match index.get(&key) {
             Some(g) => *g,
             None => {
-                let shown = group_by
+                let shown = key
+                    .0
                     .iter()
-                    .zip(&key)
-                    .map(|(f, c)| if c.is_blank() { &NULL } else { unwrap(read(*f)) })
+                    .map(
+                        |v| if CellRef::of(v).is_blank() { Value::Null } else { unwrap(v).clone() },
+                    )
                     .collect();
                 groups.push(new_group(key.clone(), shown));
-                index.insert(key.clone(), groups.len() - 1);
+                index.insert(key, groups.len() - 1);
                 groups.len() - 1
             }
         };
         for (acc, (_, col)) in groups[g].accs.iter_mut().zip(aggregates) {
-            acc.add(col.map(read));
+            acc.add(col.map(|f| &cells[f]));
         }
     });
     let rows: Vec<Vec<Value>> = groups
         .iter()
-        .map(|g| {
-            g.shown.iter().map(|v| (*v).clone()).chain(g.accs.iter().map(Acc::value)).collect()
-        })
+        .map(|g| g.shown.iter().cloned().chain(g.accs.iter().map(Acc::value)).collect())
         .collect();
     let mut idx: Vec<usize> = (0..rows.len()).collect();
     idx.sort_by(|&a, &b| {
@@ -540,9 +568,10 @@ fn grouped<'a>(
             .chain(
                 groups[a]
                     .key
+                    .0
                     .iter()
-                    .zip(&groups[b].key)
-                    .map(|(x, y)| sort_cmp(*x, *y, Direction::Asc)),
+                    .zip(&groups[b].key.0)
+                    .map(|(x, y)| sort_cmp(CellRef::of(x), CellRef::of(y), Direction::Asc)),
             )
             .find(|o| o.is_ne())
             .unwrap_or(Ordering::Equal)

@@ -80,7 +80,7 @@ impl KeyValue {
 
     /// The key of `row` in `column`, if it holds one.
     fn of_row(row: &Row, column: ColumnId) -> Option<KeyValue> {
-        row.cells.get(&column).and_then(|cell| KeyValue::of(&cell.0))
+        row.cell(column).and_then(|cell| KeyValue::of(&cell))
     }
 }
 
@@ -238,7 +238,7 @@ mod tests {
 
     fn row(id: RowId, version: u64, key: Value) -> Arc<Row> {
         let cells = BTreeMap::from([(1, Json(key))]);
-        Arc::new(Row { version, ..Row::new(id, 9, cells, SOURCE_API, 0) })
+        Arc::new(Row::at_version(id, 9, version, &cells, SOURCE_API, (0, 0)))
     }
 
     fn write(put: Vec<Arc<Row>>, deleted: Vec<RowId>) -> SheetWrite {

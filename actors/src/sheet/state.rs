@@ -18,7 +18,7 @@ use crate::coerce::{
     apply_writes, coerce_cells, parse_column_key, CellKey, CellWrite, CoerceError,
 };
 use crate::error::{Error, Result};
-use crate::model::{Column, ColumnId, Json, Millis, Row, RowId, SheetId, SOURCE_API};
+use crate::model::{Column, ColumnId, Millis, Row, RowId, SheetId, SOURCE_API};
 use crate::record::SheetWrite;
 use crate::shared::RowIds;
 use wal::Lsn;
@@ -400,11 +400,11 @@ impl SheetState {
                     Some(row) => Arc::clone(row),
                     None => Arc::clone(self.row(id)?),
                 };
-                let cells = apply_writes(current.cells.clone(), writes);
-                if cells == current.cells {
+                let cells = apply_writes(current.cells(), writes);
+                if current.cells_equal(&cells) {
                     return Ok(Upserted { row: current, action: UpsertAction::Unchanged });
                 }
-                let row = Arc::new(next_version(&current, cells, now));
+                let row = Arc::new(current.next(&cells, now));
                 written.insert(id, Arc::clone(&row));
                 put.push(Arc::clone(&row));
                 Ok(Upserted { row, action: UpsertAction::Updated })
@@ -431,8 +431,7 @@ impl SheetState {
                     })?;
                 check_version(current, item.version, &item.cells, item.base_cells.as_ref(), true)?;
                 let writes = self.coerce(&item.cells)?;
-                let row =
-                    Arc::new(next_version(current, apply_writes(BTreeMap::new(), writes), now));
+                let row = Arc::new(current.next(&apply_writes(BTreeMap::new(), writes), now));
                 written.insert(row.id, Arc::clone(&row));
                 put.push(Arc::clone(&row));
                 Ok(row)
@@ -473,7 +472,7 @@ impl SheetState {
             (None, _) => {}
         }
         let writes = self.coerce(&item.cells)?;
-        Ok(Arc::new(next_version(current, apply_writes(current.cells.clone(), writes), now)))
+        Ok(Arc::new(current.next(&apply_writes(current.cells(), writes), now)))
     }
 
     /// Decide a delete: 404 when the row is not in this sheet, 412 when `if_match` fails;
@@ -524,16 +523,6 @@ fn upsert_key(key: ColumnId, writes: &[(ColumnId, CellWrite)]) -> Result<KeyValu
     }
 }
 
-fn next_version(current: &Row, cells: BTreeMap<ColumnId, Json>, now: Millis) -> Row {
-    Row {
-        version: current.version + 1,
-        cells,
-        updated_at: now,
-        source: SOURCE_API.into(),
-        ..current.clone()
-    }
-}
-
 /// Refuse a stale version, classifying the request's cells against `baseCells` when given.
 /// `replaces` says whether the request replaces the whole cell map (bulk update), in which case
 /// cells of the base it leaves out count as changed too.
@@ -555,9 +544,10 @@ fn check_version(
                 changed.extend(base.keys().filter(|k| !cells.contains_key(*k)));
             }
             let (mut conflicting, mut mergeable) = (Vec::new(), Vec::new());
+            let now_cells = current.cells();
             for key in changed {
                 let Ok(col) = key.parse::<ColumnId>() else { continue };
-                let now = current.cells.get(&col).map(|j| &j.0);
+                let now = now_cells.get(&col).map(|j| &j.0);
                 let then = base.get(key).filter(|v| !v.is_null());
                 if now != then {
                     conflicting.push(col);
@@ -576,7 +566,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::{Attachment, ColumnType};
+    use crate::model::{Attachment, ColumnType, Json};
 
     fn sheet() -> SheetState {
         let col = Column {
@@ -588,10 +578,11 @@ mod tests {
             options: None,
             primary: false,
         };
-        let row = |id, parent: Option<RowId>, bytes: u64| Row {
-            parent_id: parent,
-            attachments: vec![Attachment { name: "f".into(), bytes }],
-            ..Row::new(id, 9, BTreeMap::new(), crate::model::SOURCE_IMPORT, 0)
+        let row = |id, parent: Option<RowId>, bytes: u64| {
+            let mut row = Row::new(id, 9, BTreeMap::new(), crate::model::SOURCE_IMPORT, 0);
+            row.parent_id = parent;
+            row.attachments = vec![Attachment { name: "f".into(), bytes }];
+            row
         };
         SheetState::new(
             9,
@@ -637,7 +628,7 @@ mod tests {
         assert_eq!(results[2].as_ref().unwrap().version, 3);
         // One entry per succeeded item, in item order: the feed shows each of them.
         assert_eq!(put.iter().map(|r| r.version).collect::<Vec<_>>(), [2, 3]);
-        assert_eq!(put[1].cells[&1], Json(json!(7)));
+        assert_eq!(put[1].cells()[&1], Json(json!(7)));
         let mut applied = s.clone();
         applied.apply(&SheetWrite { sheet_id: 9, at: 1, put, deleted: Vec::new(), idem: None }, 7);
         assert_eq!(applied.rows[&1].version, 3);
@@ -747,12 +738,12 @@ mod tests {
         s.apply(&write, 1);
         s.apply(&write, 1);
         assert_eq!(s.rows[&101].version, 2);
-        assert_eq!(s.rows[&101].cells[&1], Json(json!(7.0)));
+        assert_eq!(s.rows[&101].cells()[&1], Json(json!(7.0)));
         // Two rows holding one key: the item fails naming both, the next item still runs.
         let write = SheetWrite {
             sheet_id: 9,
             at: 6,
-            put: vec![Arc::new(Row::new(103, 9, s.rows[&102].cells.clone(), SOURCE_API, 6))],
+            put: vec![Arc::new(Row::new(103, 9, s.rows[&102].cells(), SOURCE_API, 6))],
             deleted: vec![],
             idem: None,
         };
@@ -841,14 +832,12 @@ mod props {
                 at += 1;
                 match op {
                     Op::Put { id, parent, attachments } => {
-                        let row = Row {
-                            parent_id: parent,
-                            attachments: attachments
-                                .into_iter()
-                                .map(|bytes| Attachment { name: "f".into(), bytes })
-                                .collect(),
-                            ..Row::new(id, 9, BTreeMap::new(), crate::model::SOURCE_API, at)
-                        };
+                        let mut row = Row::new(id, 9, BTreeMap::new(), crate::model::SOURCE_API, at);
+                        row.parent_id = parent;
+                        row.attachments = attachments
+                            .into_iter()
+                            .map(|bytes| Attachment { name: "f".into(), bytes })
+                            .collect();
                         s.apply(&SheetWrite { sheet_id: 9, at, put: vec![Arc::new(row)], deleted: Vec::new(), idem: None }, 1);
                     }
                     Op::Delete { id } => {
