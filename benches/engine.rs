@@ -4,7 +4,8 @@
 //! bytes, for the one figure that is a ratio against the wire.
 //!
 //! Run: `cargo bench --bench engine` (add `-- --quick` for a 100,000-row big sheet instead of
-//! 1,000,000). Nothing here asserts a duration: it prints.
+//! 1,000,000; `-- --keep DIR` to leave the data dir in `DIR`, to start or profile a server on
+//! it afterwards). Nothing here asserts a duration: it prints.
 //!
 //! The data: a big sheet (B1) loaded through bulkAdd of 2,000 rows (the fixture raises the paid
 //! plan's row cap for it), and a small sheet (S) of 1,000 rows from the seed, all with nine
@@ -385,11 +386,16 @@ fn row(what: &str, now: String, target: &str) {
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let big_rows: usize = if quick { 100_000 } else { 1_000_000 };
+    let args: Vec<String> = std::env::args().collect();
+    let keep = args.iter().position(|a| a == "--keep").and_then(|i| args.get(i + 1)).cloned();
     actix_rt::System::new().block_on(async move {
         let dir = tempfile::tempdir().unwrap();
         let seed = dir.path().join("seed.json");
         std::fs::write(&seed, fixture().to_string()).unwrap();
-        let data = dir.path().join("data");
+        let data = match &keep {
+            Some(kept) => std::path::PathBuf::from(kept),
+            None => dir.path().join("data"),
+        };
         let (server, _) = Server::start(&data, Some(&seed)).await;
         let url = server.base.clone();
         let common = ["--url", url.as_str(), "--key", KEY];

@@ -2,8 +2,8 @@
 //!
 //! Every row of one published snapshot, by id, streamed a chunk at a time: the response holds
 //! the snapshot (an O(1) copy, so writers go on untouched) and a position, never the rows it
-//! has sent, so memory does not grow with the sheet. Rows are rendered into the chunk without
-//! filling the rows' shared JSON cache ([`crate::views::write_row_json`]). The
+//! has sent, so memory does not grow with the sheet. Each row's JSON is copied into the chunk
+//! ([`crate::views::write_row_json`]). The
 //! `Sheet-Changes-Cursor` header is the change feed's position at the snapshot: following the
 //! feed from it applies every later change once and none twice.
 

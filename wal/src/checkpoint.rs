@@ -27,6 +27,19 @@
 //! 3. After the directory fsync, before the truncation is durable: the new checkpoint plus
 //!    records it already covers. Recovery skips those "stale" records and deletes them.
 //! 4. The truncation itself is one sled batch, so it is applied entirely or not at all.
+//!
+//! # The sweep marker
+//!
+//! `<data dir>/checkpoint.swept` says that the log holds, at or below the checkpoint's LSN,
+//! only records the checkpoint retains (and how many and how large): it is written after the
+//! truncation is durable ([`write_swept`]). A recovery that finds it naming the checkpoint's
+//! LSN starts its walk of the log after that LSN instead of reading every retained record (a
+//! change feed may retain gigabytes). The marker can only ever be missing or behind, never
+//! ahead: a missing, damaged or older marker means a full walk, which is always correct.
+//!
+//! ```text
+//! [magic "SHEETDSW" 8][lsn u64][records u64][bytes u64][crc32 u32]
+//! ```
 
 use std::fs;
 use std::io::Write;
@@ -46,6 +59,60 @@ pub const HEADER_LEN: usize = 29;
 pub const FILE_NAME: &str = "checkpoint";
 /// File name of the checkpoint being written.
 pub const TMP_FILE_NAME: &str = "checkpoint.tmp";
+
+/// File name of the sweep marker inside the data dir (see the module docs).
+pub const SWEPT_FILE_NAME: &str = "checkpoint.swept";
+const SWEPT_MAGIC: &[u8; 8] = b"SHEETDSW";
+const SWEPT_LEN: usize = 8 + 8 + 8 + 8 + 4;
+
+/// What the sweep marker says of the log at or below a checkpoint's LSN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Swept {
+    /// The checkpoint LSN it was written for.
+    pub(crate) lsn: Lsn,
+    /// Retained records at or below it.
+    pub(crate) records: u64,
+    /// Their stored bytes.
+    pub(crate) bytes: u64,
+}
+
+/// Records that the log holds nothing at or below `swept.lsn` but retained records. Only call
+/// it once the truncation of that checkpoint is durable.
+pub(crate) fn write_swept(dir: &Path, swept: Swept) -> Result<()> {
+    let mut image = Vec::with_capacity(SWEPT_LEN);
+    image.extend_from_slice(SWEPT_MAGIC);
+    for n in [swept.lsn, swept.records, swept.bytes] {
+        image.extend_from_slice(&n.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&image);
+    image.extend_from_slice(&crc.to_le_bytes());
+    let (tmp, target) = (dir.join("checkpoint.swept.tmp"), dir.join(SWEPT_FILE_NAME));
+    {
+        let mut file =
+            fs::File::create(&tmp).map_err(Error::fs(format!("create {}", tmp.display())))?;
+        file.write_all(&image).map_err(Error::fs(format!("write {}", tmp.display())))?;
+        file.sync_all().map_err(Error::fs(format!("fsync {}", tmp.display())))?;
+    }
+    // No directory fsync: a marker lost to a crash only means one full walk.
+    fs::rename(&tmp, &target).map_err(Error::fs(format!("rename {}", tmp.display())))
+}
+
+/// The sweep marker, if there is a valid one for the checkpoint at `lsn`.
+pub(crate) fn read_swept(dir: &Path, lsn: Lsn) -> Option<Swept> {
+    let bytes = fs::read(dir.join(SWEPT_FILE_NAME)).ok()?;
+    if bytes.len() != SWEPT_LEN || &bytes[..8] != SWEPT_MAGIC {
+        return None;
+    }
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let crc = u32::from_le_bytes(bytes[32..36].try_into().expect("4 bytes"));
+    let swept = Swept { lsn: word(8), records: word(16), bytes: word(24) };
+    (crc32fast::hash(&bytes[..32]) == crc && swept.lsn == lsn).then_some(swept)
+}
+
+/// Removes the sweep marker (before a change that could make it wrong).
+pub(crate) fn remove_swept(dir: &Path) -> Result<()> {
+    fsutil::remove_if_exists(&dir.join(SWEPT_FILE_NAME)).map(|_| ())
+}
 
 /// A checkpoint read back from disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,7 +150,7 @@ pub(crate) fn encode(lsn: Lsn, snapshot: &[u8]) -> Vec<u8> {
 }
 
 /// Parses a checkpoint file image; `path` is only used to name the file in errors.
-pub(crate) fn decode(path: &Path, bytes: &[u8]) -> Result<Checkpoint> {
+pub(crate) fn decode(path: &Path, mut bytes: Vec<u8>) -> Result<Checkpoint> {
     let damaged = |defect: String| -> Error {
         Corruption::Checkpoint { path: path.to_path_buf(), defect }.into()
     };
@@ -121,14 +188,16 @@ pub(crate) fn decode(path: &Path, bytes: &[u8]) -> Result<Checkpoint> {
     if hasher.finalize() != stored_crc {
         return Err(damaged("CRC mismatch".to_owned()));
     }
-    Ok(Checkpoint { lsn, snapshot: snapshot.to_vec() })
+    // The snapshot is most of the file: move it to the front rather than copy it.
+    bytes.drain(..HEADER_LEN);
+    Ok(Checkpoint { lsn, snapshot: bytes })
 }
 
 /// Reads `<dir>/checkpoint`; `Ok(None)` if there is none.
 pub(crate) fn read(dir: &Path) -> Result<Option<Checkpoint>> {
     let path = path(dir);
     match fs::read(&path) {
-        Ok(bytes) => decode(&path, &bytes).map(Some),
+        Ok(bytes) => decode(&path, bytes).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::fs(format!("read the checkpoint file {}", path.display()))(e)),
     }
@@ -176,7 +245,7 @@ mod tests {
         let p = Path::new("/d/checkpoint");
         for snapshot in [&b""[..], b"snapshot bytes", &[7u8; 4096]] {
             let image = encode(99, snapshot);
-            let back = decode(p, &image).unwrap();
+            let back = decode(p, image.clone()).unwrap();
             assert_eq!(back, Checkpoint { lsn: 99, snapshot: snapshot.to_vec() });
         }
     }
@@ -186,7 +255,7 @@ mod tests {
         let p = Path::new("/d/checkpoint");
         let image = encode(5, b"hello");
         for cut in 0..image.len() {
-            let err = decode(p, &image[..cut]).unwrap_err();
+            let err = decode(p, image[..cut].to_vec()).unwrap_err();
             assert!(err.is_corruption(), "cut at {cut}: {err:?}");
         }
         for byte in 0..image.len() {
@@ -195,13 +264,13 @@ mod tests {
             }
             let mut damaged = image.clone();
             damaged[byte] ^= 0x10;
-            let err = decode(p, &damaged).unwrap_err();
+            let err = decode(p, damaged.clone()).unwrap_err();
             assert!(err.is_corruption(), "flip in byte {byte}: {err:?}");
             assert!(err.to_string().contains("/d/checkpoint"), "{err}");
         }
         let mut newer = image.clone();
         newer[8] = CHECKPOINT_VERSION + 1;
-        assert!(matches!(decode(p, &newer), Err(Error::UnsupportedVersion { .. })));
+        assert!(matches!(decode(p, newer.clone()), Err(Error::UnsupportedVersion { .. })));
     }
 
     #[test]

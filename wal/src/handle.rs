@@ -281,7 +281,15 @@ impl Wal {
             tracing::warn!(dir = %config.dir.display(), "removed a checkpoint.tmp left by a crash");
         }
         let ckpt = checkpoint::read(&config.dir)?;
-        let scan = recovery::scan(Some(&store), ckpt.as_ref(), replayer, Mode::Repair)?;
+        let swept = ckpt.as_ref().and_then(|c| checkpoint::read_swept(&config.dir, c.lsn));
+        let scan = recovery::scan(Some(&store), ckpt.as_ref(), swept, replayer, Mode::Repair)?;
+        if swept.is_none() {
+            if let Some(c) = &ckpt {
+                // The walk removed any stale record: the next start may skip the retained ones.
+                let (records, bytes) = (scan.report.records_retained, scan.retained_bytes);
+                note_swept(&config.dir, checkpoint::Swept { lsn: c.lsn, records, bytes });
+            }
+        }
         let space = SpaceGuard::new(
             &config.dir,
             space::resolve_floor(config.min_free_bytes, &config.dir)?,
@@ -374,14 +382,14 @@ impl Wal {
                 ckpt
             };
             let store = LogStore::open_at(dir, &copy, config.cache_capacity_bytes)?;
-            let scan = recovery::scan(Some(&store), ckpt.as_ref(), replayer, Mode::ReadOnly)?;
+            let scan = recovery::scan(Some(&store), ckpt.as_ref(), None, replayer, Mode::ReadOnly)?;
             // Close sled before the scratch dir is deleted.
             drop(store);
             scan
         } else {
             // No log yet: only a checkpoint (if any) to check.
             let ckpt = checkpoint::read(dir)?;
-            recovery::scan(None, ckpt.as_ref(), replayer, Mode::ReadOnly)?
+            recovery::scan(None, ckpt.as_ref(), None, replayer, Mode::ReadOnly)?
         };
         scan.report.elapsed = started.elapsed();
         Ok(scan.report)
@@ -569,14 +577,17 @@ impl Wal {
                 return Err(Error::CheckpointBehind { lsn, current: existing });
             }
         }
+        // A marker for an equal LSN would claim this checkpoint's truncation before it is done.
+        checkpoint::remove_swept(&core.config.dir)?;
         // Order matters: the file is durable before a single record it covers is removed.
         checkpoint::write(&core.config.dir, lsn, snapshot)?;
         *current = Some(lsn);
         core.checkpoint_lsn.store(lsn, Ordering::Release);
         lock(&core.appender).forget_through(lsn);
         let removed = match core.with_store(|store| store.remove_through_except(lsn, retain)) {
-            Ok((removed, retained_bytes)) => {
-                lock(&core.appender).retained_bytes = retained_bytes;
+            Ok((removed, records, bytes)) => {
+                lock(&core.appender).retained_bytes = bytes;
+                note_swept(&core.config.dir, checkpoint::Swept { lsn, records, bytes });
                 removed
             }
             Err(e) => {
@@ -691,6 +702,7 @@ impl Wal {
         let scan = recovery::scan(
             Some(&store),
             checkpoint.as_ref(),
+            None,
             &mut recovery::Discard,
             Mode::ReadOnly,
         )?;
@@ -948,5 +960,12 @@ pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
         }
         // Spurious unparks just cause another poll.
         std::thread::park();
+    }
+}
+
+/// Writes the sweep marker; failing to is not an error (the next start walks the whole log).
+fn note_swept(dir: &std::path::Path, swept: checkpoint::Swept) {
+    if let Err(e) = checkpoint::write_swept(dir, swept) {
+        tracing::warn!(error = %e, "could not write the sweep marker; the next start reads the whole log");
     }
 }

@@ -178,6 +178,10 @@ pub trait Replayer {
     /// [`Replayer::checkpoint`], for each such record found). Records the caller still reads
     /// by LSN ([`Wal::read`], kept by [`Wal::checkpoint_retaining`]) answer `true`; the rest
     /// are stale (a crash hit between a checkpoint and its truncation) and are removed.
+    ///
+    /// Only asked when the start walks those records: after a checkpoint whose truncation
+    /// completed (its sweep marker is on disk), the log knows they are exactly the retained
+    /// ones and does not read them.
     fn retains(&self, lsn: Lsn) -> bool {
         let _ = lsn;
         false

@@ -408,22 +408,26 @@ impl LogStore {
     }
 
     /// Removes every record with LSN <= `lsn` except those `retain` keeps, in one durable
-    /// batch. Returns how many sled values were removed, and the stored bytes of every record
-    /// kept at or below `lsn` (retained now or by an earlier call).
+    /// batch. Returns how many sled values were removed, and how many records, of how many
+    /// stored bytes, are kept at or below `lsn` (retained now or by an earlier call).
     pub(crate) fn remove_through_except(
         &self,
         lsn: Lsn,
         retain: &dyn Fn(Lsn) -> bool,
-    ) -> Result<(u64, u64)> {
+    ) -> Result<(u64, u64, u64)> {
         let items = match lsn.checked_add(1) {
             Some(next) => self.db.range(..key(next)),
             None => self.db.iter(),
         };
         let mut batch = sled::Batch::default();
-        let (mut removed, mut kept_bytes) = (0u64, 0u64);
+        let (mut removed, mut kept, mut kept_bytes) = (0u64, 0u64, 0u64);
+        let mut last_kept = None;
         for item in items {
             let (k, v) = item?;
-            if retain(lsn_of(&k)?) {
+            let at = lsn_of(&k)?;
+            if retain(at) {
+                // A record in chunks has several keys: count it once.
+                kept += u64::from(last_kept.replace(at) != Some(at));
                 kept_bytes += v.len() as u64;
             } else {
                 batch.remove(k);
@@ -433,7 +437,7 @@ impl LogStore {
         if removed > 0 {
             self.write(batch)?;
         }
-        Ok((removed, kept_bytes))
+        Ok((removed, kept, kept_bytes))
     }
 
     /// The payload of the record at `lsn`: its one frame, or its chunks in order.

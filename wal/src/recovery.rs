@@ -6,7 +6,9 @@
 //! 1. Deliver the checkpoint (if any) to the replayer.
 //! 2. Walk sled in key (= LSN) order. Records with LSN <= the checkpoint LSN are either
 //!    *retained* (the replayer still reads them by LSN: kept, not replayed) or *stale* (a crash
-//!    hit between writing the checkpoint and truncating the log): skip them.
+//!    hit between writing the checkpoint and truncating the log): skip them. With a sweep
+//!    marker for the checkpoint (`checkpoint.rs`) there are no stale ones, and the walk starts
+//!    after the checkpoint's LSN without reading the retained records.
 //! 3. Every other record must carry the next LSN: checkpoint LSN + 1 (or 1) for the first, then
 //!    contiguous. A gap means acknowledged records are missing: [`Corruption::Gap`].
 //! 4. Assemble each record (one frame, or its chunks `0..count` in order, each a frame) and
@@ -18,9 +20,9 @@
 
 use std::collections::VecDeque;
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, Swept};
 use crate::error::{Corruption, Error, FrameDefect, Result};
-use crate::log::{lsn_of, parse_key, LogStore};
+use crate::log::{key, lsn_of, parse_key, LogStore};
 use crate::{frame, RecoveryReport, Replayer};
 
 /// Whether the scan may change the log.
@@ -44,10 +46,12 @@ pub(crate) struct Scan {
 }
 
 /// Runs steps 1-5 of the module docs. `store` is `None` when there is no log at all (verify of
-/// a data dir without `log/`).
+/// a data dir without `log/`); `swept` is the sweep marker of `checkpoint`, if the caller trusts
+/// one.
 pub(crate) fn scan(
     store: Option<&LogStore>,
     checkpoint: Option<&Checkpoint>,
+    swept: Option<Swept>,
     replayer: &mut dyn Replayer,
     mode: Mode,
 ) -> Result<Scan> {
@@ -83,7 +87,19 @@ pub(crate) fn scan(
     // Collected even in read-only mode (cheap); applied only in repair mode, as one atomic
     // batch, so a crash during recovery leaves either the old or the repaired log.
     let mut repairs = sled::Batch::default();
-    let mut items = store.db.iter().peekable();
+    let start = match (swept, checkpoint_lsn) {
+        (Some(swept), Some(lsn)) if swept.lsn == lsn => {
+            report.records_retained = swept.records;
+            retained_bytes = swept.bytes;
+            lsn.checked_add(1).map(key)
+        }
+        _ => None,
+    };
+    let mut items = match start {
+        Some(first) => store.db.range(first..),
+        None => store.db.iter(),
+    }
+    .peekable();
     while let Some(item) = items.next() {
         let (k, stored) = item?;
         let (lsn, chunk) = parse_key(&k)?;

@@ -100,6 +100,7 @@ pub fn record_lsns(dir: &Path) -> Result<Vec<Lsn>> {
 /// # Errors
 /// I/O errors writing the file.
 pub fn write_checkpoint_only(dir: &Path, lsn: Lsn, snapshot: &[u8]) -> Result<()> {
+    checkpoint::remove_swept(dir)?;
     checkpoint::write(dir, lsn, snapshot)
 }
 

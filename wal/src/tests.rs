@@ -410,13 +410,13 @@ fn checkpoint_truncates_and_rejects_lsns_beyond_durable() {
     assert!(collect.records.is_empty());
     assert_eq!(wal.append(Vec::new()).unwrap().wait().unwrap(), 12);
 
-    // Exactly the two documented entries in the data dir.
+    // Exactly the documented entries in the data dir.
     let mut entries: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     entries.sort();
-    assert_eq!(entries, vec!["checkpoint", "log"]);
+    assert_eq!(entries, vec!["checkpoint", "checkpoint.swept", "log"]);
 }
 
 #[test]
@@ -922,12 +922,55 @@ fn a_checkpoint_keeps_retained_records_readable_across_restarts_and_rewrites() {
     drop(wal);
     assert_eq!(lsns(dir.path()), vec![6, 8, 10, 11, 12]);
 
-    // A replayer that retains nothing treats them as stale and removes them.
+    // The checkpoint's truncation completed, so its sweep marker lets a start skip the records
+    // below it: they are counted from the marker, not read, and the replayer is not asked.
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!((report.records_retained, report.stale_records_truncated), (3, 0));
+    assert_eq!(collect.records, written[10..]);
+    let kept = wal.stats().retained_bytes;
+    assert!(kept > 9_000, "the chunked record 6 counts: {kept}");
+    drop(wal);
+    assert_eq!(lsns(dir.path()), vec![6, 8, 10, 11, 12]);
+
+    // Without the marker the start walks them: one that retains nothing treats them as stale
+    // and removes them.
+    std::fs::remove_file(dir.path().join(crate::checkpoint::SWEPT_FILE_NAME)).unwrap();
     let (wal, report, collect) = recover(dir.path());
     assert_eq!(report.stale_records_truncated, 3);
     assert_eq!(collect.records, written[10..]);
     drop(wal);
     assert_eq!(lsns(dir.path()), vec![11, 12]);
+}
+
+#[test]
+fn a_sweep_marker_is_trusted_only_for_its_own_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    let written = append_all(&wal, &(0..10).map(|i| payload(i, 30)).collect::<Vec<_>>());
+    // A finished checkpoint at 4 retaining 2 and 4: its marker names 4.
+    wal.checkpoint_retaining(4, b"state at 4", &|lsn| lsn % 2 == 0).unwrap();
+    drop(wal);
+    assert_eq!(lsns(dir.path()), vec![2, 4, 5, 6, 7, 8, 9, 10]);
+    let mut even = RetainEven::default();
+    let (wal, report) = Wal::recover(config(dir.path()), &mut even).unwrap();
+    assert_eq!((report.records_retained, report.stale_records_truncated), (2, 0));
+    assert_eq!(even.0.records, written[4..]);
+    drop(wal);
+
+    // A checkpoint at 7 cut short before its truncation: the marker of 4 must not stand for
+    // it, so the start walks the log, asks the replayer, and removes the stale records.
+    testing::write_checkpoint_only(dir.path(), 7, b"state at 7").unwrap();
+    let mut even = RetainEven::default();
+    let (wal, report) = Wal::recover(config(dir.path()), &mut even).unwrap();
+    assert_eq!((report.records_retained, report.stale_records_truncated), (3, 2));
+    assert_eq!(even.0.records, written[7..]);
+    drop(wal);
+    assert_eq!(lsns(dir.path()), vec![2, 4, 6, 8, 9, 10]);
+
+    // That walk left a marker for 7: the next start trusts it.
+    let (_wal, report, collect) = recover(dir.path());
+    assert_eq!((report.records_retained, report.stale_records_truncated), (3, 0));
+    assert_eq!(collect.records, written[7..]);
 }
 
 /// The LSNs stored in a closed log, once each (a chunked record has several keys).
