@@ -20,7 +20,6 @@ use actors::sheet::{
 };
 use actors::SheetActor;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
@@ -34,11 +33,11 @@ use crate::input::{
     some_integer, RowQuery,
 };
 use crate::openapi as oa;
+use crate::routes::respond;
 use crate::routes::sheets::{sheet_actor, sheet_snapshot};
-use crate::routes::{ok, respond};
 use crate::server::AppState;
 use crate::views::{
-    row_json, row_json_fields, row_response, BulkResultItemView, BulkWriteView, ListView,
+    row_json, row_response, rows_page, BulkResultItemView, BulkWriteView, ListView,
     RowResponseView, RowView,
 };
 
@@ -218,16 +217,8 @@ pub async fn list_rows(
     };
     let next_cursor =
         resume_after.map(|id| state.cursors.encode_bound(Kind::Rows, sheet_id, id, binding));
-    let reduced: Vec<Box<RawValue>> = match &query.fields {
-        Some(fields) => rows.iter().map(|r| row_json_fields(r, fields)).collect(),
-        None => Vec::new(),
-    };
-    let data: Vec<&RawValue> = match &query.fields {
-        Some(_) => reduced.iter().map(|r| &**r).collect(),
-        None => rows.iter().map(|r| row_json(r)).collect(),
-    };
-    let page = ok(&ListView { data, next_cursor, request_id: caller.request_id })?;
-    conditional::respond(&req, tag, || Ok(page))
+    let body = rows_page(&rows, query.fields.as_ref(), next_cursor.as_deref(), &caller.request_id);
+    conditional::respond(&req, tag, || Ok(respond(200, body)))
 }
 
 /// Checks a `fields` and `filter` query against the sheet's columns (listRows and exportRows):
