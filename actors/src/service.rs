@@ -627,15 +627,21 @@ impl Service {
         let retained: std::collections::HashSet<Lsn> =
             checkpoint.sheets.iter().flat_map(|(s, _)| s.changes.lsns()).collect();
         let changes = checkpoint.sheets.iter().map(|(s, _)| (s.id, s.changes.clone())).collect();
-        let bytes = codec::encode(&CheckpointFile { checkpoint, changes })?;
-        let size = bytes.len();
+        let file = CheckpointFile { checkpoint, changes };
         let wal = self.shared.wal.clone();
-        tokio::task::spawn_blocking(move || {
-            wal.checkpoint_retaining(lsn, &bytes, &|lsn| retained.contains(&lsn))
+        // Encoded on a blocking thread straight into the file: a large state takes a while,
+        // and would otherwise need a buffer of its whole size.
+        let size = tokio::task::spawn_blocking(move || {
+            let mut size = 0;
+            let mut encode = |out: &mut dyn std::io::Write| {
+                size = codec::encode_to(&file, &mut &mut *out)?;
+                Ok(())
+            };
+            wal.checkpoint_streamed(lsn, &mut encode, &|lsn| retained.contains(&lsn)).map(|()| size)
         })
         .await
         .map_err(|_| Error::Unavailable("checkpoint"))??;
-        Ok(CheckpointReport { lsn, bytes: size })
+        Ok(CheckpointReport { lsn, bytes: usize::try_from(size).unwrap_or(usize::MAX) })
     }
 
     /// Counts of what the service holds, from the published snapshots' counters (O(sheets)).

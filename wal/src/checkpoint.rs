@@ -206,17 +206,77 @@ pub(crate) fn read(dir: &Path) -> Result<Option<Checkpoint>> {
 /// Atomically replaces `<dir>/checkpoint` (see the module docs for the steps and why).
 /// Does not touch the log.
 pub(crate) fn write(dir: &Path, lsn: Lsn, snapshot: &[u8]) -> Result<()> {
+    write_with(dir, lsn, &mut |out| {
+        out.write_all(snapshot).map_err(Error::fs("write the checkpoint snapshot".to_owned()))
+    })
+}
+
+/// Counts and checksums the bytes written through it.
+struct Summing<W> {
+    inner: W,
+    len: u64,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: Write> Write for Summing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc.update(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// [`write()`] with the snapshot streamed by `snapshot` into the file as it is produced, so a
+/// checkpoint of a large state is never held whole in memory. The header, which holds the
+/// snapshot's length and the CRC, is written last, before the fsync.
+pub(crate) fn write_with(
+    dir: &Path,
+    lsn: Lsn,
+    snapshot: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+) -> Result<()> {
+    use std::io::{Seek, SeekFrom};
     let tmp = tmp_path(dir);
     let target = path(dir);
-    let image = encode(lsn, snapshot);
-    {
-        let mut file =
+    let written = (|| {
+        let file =
             fs::File::create(&tmp).map_err(Error::fs(format!("create {}", tmp.display())))?;
-        file.write_all(&image).map_err(Error::fs(format!("write {}", tmp.display())))?;
+        let mut out = Summing {
+            inner: std::io::BufWriter::with_capacity(1 << 20, file),
+            len: 0,
+            crc: crc32fast::Hasher::new(),
+        };
+        out.inner
+            .write_all(&[0; HEADER_LEN])
+            .map_err(Error::fs(format!("write {}", tmp.display())))?;
+        snapshot(&mut out)?;
+        let Summing { inner, len, crc: body } = out;
+        let mut file = inner
+            .into_inner()
+            .map_err(|e| Error::fs(format!("write {}", tmp.display()))(e.into_error()))?;
+        // The header's CRC covers the header, then the snapshot: combine the two.
+        let mut header = encode(lsn, &[]);
+        header[17..25].copy_from_slice(&len.to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&header[..25]);
+        crc.combine(&body);
+        header[25..29].copy_from_slice(&crc.finalize().to_le_bytes());
+        file.seek(SeekFrom::Start(0))
+            .and_then(|_| file.write_all(&header))
+            .map_err(Error::fs(format!("write {}", tmp.display())))?;
         // The data must be on disk before the rename makes it the checkpoint; otherwise a crash
         // could leave a correctly named file with garbage (or zero-length) contents.
-        file.sync_all().map_err(Error::fs(format!("fsync {}", tmp.display())))?;
+        file.sync_all().map_err(Error::fs(format!("fsync {}", tmp.display())))
+    })();
+    if written.is_err() {
+        // Not needed for safety (the next start removes it), only to give the space back.
+        let _ = fs::remove_file(&tmp);
     }
+    written?;
     fs::rename(&tmp, &target).map_err(Error::fs(format!(
         "rename {} to {}",
         tmp.display(),
@@ -248,6 +308,32 @@ mod tests {
             let back = decode(p, image.clone()).unwrap();
             assert_eq!(back, Checkpoint { lsn: 99, snapshot: snapshot.to_vec() });
         }
+    }
+
+    #[test]
+    fn a_streamed_snapshot_makes_the_same_file_as_a_whole_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let snapshot: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        // Pieces of uneven sizes, across the writer's buffer.
+        write_with(dir.path(), 42, &mut |out| {
+            for piece in snapshot.chunks(700_001) {
+                out.write_all(piece).unwrap();
+            }
+            Ok(())
+        })
+        .unwrap();
+        let streamed = fs::read(path(dir.path())).unwrap();
+        assert_eq!(streamed, encode(42, &snapshot));
+        assert_eq!(read(dir.path()).unwrap().unwrap(), Checkpoint { lsn: 42, snapshot });
+
+        // A snapshot that fails leaves the old checkpoint in place.
+        let failed = write_with(dir.path(), 43, &mut |out| {
+            out.write_all(b"partial").unwrap();
+            Err(Error::invalid("the state could not be encoded".to_owned()))
+        });
+        assert!(failed.is_err());
+        assert_eq!(fs::read(path(dir.path())).unwrap(), streamed);
+        assert!(!tmp_path(dir.path()).exists());
     }
 
     #[test]

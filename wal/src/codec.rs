@@ -59,6 +59,19 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// [`encode`], written to `out` as it is produced: a large value (a checkpoint) is never held
+/// whole in memory. Returns the bytes written.
+///
+/// # Errors
+/// [`Error::Codec`] if the value cannot be serialized or `out` fails.
+pub fn encode_to<T: Serialize, W: std::io::Write>(value: &T, out: &mut W) -> Result<u64> {
+    out.write_all(&[FORMAT_VERSION])
+        .map_err(|inner| CodecError::Encode(bincode::error::EncodeError::Io { inner, index: 0 }))?;
+    let body = bincode::serde::encode_into_std_write(value, out, bincode::config::standard())
+        .map_err(CodecError::Encode)?;
+    Ok(1 + body as u64)
+}
+
 /// Decodes bytes produced by [`encode`].
 ///
 /// # Errors

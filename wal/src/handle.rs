@@ -562,6 +562,28 @@ impl Wal {
         snapshot: &[u8],
         retain: &dyn Fn(Lsn) -> bool,
     ) -> Result<()> {
+        self.checkpoint_streamed(
+            lsn,
+            &mut |out| {
+                out.write_all(snapshot)
+                    .map_err(Error::fs("write the checkpoint snapshot".to_owned()))
+            },
+            retain,
+        )
+    }
+
+    /// [`Wal::checkpoint_retaining`] with the snapshot written by `snapshot` straight into the
+    /// checkpoint file (for example by [`crate::codec::encode_to`]): a large state is encoded
+    /// without a buffer the size of its snapshot.
+    ///
+    /// # Errors
+    /// As [`Wal::checkpoint`], and whatever `snapshot` returns.
+    pub fn checkpoint_streamed(
+        &self,
+        lsn: Lsn,
+        snapshot: &mut dyn FnMut(&mut dyn std::io::Write) -> Result<()>,
+        retain: &dyn Fn(Lsn) -> bool,
+    ) -> Result<()> {
         let core = self.core();
         // Held to the end: two concurrent checkpoints would race on `checkpoint.tmp`.
         let mut current = lock(&core.checkpoint);
@@ -580,7 +602,7 @@ impl Wal {
         // A marker for an equal LSN would claim this checkpoint's truncation before it is done.
         checkpoint::remove_swept(&core.config.dir)?;
         // Order matters: the file is durable before a single record it covers is removed.
-        checkpoint::write(&core.config.dir, lsn, snapshot)?;
+        checkpoint::write_with(&core.config.dir, lsn, snapshot)?;
         *current = Some(lsn);
         core.checkpoint_lsn.store(lsn, Ordering::Release);
         lock(&core.appender).forget_through(lsn);
@@ -598,7 +620,7 @@ impl Wal {
                 return Err(Error::LogFailed { cause: shared });
             }
         };
-        tracing::debug!(lsn, bytes = snapshot.len(), removed, "checkpoint written, log truncated");
+        tracing::debug!(lsn, removed, "checkpoint written, log truncated");
         self.compact_if_bloated()
     }
 
