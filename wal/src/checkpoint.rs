@@ -205,6 +205,7 @@ pub(crate) fn read(dir: &Path) -> Result<Option<Checkpoint>> {
 
 /// Atomically replaces `<dir>/checkpoint` (see the module docs for the steps and why).
 /// Does not touch the log.
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn write(dir: &Path, lsn: Lsn, snapshot: &[u8]) -> Result<()> {
     write_with(dir, lsn, &mut |out| {
         out.write_all(snapshot).map_err(Error::fs("write the checkpoint snapshot".to_owned()))

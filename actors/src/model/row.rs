@@ -132,12 +132,17 @@ impl Row {
     /// The JSON text of the row's `cells` object.
     pub fn cells_json(&self) -> &str {
         let json = self.json.get();
-        // Only numbers come before `cells`, and after it come only the timestamps and
-        // `updatedBy`, so the first `,"cells":` and the last `,"createdAt":` are the fields.
-        let start = json.find(",\"cells\":").map(|i| i + ",\"cells\":".len());
-        let end = json.rfind(",\"createdAt\":");
+        let bytes = json.as_bytes();
+        // Before `cells` come three numeric fields, so the third comma is the one before
+        // `"cells":`; after it come three fields whose values hold no comma (`createdAt`,
+        // `updatedAt`, `updatedBy`), so the third comma from the end is the one after it.
+        let commas = || bytes.iter().enumerate().filter(|(_, b)| **b == b',').map(|(i, _)| i);
+        let (start, end) = (commas().nth(2), commas().rev().nth(2));
         match (start, end) {
-            (Some(start), Some(end)) if start <= end => &json[start..end],
+            (Some(comma), Some(end)) if comma + 9 <= end => {
+                debug_assert_eq!(&json[comma..comma + 9], ",\"cells\":");
+                &json[comma + 9..end]
+            }
             _ => "{}",
         }
     }
@@ -165,20 +170,28 @@ impl Row {
     /// The cells of `columns`, in that order, parsed: `null` for a column the row holds no cell
     /// in and for `None`. One pass over the row whatever the number of columns.
     pub fn project(&self, columns: &[Option<ColumnId>]) -> Vec<Value> {
-        let mut out = vec![Value::Null; columns.len()];
-        if columns.iter().all(Option::is_none) {
-            return out;
-        }
-        self.visit_cells(|col, raw| {
-            let mut at = columns.iter().enumerate().filter(|(_, c)| **c == Some(col));
-            if let Some((first, _)) = at.next() {
-                out[first] = parse(raw);
-                for (i, _) in at {
-                    out[i] = out[first].clone();
-                }
-            }
-        });
+        let mut out = Vec::new();
+        self.project_into(columns, &mut out);
         out
+    }
+
+    /// [`Row::project`] into `out` (cleared first), so a scan reuses one buffer.
+    pub fn project_into(&self, columns: &[Option<ColumnId>], out: &mut Vec<Value>) {
+        out.clear();
+        out.resize(columns.len(), Value::Null);
+        if columns.iter().all(Option::is_none) {
+            return;
+        }
+        let mut de = serde_json::Deserializer::from_str(self.cells_json());
+        // The JSON was rendered by `RowJson`; it cannot fail to parse.
+        let parsed = Pick { columns, out: &mut *out }.deserialize(&mut de);
+        debug_assert!(parsed.is_ok(), "row {}: {parsed:?}", self.id);
+        for (i, col) in columns.iter().enumerate() {
+            // A column asked for twice is parsed once.
+            if let Some(first) = columns[..i].iter().position(|c| c.is_some() && c == col) {
+                out[i] = out[first].clone();
+            }
+        }
     }
 
     /// Whether the row's cells equal `cells`.
@@ -230,6 +243,42 @@ impl Row {
 /// A cell's stored value from its JSON (rendered by this module, so always valid).
 fn parse(raw: &RawValue) -> Value {
     serde_json::from_str(raw.get()).unwrap_or(Value::Null)
+}
+
+/// Parses the cells of `columns` out of a cells object into `out` (at each column's first
+/// position), skipping the others without building them.
+struct Pick<'c, 'o> {
+    columns: &'c [Option<ColumnId>],
+    out: &'o mut Vec<Value>,
+}
+
+impl<'de> DeserializeSeed<'de> for Pick<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Pick<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a row's cells")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<&'de str>()? {
+            let col = key.parse::<ColumnId>().ok();
+            match self.columns.iter().position(|c| c.is_some() && *c == col) {
+                Some(i) => self.out[i] = map.next_value()?,
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Walks a cells object, handing each cell's raw JSON to the closure without parsing it.

@@ -373,10 +373,11 @@ pub fn execute(plan: &QueryPlan, sources: &[Source]) -> RunResult {
 /// then row id order; `cells[field]` is the row's cell of a plan field (parsed from the row once,
 /// for every field the plan reads).
 fn scan(plan: &QueryPlan, sources: &[Source], mut visit: impl FnMut(usize, &Row, &[Value])) {
+    let mut cells = Vec::new();
     for (s, source) in sources.iter().enumerate() {
         let lookup = &plan.lookup[s];
         for row in source.rows.values() {
-            let cells = row.project(lookup);
+            row.project_into(lookup, &mut cells);
             if plan.filter.as_ref().is_none_or(|p| p.matches(&|f: usize| &cells[f])) {
                 visit(s, row, &cells);
             }
@@ -485,32 +486,10 @@ impl Acc {
     }
 }
 
-/// A group's key: its key cells, equal and hashed as their [`CellRef`]s are.
-#[derive(Clone)]
-struct GroupKey(Vec<Value>);
-
-impl PartialEq for GroupKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.len() == other.0.len()
-            && self.0.iter().zip(&other.0).all(|(a, b)| CellRef::of(a) == CellRef::of(b))
-    }
-}
-
-impl Eq for GroupKey {}
-
-impl Hash for GroupKey {
-    fn hash<H: Hasher>(&self, h: &mut H) {
-        self.0.len().hash(h);
-        for v in &self.0 {
-            CellRef::of(v).hash(h);
-        }
-    }
-}
-
 /// One group while scanning.
 struct Group {
-    /// The key cells.
-    key: GroupKey,
+    /// The key cells (equal when their [`CellRef`]s are).
+    key: Vec<Value>,
     /// The first row's key values (shown for the group).
     shown: Vec<Value>,
     accs: Vec<Acc>,
@@ -523,32 +502,50 @@ fn grouped(
     aggregates: &[(AggFn, Option<usize>)],
     sort: &[(usize, Direction)],
 ) -> Vec<Vec<Value>> {
-    let new_group = |key: GroupKey, shown: Vec<Value>| Group {
+    let new_group = |key: Vec<Value>, shown: Vec<Value>| Group {
         key,
         shown,
         accs: aggregates.iter().map(|(f, _)| Acc::new(*f)).collect(),
     };
-    let mut index: HashMap<GroupKey, usize> = HashMap::new();
+    // Groups by the hash of their key's cells, so a row finds its group without copying its
+    // key: only a new group's key is copied.
+    let hashing = std::collections::hash_map::RandomState::new();
+    let mut index: HashMap<u64, Vec<usize>> = HashMap::new();
     let mut groups: Vec<Group> = Vec::new();
     if group_by.is_empty() {
-        groups.push(new_group(GroupKey(Vec::new()), Vec::new()));
-        index.insert(GroupKey(Vec::new()), 0);
+        groups.push(new_group(Vec::new(), Vec::new()));
     }
     scan(plan, sources, |_, _, cells| {
-        let key = GroupKey(group_by.iter().map(|f| cells[*f].clone()).collect());
-        let g = match index.get(&key) {
-            Some(g) => *g,
-            None => {
-                let shown = key
-                    .0
-                    .iter()
-                    .map(
-                        |v| if CellRef::of(v).is_blank() { Value::Null } else { unwrap(v).clone() },
-                    )
-                    .collect();
-                groups.push(new_group(key.clone(), shown));
-                index.insert(key, groups.len() - 1);
-                groups.len() - 1
+        let g = if group_by.is_empty() {
+            0
+        } else {
+            let mut h = std::hash::BuildHasher::build_hasher(&hashing);
+            for f in group_by {
+                CellRef::of(&cells[*f]).hash(&mut h);
+            }
+            let candidates = index.entry(h.finish()).or_default();
+            let found = candidates.iter().copied().find(|g| {
+                let key = &groups[*g].key;
+                key.iter().zip(group_by).all(|(k, f)| CellRef::of(k) == CellRef::of(&cells[*f]))
+            });
+            match found {
+                Some(g) => g,
+                None => {
+                    let key: Vec<Value> = group_by.iter().map(|f| cells[*f].clone()).collect();
+                    let shown = key
+                        .iter()
+                        .map(|v| {
+                            if CellRef::of(v).is_blank() {
+                                Value::Null
+                            } else {
+                                unwrap(v).clone()
+                            }
+                        })
+                        .collect();
+                    groups.push(new_group(key, shown));
+                    candidates.push(groups.len() - 1);
+                    groups.len() - 1
+                }
             }
         };
         for (acc, (_, col)) in groups[g].accs.iter_mut().zip(aggregates) {
@@ -568,9 +565,8 @@ fn grouped(
             .chain(
                 groups[a]
                     .key
-                    .0
                     .iter()
-                    .zip(&groups[b].key.0)
+                    .zip(&groups[b].key)
                     .map(|(x, y)| sort_cmp(CellRef::of(x), CellRef::of(y), Direction::Asc)),
             )
             .find(|o| o.is_ne())
