@@ -6,6 +6,10 @@ use clap::Parser;
 use sheetd::config::{Cli, Command};
 use sheetd::server::{self, Options};
 
+/// jemalloc, not the system allocator: it gives back what a load freed (see Cargo.toml).
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// The log filter when `RUST_LOG` is unset. actix-http's connection dispatcher logs at ERROR
 /// every request its own parser refuses (a 64 KB URI, too many headers, a control character in
 /// a header, a conflicting `Content-Length` and `Transfer-Encoding`) before sheetd sees it. Those
