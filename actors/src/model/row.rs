@@ -445,20 +445,31 @@ impl Serialize for Row {
 
 impl<'de> Deserialize<'de> for Row {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        if !d.is_human_readable() && wal::codec::decoding_version() < 3 {
-            let old = StoredV2::deserialize(d)?;
-            let source =
-                if old.source == Source::Import.as_str() { SOURCE_IMPORT } else { SOURCE_API };
-            let at = (old.created_at, old.updated_at);
-            return Ok(Row {
-                parent_id: old.parent_id,
-                attachments: old.attachments,
-                ..Row::at_version(old.id, old.sheet_id, old.version, &old.cells, source, at)
-            });
-        }
-        let stored = StoredOwned::deserialize(d)?;
-        // Checking the JSON is the one parse a start-up makes of a row.
-        let json = RawValue::from_string(stored.json).map_err(serde::de::Error::custom)?;
+        Unchecked::deserialize(d)?.check().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A decoded row whose JSON has not been checked yet. Checking the JSON is the one parse a
+/// start-up makes of a row, and most of a large sheet's decoding time: keeping it apart lets
+/// a checkpoint's rows be checked on another thread while the next ones decode.
+pub struct Unchecked(UncheckedRow);
+
+enum UncheckedRow {
+    Stored(StoredOwned),
+    /// Formats 1 and 2 stored parsed cells: such a row is rendered, so checked, when decoded.
+    Rendered(Row),
+}
+
+impl Unchecked {
+    /// The row, once its JSON is checked.
+    ///
+    /// # Errors
+    /// The stored text is not JSON (a damaged or foreign value that passed its CRC).
+    pub fn check(self) -> Result<Row, serde_json::Error> {
+        let stored = match self.0 {
+            UncheckedRow::Rendered(row) => return Ok(row),
+            UncheckedRow::Stored(stored) => stored,
+        };
         Ok(Row {
             id: stored.id,
             sheet_id: stored.sheet_id,
@@ -468,8 +479,25 @@ impl<'de> Deserialize<'de> for Row {
             created_at: stored.created_at,
             updated_at: stored.updated_at,
             source: stored.source,
-            json,
+            json: RawValue::from_string(stored.json)?,
         })
+    }
+}
+
+impl<'de> Deserialize<'de> for Unchecked {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if !d.is_human_readable() && wal::codec::decoding_version() < 3 {
+            let old = StoredV2::deserialize(d)?;
+            let source =
+                if old.source == Source::Import.as_str() { SOURCE_IMPORT } else { SOURCE_API };
+            let at = (old.created_at, old.updated_at);
+            return Ok(Unchecked(UncheckedRow::Rendered(Row {
+                parent_id: old.parent_id,
+                attachments: old.attachments,
+                ..Row::at_version(old.id, old.sheet_id, old.version, &old.cells, source, at)
+            })));
+        }
+        Ok(Unchecked(UncheckedRow::Stored(StoredOwned::deserialize(d)?)))
     }
 }
 

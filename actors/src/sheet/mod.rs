@@ -22,6 +22,7 @@
 
 mod changes;
 pub mod keys;
+mod load;
 mod state;
 
 use std::collections::VecDeque;

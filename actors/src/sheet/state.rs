@@ -120,6 +120,7 @@ pub struct SheetState {
     pub columns: Arc<BTreeMap<ColumnId, Column>>,
     /// Rows by id; a persistent map of shared rows, so a copy is O(1) and a write copies only
     /// the path to the rows it changes (pointers, never rows).
+    #[serde(deserialize_with = "super::load::rows")]
     pub rows: OrdMap<RowId, Arc<Row>>,
     /// `(parent, child)` pairs; derived from `rows`, rebuilt after decoding.
     #[serde(skip)]

@@ -1,0 +1,151 @@
+//! Decoding a sheet's rows from a checkpoint, with each row's JSON checked on a second thread.
+//!
+//! Owns: the `Deserialize` side of [`SheetState::rows`](super::SheetState). A start-up spends
+//! most of its time on the rows of its largest sheets: bincode decoding each row's fields and
+//! text, then checking that text is JSON and inserting the row into the persistent map. The
+//! first half runs on the decoding thread; the second on a scoped worker fed in chunks, so on
+//! two cores the two halves overlap. Small sheets decode inline: a thread would cost more than
+//! it saves.
+
+use std::fmt;
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use imbl::OrdMap;
+use serde::de::{Deserializer, Error as _, MapAccess, Visitor};
+
+use crate::model::{Row, RowId, Unchecked};
+
+/// Rows per chunk handed to the worker: large enough that the channel costs nothing per row,
+/// small enough that the worker starts at once.
+const CHUNK: usize = 4096;
+
+/// Sheets with fewer rows decode on the calling thread.
+const PARALLEL_FROM: usize = 4 * CHUNK;
+
+/// `#[serde(deserialize_with)]` for a sheet's rows: the same map [`OrdMap`]'s own `Serialize`
+/// writes.
+pub(super) fn rows<'de, D: Deserializer<'de>>(d: D) -> Result<OrdMap<RowId, Arc<Row>>, D::Error> {
+    d.deserialize_map(RowsVisitor)
+}
+
+struct RowsVisitor;
+
+impl<'de> Visitor<'de> for RowsVisitor {
+    type Value = OrdMap<RowId, Arc<Row>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a map of rows by id")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        if map.size_hint().unwrap_or(0) < PARALLEL_FROM {
+            let mut rows = OrdMap::new();
+            while let Some((id, row)) = map.next_entry::<RowId, Unchecked>()? {
+                rows.insert(id, Arc::new(row.check().map_err(A::Error::custom)?));
+            }
+            return Ok(rows);
+        }
+        std::thread::scope(|scope| {
+            // Two chunks in flight: the decoder never waits unless the worker is behind, and
+            // memory stays bounded by the chunks, not the sheet.
+            let (tx, rx) = mpsc::sync_channel::<Vec<(RowId, Unchecked)>>(2);
+            let worker = std::thread::Builder::new()
+                .name("sheetd-load".to_owned())
+                .spawn_scoped(scope, move || {
+                    let mut rows = OrdMap::new();
+                    for chunk in rx {
+                        for (id, row) in chunk {
+                            rows.insert(id, Arc::new(row.check()?));
+                        }
+                    }
+                    Ok::<_, serde_json::Error>(rows)
+                })
+                .map_err(|e| A::Error::custom(format!("start a row decoding thread: {e}")))?;
+            let mut chunk = Vec::with_capacity(CHUNK);
+            let decoded = loop {
+                match map.next_entry::<RowId, Unchecked>() {
+                    Ok(Some(entry)) => chunk.push(entry),
+                    Ok(None) => break Ok(()),
+                    Err(e) => break Err(e),
+                }
+                if chunk.len() == CHUNK {
+                    let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
+                    // A closed channel means the worker stopped at a bad row: its error is
+                    // the one to report.
+                    if tx.send(full).is_err() {
+                        break Ok(());
+                    }
+                }
+            };
+            if decoded.is_ok() && !chunk.is_empty() {
+                // Fails only when the worker already stopped; its result says why.
+                let _ = tx.send(chunk);
+            }
+            drop(tx);
+            let checked =
+                worker.join().map_err(|_| A::Error::custom("a row decoding thread panicked"))?;
+            decoded?;
+            checked.map_err(A::Error::custom)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use crate::model::{Json, Row, SOURCE_API};
+    use crate::sheet::SheetState;
+
+    /// A sheet large enough to decode on the worker, with a row in the last, partial chunk.
+    fn big_sheet() -> SheetState {
+        let n = super::PARALLEL_FROM as u64 + super::CHUNK as u64 / 2 + 1;
+        let rows = (1..=n)
+            .map(|id| {
+                let cells = BTreeMap::from([(100, Json(json!(format!("row \"{id}\""))))]);
+                Row::new(id, 7, cells, SOURCE_API, 1_700_000_000_000 + id as i64)
+            })
+            .collect();
+        SheetState::new(7, 1_700_000_000_000, Vec::new(), rows)
+    }
+
+    #[test]
+    fn a_large_sheet_decodes_to_the_same_rows_in_order() {
+        let sheet = big_sheet();
+        let bytes = wal::codec::encode(&sheet).unwrap();
+        let back: SheetState = wal::codec::decode(&bytes).unwrap();
+        assert_eq!(back.rows.len(), sheet.rows.len());
+        assert!(sheet.rows.len() > super::PARALLEL_FROM);
+        for ((id, row), (back_id, back_row)) in sheet.rows.iter().zip(back.rows.iter()) {
+            assert_eq!(id, back_id);
+            assert_eq!(**row, **back_row);
+        }
+    }
+
+    #[test]
+    fn a_row_that_is_not_json_fails_the_decode_wherever_it_is() {
+        let sheet = big_sheet();
+        let bytes = wal::codec::encode(&sheet).unwrap();
+        // Damage one row's JSON, keeping its length: in the first chunk, in a middle one, and
+        // in the last, partial chunk the decoder sends after the map ends.
+        let last = sheet.rows.len();
+        for id in [1, super::CHUNK * 2 + 5, last] {
+            let needle = format!("\"id\":{id},");
+            let at = bytes
+                .windows(needle.len())
+                .position(|w| w == needle.as_bytes())
+                .unwrap_or_else(|| panic!("row {id}'s JSON is in the encoding"));
+            let mut damaged = bytes.clone();
+            damaged[at + 4] = b'!';
+            let err = wal::codec::decode::<SheetState>(&damaged).unwrap_err();
+            assert!(err.to_string().contains("expected"), "row {id}: {err}");
+        }
+        // The undamaged bytes still decode: the test damaged what it meant to.
+        let back: SheetState = wal::codec::decode(&bytes).unwrap();
+        assert_eq!(back.rows.get(&1).map(Arc::clone), sheet.rows.get(&1).map(Arc::clone));
+    }
+}
