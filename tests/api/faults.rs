@@ -128,10 +128,10 @@ fn run_sheetd(args: &[&str], data_dir: &Path, envs: &[(&str, &Path)]) -> (bool, 
 /// with their text, and the refusal (`None` when the server went away instead of answering).
 async fn write_until_refused(base: &str) -> (BTreeMap<u64, String>, Option<Reply>) {
     let mut acked = BTreeMap::new();
-    let pad = "x".repeat(300);
-    for round in 0..5_000 {
-        let rows: Vec<_> =
-            (0..500).map(|i| json!({"cells": {"110": format!("r{round}-{i}-{pad}")}})).collect();
+    for round in 0..5_000u64 {
+        let rows: Vec<_> = (0..500u64)
+            .map(|i| json!({"cells": {"110": format!("r{round}-{i}-{}", noise(round * 500 + i))}}))
+            .collect();
         let client = awc::Client::builder().timeout(Duration::from_secs(60)).finish();
         let sent = client
             .post(format!("{base}/sheets/11/rows:bulkAdd"))
@@ -151,6 +151,21 @@ async fn write_until_refused(base: &str) -> (BTreeMap<u64, String>, Option<Reply
         }
     }
     panic!("the file system never filled");
+}
+
+/// 300 characters zstd cannot shrink, different for each `seed`: the log compresses large
+/// records, and a disk is filled by what it stores.
+fn noise(seed: u64) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..300)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(ALPHABET[(x >> 58) as usize])
+        })
+        .collect()
 }
 
 /// Every row of sheet 11: id → Task text.

@@ -383,6 +383,13 @@ pub enum CodecError {
          may come from an incompatible build)"
     )]
     Decode(#[from] bincode::error::DecodeError),
+    /// A compressed value's zstd frame did not decompress.
+    #[error("could not decompress a value: {0}")]
+    Decompress(#[source] std::io::Error),
+    /// A compressed value is shorter than its header or decompresses to fewer bytes than it
+    /// announces.
+    #[error("a compressed value is cut short")]
+    Truncated,
     /// The input was empty, so even the version byte is missing.
     #[error("cannot decode an empty byte string: the format version byte is missing")]
     Empty,

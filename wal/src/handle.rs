@@ -25,6 +25,7 @@ use crossbeam_channel::Sender;
 use tokio::sync::{oneshot, watch};
 
 use crate::checkpoint;
+use crate::codec;
 use crate::commit::{self, Command, FlushStats, Progress, Reply};
 use crate::error::{Error, Result};
 use crate::fsutil::{self, ScratchDir};
@@ -51,8 +52,9 @@ struct Appender {
     next_lsn: Lsn,
     /// The commit thread's queue; `None` once shut down.
     tx: Option<Sender<Command>>,
-    /// Payload sizes of the records after the checkpoint, oldest first (4 bytes per record;
-    /// trimmed by every checkpoint), so `bytes_since_checkpoint` stays exact.
+    /// Decoded payload sizes of the records after the checkpoint, oldest first (4 bytes per
+    /// record; trimmed by every checkpoint), so `bytes_since_checkpoint` stays exact. Decoded,
+    /// not stored ([`crate::codec::decoded_len`]): they measure what a recovery would replay.
     sizes: VecDeque<u32>,
     /// LSN of `sizes[0]`.
     sizes_first_lsn: Lsn,
@@ -65,11 +67,11 @@ struct Appender {
 }
 
 impl Appender {
-    /// Accounts a newly assigned record of `len` bytes.
-    fn push_size(&mut self, len: usize) {
-        self.sizes.push_back(u32::try_from(len).unwrap_or(u32::MAX));
-        self.bytes_since_checkpoint += len as u64;
-        self.space.count(len);
+    /// Accounts a newly assigned record of [`Size`].
+    fn push_size(&mut self, size: Size) {
+        self.sizes.push_back(u32::try_from(size.decoded).unwrap_or(u32::MAX));
+        self.bytes_since_checkpoint += size.decoded as u64;
+        self.space.count(size.stored);
     }
 
     /// Forgets the sizes of records with LSN > `lsn` (lost with a failed log).
@@ -87,6 +89,22 @@ impl Appender {
             self.bytes_since_checkpoint -= u64::from(size);
             self.sizes_first_lsn += 1;
         }
+    }
+}
+
+/// A record's size as the log accounts it.
+#[derive(Debug, Clone, Copy)]
+struct Size {
+    /// Bytes it stores: what the disk's free space pays.
+    stored: usize,
+    /// Bytes it decodes to ([`codec::decoded_len`]): what a recovery replays, so what counts
+    /// toward the next checkpoint.
+    decoded: usize,
+}
+
+impl Size {
+    fn of(payload: &[u8]) -> Size {
+        Size { stored: payload.len(), decoded: codec::decoded_len(payload) }
     }
 }
 
@@ -451,9 +469,9 @@ impl Wal {
         if u32::try_from(payload.len()).is_err() {
             return Err(Error::RecordTooLarge { len: payload.len() });
         }
-        let len = payload.len();
+        let size = Size::of(&payload);
         let commit = send(core, &mut appender, lsn, vec![payload])?;
-        appender.push_size(len);
+        appender.push_size(size);
         Ok(commit)
     }
 
@@ -479,7 +497,7 @@ impl Wal {
             return Err(Error::RecordTooLarge { len: p.len() });
         }
         // Sizes are needed after the payloads have moved into the command.
-        let lens: Vec<usize> = payloads.iter().map(Vec::len).collect();
+        let sizes: Vec<Size> = payloads.iter().map(|p| Size::of(p)).collect();
         let core = self.core();
         let mut appender = lock(&core.appender);
         if let Some(e) = core.refuse(&appender) {
@@ -488,8 +506,8 @@ impl Wal {
         appender.space.admit()?;
         let first = appender.next_lsn;
         let commit = send(core, &mut appender, first, payloads)?;
-        for len in lens {
-            appender.push_size(len);
+        for size in sizes {
+            appender.push_size(size);
         }
         Ok(commit)
     }
@@ -638,6 +656,8 @@ impl Wal {
         let log_dir = core.config.dir.join(log::DIR_NAME);
         let on_disk = fsutil::tree_size(&log_dir)?;
         let mut appender = lock(&core.appender);
+        // Records after the checkpoint count as they decode, so a compressed one counts above
+        // what it stores: compaction waits a little longer, never runs early.
         let live = appender.bytes_since_checkpoint + appender.retained_bytes;
         if on_disk <= COMPACT_ABOVE_BYTES + 4 * live || core.failure.get().is_some() {
             return Ok(());

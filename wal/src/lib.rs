@@ -226,7 +226,8 @@ pub struct WalStats {
     /// Records assigned after the checkpoint (what a recovery would replay, plus records still
     /// in flight).
     pub records_since_checkpoint: u64,
-    /// Payload bytes of those records.
+    /// Payload bytes of those records, as they decode ([`codec::decoded_len`]): what a
+    /// recovery would replay, whether or not the codec stored them compressed.
     pub bytes_since_checkpoint: u64,
     /// Stored bytes of the records at or below the checkpoint kept for [`Wal::read`] (see
     /// [`Wal::checkpoint_retaining`]): live data, like the records after the checkpoint.

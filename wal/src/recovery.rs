@@ -39,7 +39,8 @@ pub(crate) enum Mode {
 pub(crate) struct Scan {
     /// The report (with `elapsed` still zero; the caller times the whole operation).
     pub(crate) report: RecoveryReport,
-    /// Payload sizes of the replayed records, in LSN order (feeds `bytes_since_checkpoint`).
+    /// Decoded payload sizes of the replayed records, in LSN order (feeds
+    /// `bytes_since_checkpoint`).
     pub(crate) sizes: VecDeque<u32>,
     /// Stored bytes of the records at or below the checkpoint that the replayer retains.
     pub(crate) retained_bytes: u64,
@@ -144,8 +145,9 @@ pub(crate) fn scan(
                     .map_err(|source| Error::ReplayRecord { lsn, source })?;
                 report.records_replayed += 1;
                 report.bytes_replayed += payload.len() as u64;
-                // Frames carry a u32 length, so every decoded payload fits.
-                sizes.push_back(u32::try_from(payload.len()).unwrap_or(u32::MAX));
+                // Counted as the appender counts it: what the record decodes to.
+                let decoded = crate::codec::decoded_len(&payload);
+                sizes.push_back(u32::try_from(decoded).unwrap_or(u32::MAX));
                 report.last_lsn = lsn;
             }
             // A matching CRC with an unknown version is a newer build's record, not damage:

@@ -979,3 +979,25 @@ fn lsns(dir: &Path) -> Vec<Lsn> {
     lsns.dedup();
     lsns
 }
+
+#[test]
+fn a_compressed_record_counts_toward_the_checkpoint_as_it_decodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows: Vec<String> = (0..5000).map(|i| format!(r#"{{"id":{i},"cells":{{}}}}"#)).collect();
+    let record = crate::codec::encode(&rows).unwrap();
+    let decoded = crate::codec::decoded_len(&record) as u64;
+    assert!(decoded > 4 * record.len() as u64, "the record is stored compressed");
+
+    let (wal, _, _) = recover(dir.path());
+    wal.append(record.clone()).unwrap().wait().unwrap();
+    assert_eq!(wal.stats().bytes_since_checkpoint, decoded);
+    wal.shutdown().unwrap();
+    drop(wal);
+
+    // Recovery replays the stored bytes and counts them the same way.
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!(collect.records, vec![(1, record.clone())]);
+    assert_eq!(report.bytes_replayed, record.len() as u64);
+    assert_eq!(wal.stats().bytes_since_checkpoint, decoded);
+    assert_eq!(crate::codec::decode::<Vec<String>>(&collect.records[0].1).unwrap(), rows);
+}
