@@ -14,7 +14,7 @@ impl wal::Replayer for Nothing {
     fn checkpoint(
         &mut self,
         _: u64,
-        _: &[u8],
+        _: &mut dyn std::io::Read,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         Ok(())
     }

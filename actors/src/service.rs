@@ -89,11 +89,12 @@ struct CheckpointFile {
 }
 
 impl CheckpointFile {
-    fn decode(bytes: &[u8]) -> Result<Checkpoint> {
-        let (mut checkpoint, changes) = if codec::version_of(bytes) == Some(1) {
-            (codec::decode::<Checkpoint>(bytes)?, Vec::new())
+    fn decode(snapshot: &mut dyn std::io::Read) -> Result<Checkpoint> {
+        let streamed = codec::stream(snapshot)?;
+        let (mut checkpoint, changes) = if streamed.version() == 1 {
+            (streamed.decode::<Checkpoint>()?, Vec::new())
         } else {
-            let file = codec::decode::<CheckpointFile>(bytes)?;
+            let file = streamed.decode::<CheckpointFile>()?;
             (file.checkpoint, file.changes)
         };
         let mut changes: BTreeMap<SheetId, ChangeLog> = changes.into_iter().collect();
@@ -129,7 +130,7 @@ impl wal::Replayer for Rebuild {
     fn checkpoint(
         &mut self,
         _lsn: Lsn,
-        snapshot: &[u8],
+        snapshot: &mut dyn std::io::Read,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let cp = CheckpointFile::decode(snapshot)?;
         self.retained = cp.sheets.iter().flat_map(|(s, _)| s.changes.lsns()).collect();

@@ -42,7 +42,7 @@
 //! ```
 
 use std::fs;
-use std::io::Write;
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Corruption, Error, Result};
@@ -114,14 +114,38 @@ pub(crate) fn remove_swept(dir: &Path) -> Result<()> {
     fsutil::remove_if_exists(&dir.join(SWEPT_FILE_NAME)).map(|_| ())
 }
 
-/// A checkpoint read back from disk.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Checkpoint {
-    /// Every record with an LSN up to and including this one is reflected in `snapshot`.
+/// A checkpoint on disk whose header and CRC have been checked, open to stream its snapshot:
+/// a start never holds the whole file in memory (the snapshot is most of a data dir's size).
+#[derive(Debug)]
+pub(crate) struct Checkpoint<F = fs::File> {
+    /// Every record with an LSN up to and including this one is reflected in the snapshot.
     pub(crate) lsn: Lsn,
-    /// The caller's snapshot bytes, exactly as given to [`write()`].
-    pub(crate) snapshot: Vec<u8>,
+    /// Bytes of the snapshot.
+    pub(crate) len: u64,
+    /// The file, positioned anywhere; [`Checkpoint::snapshot`] seeks.
+    file: F,
 }
+
+impl<F: Read + Seek> Checkpoint<F> {
+    /// The caller's snapshot bytes, exactly as given to [`write()`], read from the file.
+    pub(crate) fn snapshot(&mut self) -> std::io::Result<impl Read + '_> {
+        self.file.seek(SeekFrom::Start(HEADER_LEN as u64))?;
+        // The buffer outermost: bincode reads a few bytes at a time through `read_exact`, which
+        // a `BufReader` serves from its buffer and a `Take` would not.
+        Ok(BufReader::with_capacity(READ_BUFFER, (&mut self.file).take(self.len)))
+    }
+}
+
+impl Checkpoint<std::io::Cursor<Vec<u8>>> {
+    /// A checkpoint known by its LSN alone, for a scan whose replayer does not read the
+    /// snapshot (a heal re-checks the log; the state it describes is already in memory).
+    pub(crate) fn lsn_only(lsn: Lsn) -> Self {
+        Checkpoint { lsn, len: 0, file: std::io::Cursor::new(Vec::new()) }
+    }
+}
+
+/// Bytes read from the checkpoint file at a time.
+const READ_BUFFER: usize = 1 << 20;
 
 /// Path of the checkpoint file in `dir`.
 pub(crate) fn path(dir: &Path) -> PathBuf {
@@ -149,22 +173,29 @@ pub(crate) fn encode(lsn: Lsn, snapshot: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Parses a checkpoint file image; `path` is only used to name the file in errors.
-pub(crate) fn decode(path: &Path, mut bytes: Vec<u8>) -> Result<Checkpoint> {
+/// Checks the checkpoint file `file` (header, length, then its CRC in one streaming pass);
+/// `path` is only used to name the file in errors.
+pub(crate) fn check<F: Read + Seek>(path: &Path, mut file: F) -> Result<Checkpoint<F>> {
     let damaged = |defect: String| -> Error {
         Corruption::Checkpoint { path: path.to_path_buf(), defect }.into()
     };
-    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+    let read_error =
+        |e: std::io::Error| Error::fs(format!("read the checkpoint file {}", path.display()))(e);
+    let size = file.seek(SeekFrom::End(0)).map_err(read_error)?;
+    file.rewind().map_err(read_error)?;
+    let mut header = [0u8; HEADER_LEN];
+    let present = usize::try_from(size).unwrap_or(usize::MAX).min(HEADER_LEN);
+    file.read_exact(&mut header[..present]).map_err(read_error)?;
+    if present < MAGIC.len() || &header[..MAGIC.len()] != MAGIC {
         return Err(damaged("it does not start with the SHEETDCK magic".to_owned()));
     }
-    if bytes.len() < HEADER_LEN {
+    if present < HEADER_LEN {
         return Err(damaged(format!(
-            "only {} of the {HEADER_LEN} header bytes are present",
-            bytes.len()
+            "only {present} of the {HEADER_LEN} header bytes are present"
         )));
     }
     // Magic matched, so this is our file: the version byte decides how to read the rest.
-    let version = bytes[8];
+    let version = header[8];
     if version != CHECKPOINT_VERSION {
         return Err(Error::UnsupportedVersion {
             what: format!("the checkpoint file {}", path.display()),
@@ -172,32 +203,36 @@ pub(crate) fn decode(path: &Path, mut bytes: Vec<u8>) -> Result<Checkpoint> {
             supported: CHECKPOINT_VERSION,
         });
     }
-    let lsn = u64::from_le_bytes(bytes[9..17].try_into().expect("8-byte slice"));
-    let len = u64::from_le_bytes(bytes[17..25].try_into().expect("8-byte slice"));
-    let stored_crc = u32::from_le_bytes(bytes[25..29].try_into().expect("4-byte slice"));
-    let snapshot = &bytes[HEADER_LEN..];
-    if snapshot.len() as u64 != len {
+    let lsn = u64::from_le_bytes(header[9..17].try_into().expect("8-byte slice"));
+    let len = u64::from_le_bytes(header[17..25].try_into().expect("8-byte slice"));
+    let stored_crc = u32::from_le_bytes(header[25..29].try_into().expect("4-byte slice"));
+    let present = size - HEADER_LEN as u64;
+    if present != len {
         return Err(damaged(format!(
-            "the header announces {len} snapshot bytes but {} are present",
-            snapshot.len()
+            "the header announces {len} snapshot bytes but {present} are present"
         )));
     }
     let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&bytes[..25]);
-    hasher.update(snapshot);
+    hasher.update(&header[..25]);
+    let mut buf = vec![0u8; READ_BUFFER];
+    loop {
+        let n = file.read(&mut buf).map_err(read_error)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
     if hasher.finalize() != stored_crc {
         return Err(damaged("CRC mismatch".to_owned()));
     }
-    // The snapshot is most of the file: move it to the front rather than copy it.
-    bytes.drain(..HEADER_LEN);
-    Ok(Checkpoint { lsn, snapshot: bytes })
+    Ok(Checkpoint { lsn, len, file })
 }
 
-/// Reads `<dir>/checkpoint`; `Ok(None)` if there is none.
+/// Opens and checks `<dir>/checkpoint`; `Ok(None)` if there is none.
 pub(crate) fn read(dir: &Path) -> Result<Option<Checkpoint>> {
     let path = path(dir);
-    match fs::read(&path) {
-        Ok(bytes) => decode(&path, bytes).map(Some),
+    match fs::File::open(&path) {
+        Ok(file) => check(&path, file).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::fs(format!("read the checkpoint file {}", path.display()))(e)),
     }
@@ -301,13 +336,33 @@ pub(crate) fn remove_leftover_tmp(dir: &Path) -> Result<bool> {
 mod tests {
     use super::*;
 
+    /// Checks a file image held in memory.
+    fn decode(path: &Path, image: Vec<u8>) -> Result<(Lsn, Vec<u8>)> {
+        let mut checked = check(path, std::io::Cursor::new(image))?;
+        Ok((checked.lsn, bytes_of(&mut checked)))
+    }
+
+    /// The snapshot of a checked checkpoint, read whole.
+    fn bytes_of<F: Read + Seek>(checkpoint: &mut Checkpoint<F>) -> Vec<u8> {
+        let mut snapshot = Vec::new();
+        checkpoint.snapshot().unwrap().read_to_end(&mut snapshot).unwrap();
+        assert_eq!(snapshot.len() as u64, checkpoint.len);
+        snapshot
+    }
+
+    /// `<dir>/checkpoint` as (LSN, snapshot), if there is one.
+    fn read_whole(dir: &Path) -> Option<(Lsn, Vec<u8>)> {
+        read(dir).unwrap().map(|mut c| (c.lsn, bytes_of(&mut c)))
+    }
+
     #[test]
     fn image_round_trip() {
         let p = Path::new("/d/checkpoint");
-        for snapshot in [&b""[..], b"snapshot bytes", &[7u8; 4096]] {
+        let large: Vec<u8> = (0..READ_BUFFER * 2 + 17).map(|i| (i % 253) as u8).collect();
+        for snapshot in [&b""[..], b"snapshot bytes", &[7u8; 4096], &large] {
             let image = encode(99, snapshot);
             let back = decode(p, image.clone()).unwrap();
-            assert_eq!(back, Checkpoint { lsn: 99, snapshot: snapshot.to_vec() });
+            assert_eq!(back, (99, snapshot.to_vec()));
         }
     }
 
@@ -325,7 +380,7 @@ mod tests {
         .unwrap();
         let streamed = fs::read(path(dir.path())).unwrap();
         assert_eq!(streamed, encode(42, &snapshot));
-        assert_eq!(read(dir.path()).unwrap().unwrap(), Checkpoint { lsn: 42, snapshot });
+        assert_eq!(read_whole(dir.path()), Some((42, snapshot)));
 
         // A snapshot that fails leaves the old checkpoint in place.
         let failed = write_with(dir.path(), 43, &mut |out| {
@@ -363,13 +418,10 @@ mod tests {
     #[test]
     fn write_read_and_leftover_cleanup() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(read(dir.path()).unwrap(), None);
+        assert_eq!(read_whole(dir.path()), None);
         write(dir.path(), 3, b"three").unwrap();
         write(dir.path(), 4, b"four").unwrap();
-        assert_eq!(
-            read(dir.path()).unwrap(),
-            Some(Checkpoint { lsn: 4, snapshot: b"four".to_vec() })
-        );
+        assert_eq!(read_whole(dir.path()), Some((4, b"four".to_vec())));
         assert!(!tmp_path(dir.path()).exists());
 
         fs::write(tmp_path(dir.path()), b"half-written").unwrap();

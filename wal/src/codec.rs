@@ -1,7 +1,8 @@
 //! Value encoding for everything sheetd stores: log payloads and checkpoint snapshots.
 //!
 //! Owns: the only use of bincode in the workspace. Other crates call [`encode`] and [`decode`]
-//! and never depend on bincode themselves, so the wire format can change in one place.
+//! (or [`encode_to`] and [`stream`] for a checkpoint, which is never held whole in memory) and
+//! never depend on bincode themselves, so the wire format can change in one place.
 //!
 //! Format: `[FORMAT_VERSION u8][bincode 2, standard config, serde integration]`, or, for an
 //! [`encode`]d body of [`COMPRESS_FROM`] bytes or more that zstd makes smaller,
@@ -174,6 +175,71 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
         return Err(CodecError::Truncated.into());
     }
     decode_body(version, &body)
+}
+
+/// A value read from a stream (a checkpoint file) rather than a buffer: its format byte is
+/// read, its body not yet, so the caller can pick the type by [`Streamed::version`].
+pub struct Streamed<R> {
+    format: u8,
+    reader: R,
+}
+
+/// Reads the format byte of the value `reader` holds (made by [`encode`] or [`encode_to`]).
+///
+/// # Errors
+/// [`CodecError::Empty`] for no bytes, [`Error::UnsupportedVersion`] for an unknown version,
+/// [`Error::Codec`] when `reader` fails.
+pub fn stream<R: std::io::Read>(mut reader: R) -> Result<Streamed<R>> {
+    let mut format = [0u8; 1];
+    if reader.read(&mut format).map_err(|e| CodecError::Decode(io_error(e)))? == 0 {
+        return Err(CodecError::Empty.into());
+    }
+    let version = format[0] & !COMPRESSED;
+    if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
+        return Err(Error::UnsupportedVersion {
+            what: "an encoded value".to_owned(),
+            found: format[0],
+            supported: FORMAT_VERSION,
+        });
+    }
+    Ok(Streamed { format: format[0], reader })
+}
+
+impl<R: std::io::Read> Streamed<R> {
+    /// The value's format version.
+    pub fn version(&self) -> u8 {
+        self.format & !COMPRESSED
+    }
+
+    /// Decodes the value, which must end where the stream ends. The same checks as [`decode`].
+    ///
+    /// # Errors
+    /// As [`decode`]; [`Error::Codec`] also when the stream fails.
+    pub fn decode<T: DeserializeOwned>(mut self) -> Result<T> {
+        if self.format & COMPRESSED != 0 {
+            // Only `encode` compresses, and it makes small values: read it whole.
+            let mut bytes = vec![self.format];
+            self.reader.read_to_end(&mut bytes).map_err(|e| CodecError::Decode(io_error(e)))?;
+            return decode(&bytes);
+        }
+        let version = self.version();
+        let previous = DECODING.with(|v| v.replace(version));
+        let decoded =
+            bincode::serde::decode_from_std_read(&mut self.reader, bincode::config::standard());
+        DECODING.with(|v| v.set(previous));
+        let value = decoded.map_err(CodecError::Decode)?;
+        let mut rest = Vec::new();
+        self.reader.read_to_end(&mut rest).map_err(|e| CodecError::Decode(io_error(e)))?;
+        if !rest.is_empty() {
+            return Err(CodecError::TrailingBytes { extra: rest.len() }.into());
+        }
+        Ok(value)
+    }
+}
+
+/// A read error of a stream, as bincode reports its own.
+fn io_error(inner: std::io::Error) -> bincode::error::DecodeError {
+    bincode::error::DecodeError::Io { inner, additional: 0 }
 }
 
 /// Decodes a plain body written in format `version`.
@@ -350,5 +416,34 @@ mod tests {
         let mut newer = bytes.clone();
         newer[0] = (FORMAT_VERSION + 1) | COMPRESSED;
         assert!(matches!(decode::<Vec<String>>(&newer), Err(Error::UnsupportedVersion { .. })));
+    }
+
+    #[test]
+    fn a_streamed_value_decodes_like_a_buffered_one_with_the_same_checks() {
+        let value = sample();
+        let mut plain = Vec::new();
+        encode_to(&value, &mut plain).unwrap();
+        let streamed = stream(&plain[..]).unwrap();
+        assert_eq!(streamed.version(), FORMAT_VERSION);
+        assert_eq!(streamed.decode::<Sample>().unwrap(), value);
+
+        // A compressed value streams too.
+        let large = rows(2000);
+        let compressed = encode(&large).unwrap();
+        assert_eq!(stream(&compressed[..]).unwrap().decode::<Vec<String>>().unwrap(), large);
+
+        let mut long = plain.clone();
+        long.extend_from_slice(b"xyz");
+        let trailing = stream(&long[..]).unwrap().decode::<Sample>().unwrap_err();
+        assert!(
+            matches!(trailing, Error::Codec(CodecError::TrailingBytes { extra: 3 })),
+            "{trailing:?}"
+        );
+        let short = stream(&plain[..plain.len() - 2]).unwrap().decode::<Sample>().unwrap_err();
+        assert!(matches!(short, Error::Codec(CodecError::Decode(_))), "{short:?}");
+        assert!(matches!(stream(&b""[..]), Err(Error::Codec(CodecError::Empty))));
+        let mut newer = plain.clone();
+        newer[0] = FORMAT_VERSION + 1;
+        assert!(matches!(stream(&newer[..]), Err(Error::UnsupportedVersion { .. })));
     }
 }

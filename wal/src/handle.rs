@@ -298,14 +298,15 @@ impl Wal {
         if checkpoint::remove_leftover_tmp(&config.dir)? {
             tracing::warn!(dir = %config.dir.display(), "removed a checkpoint.tmp left by a crash");
         }
-        let ckpt = checkpoint::read(&config.dir)?;
-        let swept = ckpt.as_ref().and_then(|c| checkpoint::read_swept(&config.dir, c.lsn));
-        let scan = recovery::scan(Some(&store), ckpt.as_ref(), swept, replayer, Mode::Repair)?;
+        let mut ckpt = checkpoint::read(&config.dir)?;
+        let ckpt_lsn = ckpt.as_ref().map(|c| c.lsn);
+        let swept = ckpt_lsn.and_then(|lsn| checkpoint::read_swept(&config.dir, lsn));
+        let scan = recovery::scan(Some(&store), ckpt.as_mut(), swept, replayer, Mode::Repair)?;
         if swept.is_none() {
-            if let Some(c) = &ckpt {
+            if let Some(lsn) = ckpt_lsn {
                 // The walk removed any stale record: the next start may skip the retained ones.
                 let (records, bytes) = (scan.report.records_retained, scan.retained_bytes);
-                note_swept(&config.dir, checkpoint::Swept { lsn: c.lsn, records, bytes });
+                note_swept(&config.dir, checkpoint::Swept { lsn, records, bytes });
             }
         }
         let space = SpaceGuard::new(
@@ -391,7 +392,8 @@ impl Wal {
             let scratch = ScratchDir::new("sheetd-wal-verify")?;
             let copy = scratch.path().join(log::DIR_NAME);
             // Lock, then read the checkpoint and copy the log, so both come from one moment.
-            let ckpt = {
+            // The open file keeps the checkpoint of this moment even if a rename replaces it.
+            let mut ckpt = {
                 let Some(_lock) = SharedLock::try_new(&data_file)? else {
                     return Err(Error::InUse { dir: dir.clone() });
                 };
@@ -400,14 +402,14 @@ impl Wal {
                 ckpt
             };
             let store = LogStore::open_at(dir, &copy, config.cache_capacity_bytes)?;
-            let scan = recovery::scan(Some(&store), ckpt.as_ref(), None, replayer, Mode::ReadOnly)?;
+            let scan = recovery::scan(Some(&store), ckpt.as_mut(), None, replayer, Mode::ReadOnly)?;
             // Close sled before the scratch dir is deleted.
             drop(store);
             scan
         } else {
             // No log yet: only a checkpoint (if any) to check.
-            let ckpt = checkpoint::read(dir)?;
-            recovery::scan(None, ckpt.as_ref(), None, replayer, Mode::ReadOnly)?
+            let mut ckpt = checkpoint::read(dir)?;
+            recovery::scan(None, ckpt.as_mut(), None, replayer, Mode::ReadOnly)?
         };
         scan.report.elapsed = started.elapsed();
         Ok(scan.report)
@@ -739,11 +741,10 @@ impl Wal {
         log::finish_interrupted_compaction(&core.config.dir)?;
         let store = LogStore::open(&core.config.dir, core.config.cache_capacity_bytes)?;
         let dropped = store.remove_after(durable)?;
-        let checkpoint =
-            lock(&core.checkpoint).map(|lsn| checkpoint::Checkpoint { lsn, snapshot: Vec::new() });
+        let mut checkpoint = lock(&core.checkpoint).map(checkpoint::Checkpoint::lsn_only);
         let scan = recovery::scan(
             Some(&store),
-            checkpoint.as_ref(),
+            checkpoint.as_mut(),
             None,
             &mut recovery::Discard,
             Mode::ReadOnly,

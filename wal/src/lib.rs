@@ -158,10 +158,13 @@ pub trait Replayer {
     ///
     /// # Errors
     /// Any error aborts recovery with [`Error::ReplayCheckpoint`].
+    ///
+    /// `snapshot` streams the bytes given to the checkpoint's write, read from the file after
+    /// its CRC was checked; a start never holds the whole file in memory.
     fn checkpoint(
         &mut self,
         lsn: Lsn,
-        snapshot: &[u8],
+        snapshot: &mut dyn std::io::Read,
     ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
     /// Called for each record after the checkpoint, in LSN order.

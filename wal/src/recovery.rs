@@ -49,19 +49,22 @@ pub(crate) struct Scan {
 /// Runs steps 1-5 of the module docs. `store` is `None` when there is no log at all (verify of
 /// a data dir without `log/`); `swept` is the sweep marker of `checkpoint`, if the caller trusts
 /// one.
-pub(crate) fn scan(
+pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
     store: Option<&LogStore>,
-    checkpoint: Option<&Checkpoint>,
+    checkpoint: Option<&mut Checkpoint<F>>,
     swept: Option<Swept>,
     replayer: &mut dyn Replayer,
     mode: Mode,
 ) -> Result<Scan> {
-    let checkpoint_lsn = checkpoint.map(|c| c.lsn);
+    let checkpoint_lsn = checkpoint.as_ref().map(|c| c.lsn);
     // Step 1.
     if let Some(c) = checkpoint {
+        let lsn = c.lsn;
+        let read_error = |e| Error::fs("read the checkpoint file's snapshot".to_owned())(e);
+        let mut snapshot = c.snapshot().map_err(read_error)?;
         replayer
-            .checkpoint(c.lsn, &c.snapshot)
-            .map_err(|source| Error::ReplayCheckpoint { lsn: c.lsn, source })?;
+            .checkpoint(lsn, &mut snapshot)
+            .map_err(|source| Error::ReplayCheckpoint { lsn, source })?;
     }
     let mut report = RecoveryReport {
         checkpoint_lsn,
@@ -231,7 +234,11 @@ pub(crate) fn assemble(parts: &[Part]) -> std::result::Result<Vec<u8>, FrameDefe
 pub(crate) struct Discard;
 
 impl Replayer for Discard {
-    fn checkpoint(&mut self, _: crate::Lsn, _: &[u8]) -> std::result::Result<(), crate::BoxError> {
+    fn checkpoint(
+        &mut self,
+        _: crate::Lsn,
+        _: &mut dyn std::io::Read,
+    ) -> std::result::Result<(), crate::BoxError> {
         Ok(())
     }
 

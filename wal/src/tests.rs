@@ -22,10 +22,12 @@ struct Collect {
 }
 
 impl Replayer for Collect {
-    fn checkpoint(&mut self, lsn: Lsn, snapshot: &[u8]) -> ReplayResult {
+    fn checkpoint(&mut self, lsn: Lsn, snapshot: &mut dyn std::io::Read) -> ReplayResult {
         assert!(self.checkpoint.is_none(), "checkpoint delivered twice");
         assert!(self.records.is_empty(), "checkpoint delivered after a record");
-        self.checkpoint = Some((lsn, snapshot.to_vec()));
+        let mut bytes = Vec::new();
+        snapshot.read_to_end(&mut bytes)?;
+        self.checkpoint = Some((lsn, bytes));
         Ok(())
     }
 
@@ -877,7 +879,7 @@ fn a_rewrite_cut_short_by_a_crash_is_undone_or_completed_at_the_next_open() {
 struct RetainEven(Collect);
 
 impl Replayer for RetainEven {
-    fn checkpoint(&mut self, lsn: Lsn, snapshot: &[u8]) -> ReplayResult {
+    fn checkpoint(&mut self, lsn: Lsn, snapshot: &mut dyn std::io::Read) -> ReplayResult {
         self.0.checkpoint(lsn, snapshot)
     }
 

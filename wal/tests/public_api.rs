@@ -22,8 +22,8 @@ struct Ops {
 }
 
 impl Replayer for Ops {
-    fn checkpoint(&mut self, lsn: Lsn, snapshot: &[u8]) -> ReplayResult {
-        self.snapshot = Some((lsn, codec::decode(snapshot)?));
+    fn checkpoint(&mut self, lsn: Lsn, snapshot: &mut dyn std::io::Read) -> ReplayResult {
+        self.snapshot = Some((lsn, codec::stream(snapshot)?.decode()?));
         Ok(())
     }
 
