@@ -119,8 +119,9 @@ pub struct ServeArgs {
     /// `report_cap_exceeded`.
     #[arg(long, env = "SHEETD_REPORT_MAX_SCANNED_ROWS", default_value_t = 1_000_000)]
     pub report_max_scanned_rows: u64,
-    /// Checkpoint once this many log bytes were written since the last checkpoint (0: never by
-    /// size). Bounds the log's size and the replay at the next start.
+    /// Checkpoint once this many log bytes (or half the last checkpoint's size, if more) were
+    /// written since the last checkpoint (0: never by size). Bounds the log's size and the
+    /// replay at the next start; the half keeps a large state's rewrites in proportion.
     #[arg(long, env = "SHEETD_CHECKPOINT_EVERY_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub checkpoint_every_bytes: u64,
     /// Checkpoint this many seconds after the last one when anything was written since (0: never
