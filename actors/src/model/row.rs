@@ -61,8 +61,10 @@ pub struct Row {
     pub parent_id: Option<RowId>,
     /// Optimistic-concurrency version: 1 when created, +1 on every successful write.
     pub version: u64,
-    /// Files attached to the row (never exposed).
-    pub attachments: Vec<Attachment>,
+    /// Files attached to the row (never exposed). A boxed slice, not a `Vec`: 8 bytes less
+    /// per row puts a shared row in jemalloc's 112-byte class instead of 128 (16 MB per
+    /// million rows).
+    pub attachments: Box<[Attachment]>,
     /// Creation time.
     pub created_at: Millis,
     /// Time of the last write.
@@ -116,7 +118,7 @@ impl Row {
             sheet_id,
             parent_id: None,
             version,
-            attachments: Vec::new(),
+            attachments: Box::default(),
             created_at: at.0,
             updated_at: at.1,
             source,
@@ -475,7 +477,7 @@ impl Unchecked {
             sheet_id: stored.sheet_id,
             parent_id: stored.parent_id,
             version: stored.version,
-            attachments: stored.attachments,
+            attachments: stored.attachments.into_boxed_slice(),
             created_at: stored.created_at,
             updated_at: stored.updated_at,
             source: stored.source,
@@ -493,7 +495,7 @@ impl<'de> Deserialize<'de> for Unchecked {
             let at = (old.created_at, old.updated_at);
             return Ok(Unchecked(UncheckedRow::Rendered(Row {
                 parent_id: old.parent_id,
-                attachments: old.attachments,
+                attachments: old.attachments.into_boxed_slice(),
                 ..Row::at_version(old.id, old.sheet_id, old.version, &old.cells, source, at)
             })));
         }
@@ -562,10 +564,17 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_row_fits_a_112_byte_allocation() {
+        // A million rows are a million of these beside their JSON: jemalloc's size classes
+        // around here are 96, 112 and 128 bytes, and `Arc` adds two counters.
+        assert!(std::mem::size_of::<Row>() + 16 <= 112, "{}", std::mem::size_of::<Row>());
+    }
+
+    #[test]
     fn a_row_round_trips_through_the_codec_and_format_2_rows_still_decode() {
         let mut row = sample();
         row.parent_id = Some(3);
-        row.attachments = vec![Attachment { name: "f".into(), bytes: 9 }];
+        row.attachments = Box::new([Attachment { name: "f".into(), bytes: 9 }]);
         let bytes = codec::encode(&row).unwrap();
         assert_eq!(codec::decode::<Row>(&bytes).unwrap(), row);
 
@@ -588,7 +597,7 @@ mod tests {
             parent_id: row.parent_id,
             version: row.version,
             cells: row.cells(),
-            attachments: row.attachments.clone(),
+            attachments: row.attachments.to_vec(),
             created_at: row.created_at,
             updated_at: row.updated_at,
             source: "api".into(),

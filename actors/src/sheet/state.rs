@@ -582,7 +582,7 @@ mod tests {
         let row = |id, parent: Option<RowId>, bytes: u64| {
             let mut row = Row::new(id, 9, BTreeMap::new(), crate::model::SOURCE_IMPORT, 0);
             row.parent_id = parent;
-            row.attachments = vec![Attachment { name: "f".into(), bytes }];
+            row.attachments = Box::new([Attachment { name: "f".into(), bytes }]);
             row
         };
         SheetState::new(
