@@ -96,8 +96,8 @@ impl CheckpointPolicy {
     }
 
     /// Whether a checkpoint is due, given whether anything was logged since the last one, the
-    /// bytes logged after the checkpoint on disk, the size of the last checkpoint this process
-    /// wrote (0 before the first), and the time since the last checkpoint.
+    /// bytes logged after the checkpoint on disk, that checkpoint's snapshot bytes (0 for none),
+    /// and the time since the last checkpoint.
     ///
     /// A checkpoint rewrites the whole state, so a fixed size trigger would make a large
     /// state's writes pay for it many times over (at 1,000,000 rows, a 400 MB rewrite per
@@ -137,8 +137,6 @@ pub struct Maintenance {
 struct Schedule {
     /// When the last checkpoint finished (or the loop started).
     checkpointed_at: Instant,
-    /// Bytes of the last checkpoint this process wrote (0 before the first).
-    checkpoint_bytes: u64,
     /// No checkpoint before this instant (set after a failure).
     not_before: Option<Instant>,
     /// When the side stores were last swept.
@@ -155,13 +153,8 @@ impl Maintenance {
             let mut tick = actix_rt::time::interval(POLL_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             let now = Instant::now();
-            let mut schedule = Schedule {
-                checkpointed_at: now,
-                checkpoint_bytes: 0,
-                not_before: None,
-                swept_at: now,
-                heal: None,
-            };
+            let mut schedule =
+                Schedule { checkpointed_at: now, not_before: None, swept_at: now, heal: None };
             loop {
                 tokio::select! {
                     _ = &mut stopped => break,
@@ -208,7 +201,7 @@ async fn checkpoint_if_due(state: &AppState, policy: CheckpointPolicy, schedule:
     let logged_since = stats.records_since_checkpoint > own_marker;
     let since = schedule.checkpointed_at.elapsed();
     let Some(trigger) =
-        policy.due(logged_since, stats.bytes_since_checkpoint, schedule.checkpoint_bytes, since)
+        policy.due(logged_since, stats.bytes_since_checkpoint, stats.checkpoint_bytes, since)
     else {
         return;
     };
@@ -216,7 +209,6 @@ async fn checkpoint_if_due(state: &AppState, policy: CheckpointPolicy, schedule:
     match state.service.checkpoint().await {
         Ok(report) => {
             schedule.checkpointed_at = Instant::now();
-            schedule.checkpoint_bytes = report.bytes as u64;
             schedule.not_before = None;
             tracing::info!(
                 trigger = trigger.as_str(),

@@ -245,6 +245,7 @@ pub(crate) fn write(dir: &Path, lsn: Lsn, snapshot: &[u8]) -> Result<()> {
     write_with(dir, lsn, &mut |out| {
         out.write_all(snapshot).map_err(Error::fs("write the checkpoint snapshot".to_owned()))
     })
+    .map(|_| ())
 }
 
 /// Counts and checksums the bytes written through it.
@@ -269,16 +270,16 @@ impl<W: Write> Write for Summing<W> {
 
 /// [`write()`] with the snapshot streamed by `snapshot` into the file as it is produced, so a
 /// checkpoint of a large state is never held whole in memory. The header, which holds the
-/// snapshot's length and the CRC, is written last, before the fsync.
+/// snapshot's length and the CRC, is written last, before the fsync. Returns the snapshot's
+/// length.
 pub(crate) fn write_with(
     dir: &Path,
     lsn: Lsn,
     snapshot: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
-) -> Result<()> {
-    use std::io::{Seek, SeekFrom};
+) -> Result<u64> {
     let tmp = tmp_path(dir);
     let target = path(dir);
-    let written = (|| {
+    let written = (|| -> Result<u64> {
         let file =
             fs::File::create(&tmp).map_err(Error::fs(format!("create {}", tmp.display())))?;
         let mut out = Summing {
@@ -306,20 +307,22 @@ pub(crate) fn write_with(
             .map_err(Error::fs(format!("write {}", tmp.display())))?;
         // The data must be on disk before the rename makes it the checkpoint; otherwise a crash
         // could leave a correctly named file with garbage (or zero-length) contents.
-        file.sync_all().map_err(Error::fs(format!("fsync {}", tmp.display())))
+        file.sync_all().map_err(Error::fs(format!("fsync {}", tmp.display())))?;
+        Ok(len)
     })();
     if written.is_err() {
         // Not needed for safety (the next start removes it), only to give the space back.
         let _ = fs::remove_file(&tmp);
     }
-    written?;
+    let len = written?;
     fs::rename(&tmp, &target).map_err(Error::fs(format!(
         "rename {} to {}",
         tmp.display(),
         target.display()
     )))?;
     // The rename is only durable once the directory entry is.
-    fsutil::sync_dir(dir)
+    fsutil::sync_dir(dir)?;
+    Ok(len)
 }
 
 /// Removes a `checkpoint.tmp` left by a crash during [`write()`]; `Ok(true)` if one was found.

@@ -74,8 +74,7 @@ pub fn decoded_len(bytes: &[u8]) -> usize {
 /// (a plain value, or bytes [`encode`] did not make).
 fn compressed_body(bytes: &[u8]) -> Option<(usize, &[u8])> {
     let (&format, rest) = bytes.split_first()?;
-    let version = format & !COMPRESSED;
-    if format & COMPRESSED == 0 || !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
+    if format & COMPRESSED == 0 || readable_version(format).is_err() {
         return None;
     }
     let (len, frame) = rest.split_first_chunk::<4>()?;
@@ -158,14 +157,7 @@ pub fn encode_to<T: Serialize, W: std::io::Write>(value: &T, out: &mut W) -> Res
 ///   [`OLDEST_READABLE_VERSION`] to [`FORMAT_VERSION`].
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    let version = format & !COMPRESSED;
-    if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
-        return Err(Error::UnsupportedVersion {
-            what: "an encoded value".to_owned(),
-            found: format,
-            supported: FORMAT_VERSION,
-        });
-    }
+    let version = readable_version(format)?;
     if format & COMPRESSED == 0 {
         return decode_body(version, body);
     }
@@ -194,14 +186,7 @@ pub fn stream<R: std::io::Read>(mut reader: R) -> Result<Streamed<R>> {
     if reader.read(&mut format).map_err(|e| CodecError::Decode(io_error(e)))? == 0 {
         return Err(CodecError::Empty.into());
     }
-    let version = format[0] & !COMPRESSED;
-    if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
-        return Err(Error::UnsupportedVersion {
-            what: "an encoded value".to_owned(),
-            found: format[0],
-            supported: FORMAT_VERSION,
-        });
-    }
+    readable_version(format[0])?;
     Ok(Streamed { format: format[0], reader })
 }
 
@@ -222,12 +207,10 @@ impl<R: std::io::Read> Streamed<R> {
             self.reader.read_to_end(&mut bytes).map_err(|e| CodecError::Decode(io_error(e)))?;
             return decode(&bytes);
         }
-        let version = self.version();
-        let previous = DECODING.with(|v| v.replace(version));
-        let decoded =
-            bincode::serde::decode_from_std_read(&mut self.reader, bincode::config::standard());
-        DECODING.with(|v| v.set(previous));
-        let value = decoded.map_err(CodecError::Decode)?;
+        let value = decoding_as(self.version(), || {
+            bincode::serde::decode_from_std_read(&mut self.reader, bincode::config::standard())
+        })
+        .map_err(CodecError::Decode)?;
         let mut rest = Vec::new();
         self.reader.read_to_end(&mut rest).map_err(|e| CodecError::Decode(io_error(e)))?;
         if !rest.is_empty() {
@@ -237,6 +220,27 @@ impl<R: std::io::Read> Streamed<R> {
     }
 }
 
+/// The version of a format byte (its [`COMPRESSED`] bit aside), if this build reads it.
+fn readable_version(format: u8) -> Result<u8> {
+    let version = format & !COMPRESSED;
+    if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
+        return Err(Error::UnsupportedVersion {
+            what: "an encoded value".to_owned(),
+            found: format,
+            supported: FORMAT_VERSION,
+        });
+    }
+    Ok(version)
+}
+
+/// Runs `decode` with [`decoding_version`] answering `version` on this thread.
+fn decoding_as<T>(version: u8, decode: impl FnOnce() -> T) -> T {
+    let previous = DECODING.with(|v| v.replace(version));
+    let decoded = decode();
+    DECODING.with(|v| v.set(previous));
+    decoded
+}
+
 /// A read error of a stream, as bincode reports its own.
 fn io_error(inner: std::io::Error) -> bincode::error::DecodeError {
     bincode::error::DecodeError::Io { inner, additional: 0 }
@@ -244,10 +248,10 @@ fn io_error(inner: std::io::Error) -> bincode::error::DecodeError {
 
 /// Decodes a plain body written in format `version`.
 fn decode_body<T: DeserializeOwned>(version: u8, body: &[u8]) -> Result<T> {
-    let previous = DECODING.with(|v| v.replace(version));
-    let decoded = bincode::serde::decode_from_slice(body, bincode::config::standard());
-    DECODING.with(|v| v.set(previous));
-    let (value, used) = decoded.map_err(CodecError::Decode)?;
+    let (value, used) = decoding_as(version, || {
+        bincode::serde::decode_from_slice(body, bincode::config::standard())
+    })
+    .map_err(CodecError::Decode)?;
     if used != body.len() {
         return Err(CodecError::TrailingBytes { extra: body.len() - used }.into());
     }

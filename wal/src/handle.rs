@@ -135,6 +135,8 @@ pub(crate) struct Core {
     checkpoint: Mutex<Option<Lsn>>,
     /// Mirror of the checkpoint LSN (0 = none) for `stats` without waiting on a checkpoint.
     checkpoint_lsn: AtomicU64,
+    /// Snapshot bytes of the checkpoint on disk (0 = none), for `stats`.
+    checkpoint_bytes: AtomicU64,
     /// The commit thread, until it is joined.
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Test hook: make the next group write fail as if the disk had.
@@ -300,6 +302,7 @@ impl Wal {
         }
         let mut ckpt = checkpoint::read(&config.dir)?;
         let ckpt_lsn = ckpt.as_ref().map(|c| c.lsn);
+        let ckpt_bytes = ckpt.as_ref().map_or(0, |c| c.len);
         let swept = ckpt_lsn.and_then(|lsn| checkpoint::read_swept(&config.dir, lsn));
         let scan = recovery::scan(Some(&store), ckpt.as_mut(), swept, replayer, Mode::Repair)?;
         if swept.is_none() {
@@ -342,6 +345,7 @@ impl Wal {
             flush_stats: Mutex::new(FlushStats::default()),
             checkpoint: Mutex::new(report.checkpoint_lsn),
             checkpoint_lsn: AtomicU64::new(report.checkpoint_lsn.unwrap_or(0)),
+            checkpoint_bytes: AtomicU64::new(ckpt_bytes),
             thread: Mutex::new(None),
             #[cfg(test)]
             fail_next_write: std::sync::atomic::AtomicBool::new(false),
@@ -622,9 +626,10 @@ impl Wal {
         // A marker for an equal LSN would claim this checkpoint's truncation before it is done.
         checkpoint::remove_swept(&core.config.dir)?;
         // Order matters: the file is durable before a single record it covers is removed.
-        checkpoint::write_with(&core.config.dir, lsn, snapshot)?;
+        let bytes = checkpoint::write_with(&core.config.dir, lsn, snapshot)?;
         *current = Some(lsn);
         core.checkpoint_lsn.store(lsn, Ordering::Release);
+        core.checkpoint_bytes.store(bytes, Ordering::Release);
         lock(&core.appender).forget_through(lsn);
         let removed = match core.with_store(|store| store.remove_through_except(lsn, retain)) {
             Ok((removed, records, bytes)) => {
@@ -823,6 +828,7 @@ impl Wal {
             last_lsn: self.last_lsn(),
             durable_lsn: self.durable_lsn(),
             checkpoint_lsn: core.checkpoint_lsn.load(Ordering::Acquire),
+            checkpoint_bytes: core.checkpoint_bytes.load(Ordering::Acquire),
             records_since_checkpoint,
             bytes_since_checkpoint,
             retained_bytes,

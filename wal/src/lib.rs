@@ -228,6 +228,9 @@ pub struct WalStats {
     pub durable_lsn: Lsn,
     /// LSN of the current checkpoint (0 if none).
     pub checkpoint_lsn: Lsn,
+    /// Snapshot bytes of the current checkpoint (0 if none): what the next checkpoint
+    /// rewrites.
+    pub checkpoint_bytes: u64,
     /// Records assigned after the checkpoint (what a recovery would replay, plus records still
     /// in flight).
     pub records_since_checkpoint: u64,

@@ -1003,3 +1003,22 @@ fn a_compressed_record_counts_toward_the_checkpoint_as_it_decodes() {
     assert_eq!(wal.stats().bytes_since_checkpoint, decoded);
     assert_eq!(crate::codec::decode::<Vec<String>>(&collect.records[0].1).unwrap(), rows);
 }
+
+#[test]
+fn stats_name_the_size_of_the_checkpoint_on_disk_before_and_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    assert_eq!(wal.stats().checkpoint_bytes, 0);
+    wal.append(b"one".to_vec()).unwrap().wait().unwrap();
+    wal.checkpoint(1, &[7u8; 1000]).unwrap();
+    assert_eq!(wal.stats().checkpoint_bytes, 1000);
+    wal.append(b"two".to_vec()).unwrap().wait().unwrap();
+    wal.checkpoint(2, b"smaller").unwrap();
+    assert_eq!(wal.stats().checkpoint_bytes, 7);
+    wal.shutdown().unwrap();
+    drop(wal);
+
+    let (wal, _, collect) = recover(dir.path());
+    assert_eq!(collect.checkpoint, Some((2, b"smaller".to_vec())));
+    assert_eq!(wal.stats().checkpoint_bytes, 7);
+}
