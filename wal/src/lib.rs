@@ -155,7 +155,9 @@ impl Config {
 }
 
 /// Receives what recovery finds, in order.
-pub trait Replayer {
+///
+/// `Send`: records are replayed on a worker thread while the start reads the next ones.
+pub trait Replayer: Send {
     /// Called at most once, before any record: the latest checkpoint.
     ///
     /// # Errors

@@ -17,13 +17,18 @@
 //!    dropped. Damage anywhere else is [`Corruption::Record`], never silently skipped.
 //! 5. In [`Mode::Repair`], delete stale records and the torn tail in one durable batch.
 //!    In [`Mode::ReadOnly`], only report them.
+//!
+//! Steps 3 and 4 overlap the replayer: records that pass go, in batches, to a worker thread
+//! that calls [`Replayer::record`] in LSN order while the walk reads on. After a crash with a
+//! long tail, reading sled and replaying cost about the same, so a start takes the longer of
+//! the two instead of their sum.
 
 use std::collections::VecDeque;
 
 use crate::checkpoint::{Checkpoint, Swept};
 use crate::error::{Corruption, Error, FrameDefect, Result};
 use crate::log::{key, lsn_of, parse_key, LogStore};
-use crate::{frame, RecoveryReport, Replayer};
+use crate::{frame, Lsn, RecoveryReport, Replayer};
 
 /// Whether the scan may change the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,32 +109,121 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
         None => store.db.iter(),
     }
     .peekable();
-    while let Some(item) = items.next() {
-        let (k, stored) = item?;
-        let (lsn, chunk) = parse_key(&k)?;
-        // The rest of this record's keys, if it is stored in chunks (they sort together).
-        let mut parts = vec![(k, chunk, stored)];
-        while let Some(Ok((next, _))) = items.peek() {
-            if lsn_of(next).ok() != Some(lsn) {
-                break;
-            }
-            let (k, stored) = items.next().expect("peeked")?;
-            let chunk = parse_key(&k)?.1;
-            parts.push((k, chunk, stored));
+    // Step 2: the records at or below the checkpoint come first (keys ascend).
+    while let Some(Ok((k, _))) = items.peek() {
+        let lsn = lsn_of(k)?;
+        if checkpoint_lsn.is_none_or(|c| lsn > c) {
+            break;
         }
-        // Step 2.
-        if checkpoint_lsn.is_some_and(|c| lsn <= c) {
-            if replayer.retains(lsn) {
-                report.records_retained += 1;
-                retained_bytes += parts.iter().map(|(_, _, v)| v.len() as u64).sum::<u64>();
-                continue;
-            }
-            report.stale_records_truncated += 1;
-            for (k, _, _) in parts {
-                repairs.remove(k);
-            }
+        let parts = next_record(&mut items)?.expect("peeked");
+        if replayer.retains(lsn) {
+            report.records_retained += 1;
+            retained_bytes += parts.iter().map(|(_, _, v)| v.len() as u64).sum::<u64>();
             continue;
         }
+        report.stale_records_truncated += 1;
+        for (k, _, _) in parts {
+            repairs.remove(k);
+        }
+    }
+    // Steps 3 and 4, in two stages: this thread walks sled and checks frames while a worker
+    // decodes and applies the records before them (a long tail after a crash costs about
+    // as much in each stage). A bound on the queue bounds the memory of records in flight.
+    std::thread::scope(|scope| -> Result<()> {
+        let (tx, rx) = crossbeam_channel::bounded::<Batch>(REPLAY_QUEUE);
+        let worker = std::thread::Builder::new()
+            .name("wal-replay".to_owned())
+            .spawn_scoped(scope, move || -> Result<()> {
+                for batch in rx {
+                    for (lsn, payload) in batch.records {
+                        replayer
+                            .record(lsn, &payload)
+                            .map_err(|source| Error::ReplayRecord { lsn, source })?;
+                    }
+                }
+                Ok(())
+            })
+            .map_err(Error::fs("start the log replay thread".to_owned()))?;
+        let walked =
+            walk_tail(&mut items, highest, mode, &mut report, &mut sizes, &mut repairs, &tx);
+        drop(tx);
+        let replayed = match worker.join() {
+            Ok(replayed) => replayed,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        // The worker's error first: the walk stops early only because the worker did.
+        replayed.and(walked)
+    })?;
+
+    // Step 5.
+    if report.stale_records_truncated > 0 {
+        tracing::warn!(
+            stale = report.stale_records_truncated,
+            checkpoint_lsn,
+            read_only = mode == Mode::ReadOnly,
+            "found log records already covered by the checkpoint (a crash hit between writing \
+             the checkpoint and truncating the log); skipping them, and removing them unless \
+             this is verify"
+        );
+    }
+    if mode == Mode::Repair && (report.stale_records_truncated > 0 || report.torn_tail_dropped) {
+        store.write(repairs)?;
+    }
+    Ok(Scan { report, sizes, retained_bytes })
+}
+
+/// Batches queued between the walk and the replay worker.
+const REPLAY_QUEUE: usize = 4;
+
+/// Records handed to the replay worker at once: a hand-off per record would cost more in
+/// wake-ups than a small record costs to replay.
+#[derive(Default)]
+struct Batch {
+    records: Vec<(Lsn, Vec<u8>)>,
+    bytes: usize,
+}
+
+impl Batch {
+    /// A batch is sent once it holds this many records or payload bytes.
+    const RECORDS: usize = 512;
+    const BYTES: usize = 4 << 20;
+}
+
+/// The keys of the next record: one, or its chunks (they sort together); `None` at the end.
+fn next_record(
+    items: &mut std::iter::Peekable<impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>>,
+) -> Result<Option<Vec<Part>>> {
+    let Some(item) = items.next() else {
+        return Ok(None);
+    };
+    let (k, stored) = item?;
+    let (lsn, chunk) = parse_key(&k)?;
+    let mut parts = vec![(k, chunk, stored)];
+    while let Some(Ok((next, _))) = items.peek() {
+        if lsn_of(next).ok() != Some(lsn) {
+            break;
+        }
+        let (k, stored) = items.next().expect("peeked")?;
+        let chunk = parse_key(&k)?.1;
+        parts.push((k, chunk, stored));
+    }
+    Ok(Some(parts))
+}
+
+/// Steps 3 and 4 for the records after the checkpoint: checks each, and sends the good ones
+/// to the replay worker through `tx`. Stops early, without error, if the worker stopped.
+fn walk_tail(
+    items: &mut std::iter::Peekable<impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>>,
+    highest: Option<Lsn>,
+    mode: Mode,
+    report: &mut RecoveryReport,
+    sizes: &mut VecDeque<u32>,
+    repairs: &mut sled::Batch,
+    tx: &crossbeam_channel::Sender<Batch>,
+) -> Result<()> {
+    let mut batch = Batch::default();
+    while let Some(parts) = next_record(items)? {
+        let lsn = lsn_of(&parts[0].0)?;
         // Step 3. Keys ascend, so `lsn` can only be at or beyond the expected one.
         let expected = report.last_lsn + 1;
         if lsn != expected {
@@ -143,15 +237,20 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
         // Step 4.
         match assemble(&parts) {
             Ok(payload) => {
-                replayer
-                    .record(lsn, &payload)
-                    .map_err(|source| Error::ReplayRecord { lsn, source })?;
                 report.records_replayed += 1;
                 report.bytes_replayed += payload.len() as u64;
                 // Counted as the appender counts it: what the record decodes to.
                 let decoded = crate::codec::decoded_len(&payload);
                 sizes.push_back(u32::try_from(decoded).unwrap_or(u32::MAX));
                 report.last_lsn = lsn;
+                batch.bytes += payload.len();
+                batch.records.push((lsn, payload));
+                let full = batch.records.len() >= Batch::RECORDS || batch.bytes >= Batch::BYTES;
+                // A failed send means the worker failed on an earlier record: its error is
+                // the one to report.
+                if full && tx.send(std::mem::take(&mut batch)).is_err() {
+                    return Ok(());
+                }
             }
             // A matching CRC with an unknown version is a newer build's record, not damage:
             // dropping it (even at the tail) would lose acknowledged data.
@@ -182,22 +281,11 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
             Err(defect) => return Err(Corruption::Record { lsn, defect }.into()),
         }
     }
-
-    // Step 5.
-    if report.stale_records_truncated > 0 {
-        tracing::warn!(
-            stale = report.stale_records_truncated,
-            checkpoint_lsn,
-            read_only = mode == Mode::ReadOnly,
-            "found log records already covered by the checkpoint (a crash hit between writing \
-             the checkpoint and truncating the log); skipping them, and removing them unless \
-             this is verify"
-        );
+    if !batch.records.is_empty() {
+        // Fails only if the worker already stopped; its error is the one to report.
+        let _ = tx.send(batch);
     }
-    if mode == Mode::Repair && (report.stale_records_truncated > 0 || report.torn_tail_dropped) {
-        store.write(repairs)?;
-    }
-    Ok(Scan { report, sizes, retained_bytes })
+    Ok(())
 }
 
 /// One stored value of a record: its key, the chunk `(index, count)` the key names (none for a

@@ -616,6 +616,48 @@ fn replayer_errors_and_damaged_checkpoints_stop_recovery() {
     assert!(verify(dir.path()).unwrap_err().is_corruption());
 }
 
+/// The replay worker takes records in batches: a tail of several batches arrives whole and in
+/// order, a failure deep in it names its record, and a torn last record is still dropped.
+#[test]
+fn a_long_tail_replays_in_order_and_a_failure_in_it_names_its_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = {
+        let (wal, _, _) = recover(dir.path());
+        // Mixed sizes: the batch bound by count and by bytes (chunked records) both apply.
+        let payloads: Vec<_> = (0..2000u64)
+            .map(|i| payload(i, if i % 400 == 7 { 3 << 20 } else { 16 + (i as usize % 64) }))
+            .collect();
+        append_all(&wal, &payloads)
+    };
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!(report.records_replayed, 2000);
+    assert_eq!(collect.records, written);
+    drop(wal);
+
+    for fail_at in [1, 513, 1999, 2000] {
+        let mut failing = Collect { fail_at: Some(fail_at), ..Collect::default() };
+        let err = Wal::recover(config(dir.path()), &mut failing).unwrap_err();
+        assert!(
+            matches!(err, Error::ReplayRecord { lsn, .. } if lsn == fail_at),
+            "failing at {fail_at}: {err:?}"
+        );
+        assert_eq!(failing.records, written[..fail_at as usize - 1], "before {fail_at}");
+    }
+
+    // Damage the last record's last stored byte: a torn tail after 1999 good records.
+    let store = crate::log::LogStore::open(dir.path(), 1 << 20).unwrap();
+    let (k, v) = store.db.last().unwrap().unwrap();
+    let mut damaged = v.to_vec();
+    *damaged.last_mut().unwrap() ^= 0xff;
+    store.db.insert(k, damaged).unwrap();
+    store.db.flush().unwrap();
+    drop(store);
+    let (_wal, report, collect) = recover(dir.path());
+    assert!(report.torn_tail_dropped);
+    assert_eq!(report.last_lsn, 1999);
+    assert_eq!(collect.records, written[..1999]);
+}
+
 #[test]
 fn handles_and_futures_are_send_sync_static() {
     fn send_sync_static<T: Send + Sync + 'static>(_: &T) {}
