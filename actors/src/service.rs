@@ -43,15 +43,15 @@ use crate::directory::{
     CopyDirectoryForCheckpoint, DirectoryActor, DirectoryState, Published, PublishedDirectory,
 };
 use crate::error::{Error, Result};
-use crate::model::{KeyId, Millis, RowId, SheetId};
+use crate::model::{KeyId, Millis, Row, RowId, SheetId};
 use crate::record::{IdemEntry, Record};
 use crate::registry::SheetRegistry;
 use crate::report::ReportRunner;
 use crate::shared::Retention;
 use crate::shared::{Claim, Clock, Event, IdemStore, Outbox, RowIds, Shared, EVENT_RETENTION};
 use crate::sheet::{
-    extract, Change, ChangeLog, CopyForCheckpoint, PublishedSheet, SheetActor, SheetSnapshot,
-    SheetState,
+    extract, Change, ChangeLog, ChangeSpan, CopyForCheckpoint, PublishedSheet, SheetActor,
+    SheetSnapshot, SheetState, SpanCache,
 };
 
 /// How long an idempotent response is replayed.
@@ -309,6 +309,8 @@ pub struct Service {
     published: PublishedDirectory,
     sheets: SheetRegistry,
     reports: Addr<ReportRunner>,
+    /// The feed's decoded large records, for the pages that follow.
+    spans: Arc<SpanCache>,
     _arbiters: Arc<Vec<Arbiter>>,
 }
 
@@ -368,6 +370,7 @@ impl Service {
                 published,
                 sheets,
                 reports,
+                spans: Arc::default(),
                 _arbiters: Arc::new(arbiters),
             },
             report,
@@ -458,25 +461,44 @@ impl Service {
             if out.len() >= limit {
                 break;
             }
-            let Some(bytes) = self.shared.wal.read(span.lsn).map_err(Error::from)? else {
-                // Pruned and truncated by a checkpoint since `snapshot` was published.
-                let oldest =
-                    self.sheets.snapshot(snapshot.state.id).map(|s| s.state.changes.oldest_seq());
-                return Err(match oldest {
-                    Some(oldest) if oldest > span.first_seq => ChangesError::Expired { oldest },
-                    _ => Error::Inconsistent(format!(
-                        "the log no longer holds record {} of sheet {}'s retained changes",
-                        span.lsn, snapshot.state.id
-                    ))
-                    .into(),
-                });
+            let sheet_id = snapshot.state.id;
+            let changes = match self.spans.get(sheet_id, span.lsn) {
+                Some(changes) => changes,
+                None => self.span_changes(snapshot, span, &current)?,
             };
-            let record: Record = codec::decode(&bytes).map_err(Error::from)?;
-            let changes = extract(record, snapshot.state.id, span, current)?;
             let room = limit - out.len();
-            out.extend(changes.into_iter().filter(|c| c.seq >= from).take(room));
+            let skipped = from.saturating_sub(span.first_seq) as usize;
+            if changes.len().saturating_sub(skipped) > room {
+                // The page ends inside this record: the next one starts there.
+                self.spans.put(sheet_id, span.lsn, Arc::clone(&changes));
+            }
+            out.extend(changes.iter().filter(|c| c.seq >= from).take(room).cloned());
         }
         Ok(out)
+    }
+
+    /// `snapshot`'s sheet's changes in `span`, read back from its record.
+    fn span_changes(
+        &self,
+        snapshot: &SheetSnapshot,
+        span: &ChangeSpan,
+        current: &impl Fn(RowId) -> Option<Arc<Row>>,
+    ) -> std::result::Result<Arc<[Change]>, ChangesError> {
+        let Some(bytes) = self.shared.wal.read(span.lsn).map_err(Error::from)? else {
+            // Pruned and truncated by a checkpoint since `snapshot` was published.
+            let oldest =
+                self.sheets.snapshot(snapshot.state.id).map(|s| s.state.changes.oldest_seq());
+            return Err(match oldest {
+                Some(oldest) if oldest > span.first_seq => ChangesError::Expired { oldest },
+                _ => Error::Inconsistent(format!(
+                    "the log no longer holds record {} of sheet {}'s retained changes",
+                    span.lsn, snapshot.state.id
+                ))
+                .into(),
+            });
+        };
+        let record: Record = codec::decode(&bytes).map_err(Error::from)?;
+        Ok(extract(record, snapshot.state.id, span, current)?.into())
     }
 
     /// Wait until `lsn` is durable (before revealing anything read at it).

@@ -256,6 +256,58 @@ async fn the_feed_shows_every_change_in_apply_order_with_deletes() {
     assert_eq!(after["data"][0]["seq"], 13);
 }
 
+/// Every change from `cursor` on, read in pages of `limit`: the pages, in order.
+async fn pages(s: &TestServer, cursor: &str, limit: usize) -> Vec<Vec<Value>> {
+    let (mut cursor, mut pages) = (cursor.to_owned(), Vec::new());
+    loop {
+        let url = format!("/sheets/10/changes?cursor={cursor}&limit={limit}");
+        let (status, page, _) = s.get(&url, ADA_READ).await;
+        assert_eq!(status, 200, "{page}");
+        let data = page["data"].as_array().unwrap().clone();
+        if data.is_empty() {
+            return pages;
+        }
+        pages.push(data);
+        cursor = page["nextCursor"].as_str().unwrap().to_owned();
+    }
+}
+
+#[actix_rt::test]
+async fn pages_that_end_inside_a_large_write_read_the_same_changes_as_one_page() {
+    let s = TestServer::start().await;
+    let (_, head, _) = s.get("/sheets/10/changes?limit=500", ADA_READ).await;
+    let start = head["nextCursor"].as_str().unwrap().to_owned();
+    let rows = |n: usize, tag: &str| json!({"rows": (0..n).map(|i| json!({"cells": {"100": format!("{tag} {i}")}})).collect::<Vec<_>>()});
+    let (_, a, _) = s.post("/sheets/10/rows:bulkAdd", ADA_WRITE, &rows(7, "a")).await;
+    s.post("/sheets/10/rows:bulkAdd", ADA_WRITE, &rows(5, "b")).await;
+    let whole = pages(&s, &start, 500).await;
+    assert_eq!(whole.len(), 1);
+    let whole = &whole[0];
+    assert_eq!(whole.len(), 12);
+
+    // Pages of 3 end inside the first write, then in the second; of 5, across the two. Two
+    // followers alternate, so each finds the other's record kept, or its own pushed out.
+    let (threes, fives) =
+        futures_util::future::join(pages(&s, &start, 3), pages(&s, &start, 5)).await;
+    assert_eq!(threes.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 3, 3]);
+    assert_eq!(fives.iter().map(Vec::len).collect::<Vec<_>>(), [5, 5, 2]);
+    assert_eq!(&threes.concat(), whole);
+    assert_eq!(&fives.concat(), whole);
+
+    // A row patched after its write was read: a page still shows it as that write left it.
+    let first = &a["results"][0]["row"];
+    let id = first["id"].as_u64().unwrap();
+    let patch = json!({"version": 1, "cells": {"100": "patched"}});
+    let (status, _, _) =
+        s.call("PATCH", &format!("/sheets/10/rows/{id}"), Some(ADA_WRITE), Some(&patch)).await;
+    assert_eq!(status, 200);
+    let again = pages(&s, &start, 3).await;
+    assert_eq!(&again[..4].concat(), whole);
+    assert_eq!(again[0][0]["row"], *first);
+    assert_eq!(again[4][0]["row"]["cells"]["100"], "patched");
+    assert_eq!(again[4][0]["version"], 2);
+}
+
 #[actix_rt::test]
 async fn a_follower_that_exports_then_follows_ends_with_exactly_the_sheets_rows() {
     let s = TestServer::start().await;

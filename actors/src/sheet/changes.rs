@@ -8,7 +8,8 @@
 //! LSN, its time, its first `seq` and how many changes it holds). A page of the feed reads
 //! those records back from the log ([`extract`]). The records a span names stay in the log past
 //! checkpoints for as long as the span is retained (`wal::Wal::checkpoint_retaining`), and the
-//! index itself travels in the checkpoint.
+//! index itself travels in the checkpoint. [`SpanCache`] keeps the decoded changes of records
+//! that pages stopped inside, so paging through a large record decodes it once.
 //!
 //! # Numbering
 //!
@@ -22,7 +23,8 @@
 //! [`ChangeLog::prune`] drops the oldest spans once they are both older than the retention
 //! time and not among the last `min_changes` changes: "at least N days and at least M changes".
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use imbl::Vector;
 use serde::{Deserialize, Serialize};
@@ -140,6 +142,48 @@ impl ChangeLog {
             Err(i) => i.saturating_sub(1),
         };
         self.spans.iter().skip(start)
+    }
+}
+
+/// The changes of the spans recent feed pages stopped inside, decoded.
+///
+/// A page reads its spans' records back from the log, and a record can hold far more changes
+/// than a page shows (a bulk write of 2,000 rows, an import of a whole sheet). Without this, a
+/// follower reading such a record 500 changes at a time would decode all of it for every
+/// page. A span's changes never change while it is retained (its record stays in the log and
+/// a row at a version is immutable), so entries are never invalidated: they only age out.
+#[derive(Debug, Default)]
+pub struct SpanCache {
+    /// Oldest first.
+    entries: Mutex<VecDeque<CachedSpan>>,
+}
+
+/// `(sheet, record)`, and that record's changes of the sheet.
+type CachedSpan = ((SheetId, Lsn), Arc<[Change]>);
+
+impl SpanCache {
+    /// Entries kept: a few followers each reading through a large record at once.
+    const ENTRIES: usize = 8;
+    /// Changes kept in all. A larger span (an import) is still kept, alone.
+    const CHANGES: usize = 1 << 18;
+
+    /// The changes of `sheet` in record `lsn`, if a page kept them.
+    pub fn get(&self, sheet: SheetId, lsn: Lsn) -> Option<Arc<[Change]>> {
+        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.iter().find(|(key, _)| *key == (sheet, lsn)).map(|(_, c)| Arc::clone(c))
+    }
+
+    /// Keeps `changes` (all of `sheet`'s changes in record `lsn`) for the next page.
+    pub fn put(&self, sheet: SheetId, lsn: Lsn, changes: Arc<[Change]>) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.retain(|(key, _)| *key != (sheet, lsn));
+        entries.push_back(((sheet, lsn), changes));
+        let mut total: usize = entries.iter().map(|(_, c)| c.len()).sum();
+        while entries.len() > Self::ENTRIES || (total > Self::CHANGES && entries.len() > 1) {
+            if let Some((_, old)) = entries.pop_front() {
+                total -= old.len();
+            }
+        }
     }
 }
 

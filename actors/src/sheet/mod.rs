@@ -39,7 +39,7 @@ use crate::model::{Row, RowId, SheetId};
 use crate::record::{IdemEntry, Record, SheetWrite};
 pub use crate::shared::Retention;
 use crate::shared::Shared;
-pub use changes::{extract, Change, ChangeKind, ChangeLog, ChangeSpan};
+pub use changes::{extract, Change, ChangeKind, ChangeLog, ChangeSpan, SpanCache};
 use keys::KeyIndexes;
 pub use state::{IfMatch, PatchItem, SheetState, UpdateItem, UpsertAction, Upserted};
 
