@@ -39,7 +39,13 @@
 //!
 //! ```text
 //! [magic "SHEETDSW" 8][lsn u64][records u64][bytes u64][crc32 u32]
+//! then, optionally, the records themselves:
+//! [count u64][count x (lsn u64, chunks u32, bytes u64)][crc32 u32 of this part]
 //! ```
+//!
+//! With the list, the log's first truncation after a start asks about those records only, as
+//! every later one does, instead of reading them back (`log::LogStore::remove_through_except`).
+//! A marker without it (an older build's, or a damaged list) still saves the start its walk.
 
 use std::fs;
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
@@ -47,6 +53,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Corruption, Error, Result};
 use crate::fsutil;
+use crate::log::Kept;
 use crate::Lsn;
 
 /// First bytes of every checkpoint file.
@@ -64,6 +71,8 @@ pub const TMP_FILE_NAME: &str = "checkpoint.tmp";
 pub const SWEPT_FILE_NAME: &str = "checkpoint.swept";
 const SWEPT_MAGIC: &[u8; 8] = b"SHEETDSW";
 const SWEPT_LEN: usize = 8 + 8 + 8 + 8 + 4;
+/// Bytes per record in a sweep marker's list.
+const KEPT_LEN: usize = 8 + 4 + 8;
 
 /// What the sweep marker says of the log at or below a checkpoint's LSN.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,16 +85,30 @@ pub(crate) struct Swept {
     pub(crate) bytes: u64,
 }
 
-/// Records that the log holds nothing at or below `swept.lsn` but retained records. Only call
-/// it once the truncation of that checkpoint is durable.
-pub(crate) fn write_swept(dir: &Path, swept: Swept) -> Result<()> {
-    let mut image = Vec::with_capacity(SWEPT_LEN);
+/// Records that the log holds nothing at or below `swept.lsn` but retained records, `kept`
+/// (the list is left out when its length disagrees with `swept`). Only call it once the
+/// truncation of that checkpoint is durable.
+pub(crate) fn write_swept(dir: &Path, swept: Swept, kept: &[Kept]) -> Result<()> {
+    let listed = kept.len() as u64 == swept.records
+        && kept.iter().map(|k| k.bytes).sum::<u64>() == swept.bytes;
+    let list_len = if listed { 8 + kept.len() * KEPT_LEN + 4 } else { 0 };
+    let mut image = Vec::with_capacity(SWEPT_LEN + list_len);
     image.extend_from_slice(SWEPT_MAGIC);
     for n in [swept.lsn, swept.records, swept.bytes] {
         image.extend_from_slice(&n.to_le_bytes());
     }
     let crc = crc32fast::hash(&image);
     image.extend_from_slice(&crc.to_le_bytes());
+    if listed {
+        image.extend_from_slice(&(kept.len() as u64).to_le_bytes());
+        for k in kept {
+            image.extend_from_slice(&k.lsn.to_le_bytes());
+            image.extend_from_slice(&k.chunks.to_le_bytes());
+            image.extend_from_slice(&k.bytes.to_le_bytes());
+        }
+        let crc = crc32fast::hash(&image[SWEPT_LEN..]);
+        image.extend_from_slice(&crc.to_le_bytes());
+    }
     let (tmp, target) = (dir.join("checkpoint.swept.tmp"), dir.join(SWEPT_FILE_NAME));
     {
         let mut file =
@@ -97,16 +120,45 @@ pub(crate) fn write_swept(dir: &Path, swept: Swept) -> Result<()> {
     fs::rename(&tmp, &target).map_err(Error::fs(format!("rename {}", tmp.display())))
 }
 
-/// The sweep marker, if there is a valid one for the checkpoint at `lsn`.
-pub(crate) fn read_swept(dir: &Path, lsn: Lsn) -> Option<Swept> {
+/// The sweep marker, if there is a valid one for the checkpoint at `lsn`, with its list of
+/// records if it has a valid one.
+pub(crate) fn read_swept(dir: &Path, lsn: Lsn) -> Option<(Swept, Option<Vec<Kept>>)> {
     let bytes = fs::read(dir.join(SWEPT_FILE_NAME)).ok()?;
-    if bytes.len() != SWEPT_LEN || &bytes[..8] != SWEPT_MAGIC {
+    if bytes.len() < SWEPT_LEN || &bytes[..8] != SWEPT_MAGIC {
         return None;
     }
     let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
     let crc = u32::from_le_bytes(bytes[32..36].try_into().expect("4 bytes"));
     let swept = Swept { lsn: word(8), records: word(16), bytes: word(24) };
-    (crc32fast::hash(&bytes[..32]) == crc && swept.lsn == lsn).then_some(swept)
+    if crc32fast::hash(&bytes[..32]) != crc || swept.lsn != lsn {
+        return None;
+    }
+    Some((swept, read_kept(&bytes[SWEPT_LEN..], swept)))
+}
+
+/// The list part of a sweep marker, if it is whole and agrees with `swept`.
+fn read_kept(list: &[u8], swept: Swept) -> Option<Vec<Kept>> {
+    let (count, rest) = list.split_first_chunk::<8>()?;
+    let count = usize::try_from(u64::from_le_bytes(*count)).ok()?;
+    let (entries, crc) = rest.split_last_chunk::<4>()?;
+    if entries.len() != count.checked_mul(KEPT_LEN)?
+        || crc32fast::hash(&list[..list.len() - 4]) != u32::from_le_bytes(*crc)
+    {
+        return None;
+    }
+    let kept: Vec<Kept> = entries
+        .chunks_exact(KEPT_LEN)
+        .map(|e| Kept {
+            lsn: u64::from_le_bytes(e[..8].try_into().expect("8 bytes")),
+            chunks: u32::from_le_bytes(e[8..12].try_into().expect("4 bytes")),
+            bytes: u64::from_le_bytes(e[12..].try_into().expect("8 bytes")),
+        })
+        .collect();
+    let agrees = kept.len() as u64 == swept.records
+        && kept.iter().map(|k| k.bytes).sum::<u64>() == swept.bytes
+        && kept.windows(2).all(|w| w[0].lsn < w[1].lsn)
+        && kept.last().is_none_or(|k| k.lsn <= swept.lsn);
+    agrees.then_some(kept)
 }
 
 /// Removes the sweep marker (before a change that could make it wrong).
@@ -338,6 +390,39 @@ pub(crate) fn remove_leftover_tmp(dir: &Path) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sweep_marker_keeps_its_list_and_a_damaged_list_costs_only_the_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let kept = vec![
+            Kept { lsn: 3, chunks: 0, bytes: 40 },
+            Kept { lsn: 9, chunks: 3, bytes: 12_050 },
+            Kept { lsn: 12, chunks: 0, bytes: 77 },
+        ];
+        let swept = Swept { lsn: 20, records: 3, bytes: 40 + 12_050 + 77 };
+        write_swept(dir.path(), swept, &kept).unwrap();
+        assert_eq!(read_swept(dir.path(), 20), Some((swept, Some(kept.clone()))));
+        assert_eq!(read_swept(dir.path(), 21), None, "another checkpoint's marker");
+
+        let path = dir.path().join(SWEPT_FILE_NAME);
+        let image = fs::read(&path).unwrap();
+        assert_eq!(image.len(), SWEPT_LEN + 8 + 3 * KEPT_LEN + 4);
+        // Any damaged byte of the list, or a cut one: the counts are still good.
+        for at in [SWEPT_LEN, SWEPT_LEN + 9, image.len() - 1] {
+            let mut damaged = image.clone();
+            damaged[at] ^= 1;
+            fs::write(&path, &damaged).unwrap();
+            assert_eq!(read_swept(dir.path(), 20), Some((swept, None)), "byte {at}");
+        }
+        fs::write(&path, &image[..image.len() - 5]).unwrap();
+        assert_eq!(read_swept(dir.path(), 20), Some((swept, None)));
+        // An older build's marker has no list.
+        fs::write(&path, &image[..SWEPT_LEN]).unwrap();
+        assert_eq!(read_swept(dir.path(), 20), Some((swept, None)));
+        // A list that disagrees with the counts is not written.
+        write_swept(dir.path(), Swept { records: 2, ..swept }, &kept).unwrap();
+        assert_eq!(fs::read(&path).unwrap().len(), SWEPT_LEN);
+    }
 
     /// Checks a file image held in memory.
     fn decode(path: &Path, image: Vec<u8>) -> Result<(Lsn, Vec<u8>)> {

@@ -303,13 +303,22 @@ impl Wal {
         let mut ckpt = checkpoint::read(&config.dir)?;
         let ckpt_lsn = ckpt.as_ref().map(|c| c.lsn);
         let ckpt_bytes = ckpt.as_ref().map_or(0, |c| c.len);
-        let swept = ckpt_lsn.and_then(|lsn| checkpoint::read_swept(&config.dir, lsn));
-        let scan = recovery::scan(Some(&store), ckpt.as_mut(), swept, replayer, Mode::Repair)?;
-        if swept.is_none() {
-            if let Some(lsn) = ckpt_lsn {
+        let (swept, listed) =
+            match ckpt_lsn.and_then(|lsn| checkpoint::read_swept(&config.dir, lsn)) {
+                Some((swept, listed)) => (Some(swept), listed),
+                None => (None, None),
+            };
+        let mut scan = recovery::scan(Some(&store), ckpt.as_mut(), swept, replayer, Mode::Repair)?;
+        if let Some(lsn) = ckpt_lsn {
+            match (swept, listed, scan.kept.take()) {
                 // The walk removed any stale record: the next start may skip the retained ones.
-                let (records, bytes) = (scan.report.records_retained, scan.retained_bytes);
-                note_swept(&config.dir, checkpoint::Swept { lsn, records, bytes });
+                (None, _, Some(kept)) => {
+                    let (records, bytes) = (scan.report.records_retained, scan.retained_bytes);
+                    note_swept(&config.dir, checkpoint::Swept { lsn, records, bytes }, &kept);
+                    store.set_kept(lsn, kept);
+                }
+                (Some(_), Some(listed), _) => store.set_kept(lsn, listed),
+                _ => {}
             }
         }
         let space = SpaceGuard::new(
@@ -634,7 +643,12 @@ impl Wal {
         let removed = match core.with_store(|store| store.remove_through_except(lsn, retain)) {
             Ok((removed, records, bytes)) => {
                 lock(&core.appender).retained_bytes = bytes;
-                note_swept(&core.config.dir, checkpoint::Swept { lsn, records, bytes });
+                let swept = checkpoint::Swept { lsn, records, bytes };
+                // The store is open: the truncation just used it.
+                let _ = core.with_store(|store| {
+                    store.with_kept(|kept| note_swept(&core.config.dir, swept, kept));
+                    Ok(())
+                });
                 removed
             }
             Err(e) => {
@@ -1013,8 +1027,8 @@ pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
 }
 
 /// Writes the sweep marker; failing to is not an error (the next start walks the whole log).
-fn note_swept(dir: &std::path::Path, swept: checkpoint::Swept) {
-    if let Err(e) = checkpoint::write_swept(dir, swept) {
+fn note_swept(dir: &std::path::Path, swept: checkpoint::Swept, kept: &[log::Kept]) {
+    if let Err(e) = checkpoint::write_swept(dir, swept, kept) {
         tracing::warn!(error = %e, "could not write the sweep marker; the next start reads the whole log");
     }
 }

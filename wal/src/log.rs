@@ -176,11 +176,19 @@ struct Retained {
 }
 
 /// A kept record: its LSN, its chunk count (0: stored whole) and its stored bytes.
-#[derive(Debug, Clone, Copy)]
-struct Kept {
-    lsn: Lsn,
-    chunks: u32,
-    bytes: u64,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Kept {
+    pub(crate) lsn: Lsn,
+    pub(crate) chunks: u32,
+    pub(crate) bytes: u64,
+}
+
+impl Kept {
+    /// The entry for a record stored under `parts` (its keys, in order, and their values).
+    pub(crate) fn of(lsn: Lsn, parts: &[crate::recovery::Part]) -> Kept {
+        let chunks = parts.first().and_then(|(_, chunk, _)| *chunk).map_or(0, |(_, count)| count);
+        Kept { lsn, chunks, bytes: parts.iter().map(|(_, _, v)| v.len() as u64).sum() }
+    }
 }
 
 /// Blocks, on drop, until sled's lock on the data file is gone.
@@ -493,6 +501,19 @@ impl LogStore {
         *self.retained.lock().unwrap_or_else(PoisonError::into_inner) =
             Some(Retained { through: lsn, records: kept });
         Ok((removed, records, bytes))
+    }
+
+    /// Tells the store which records it keeps at or below `through` (from a sweep marker or
+    /// a start's walk), so its first truncation need not walk them.
+    pub(crate) fn set_kept(&self, through: Lsn, records: Vec<Kept>) {
+        *self.retained.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(Retained { through, records });
+    }
+
+    /// Runs `f` on the records the last truncation kept (empty if none ran).
+    pub(crate) fn with_kept<T>(&self, f: impl FnOnce(&[Kept]) -> T) -> T {
+        let retained = self.retained.lock().unwrap_or_else(PoisonError::into_inner);
+        f(retained.as_ref().map_or(&[][..], |r| &r.records[..]))
     }
 
     /// The payload of the record at `lsn`: its one frame, or its chunks in order.

@@ -27,7 +27,7 @@ use std::collections::VecDeque;
 
 use crate::checkpoint::{Checkpoint, Swept};
 use crate::error::{Corruption, Error, FrameDefect, Result};
-use crate::log::{key, lsn_of, parse_key, LogStore};
+use crate::log::{key, lsn_of, parse_key, Kept, LogStore};
 use crate::{frame, Lsn, RecoveryReport, Replayer};
 
 /// Whether the scan may change the log.
@@ -49,6 +49,8 @@ pub(crate) struct Scan {
     pub(crate) sizes: VecDeque<u32>,
     /// Stored bytes of the records at or below the checkpoint that the replayer retains.
     pub(crate) retained_bytes: u64,
+    /// Those records, when the scan walked them (no sweep marker was trusted).
+    pub(crate) kept: Option<Vec<Kept>>,
 }
 
 /// Runs steps 1-5 of the module docs. `store` is `None` when there is no log at all (verify of
@@ -85,7 +87,7 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
     let mut sizes = VecDeque::new();
     let mut retained_bytes = 0u64;
     let Some(store) = store else {
-        return Ok(Scan { report, sizes, retained_bytes });
+        return Ok(Scan { report, sizes, retained_bytes, kept: None });
     };
 
     // The torn-tail rule applies to the highest key only, so find it before walking.
@@ -110,6 +112,7 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
     }
     .peekable();
     // Step 2: the records at or below the checkpoint come first (keys ascend).
+    let mut kept = (start.is_none() && checkpoint_lsn.is_some()).then(Vec::new);
     while let Some(Ok((k, _))) = items.peek() {
         let lsn = lsn_of(k)?;
         if checkpoint_lsn.is_none_or(|c| lsn > c) {
@@ -117,8 +120,12 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
         }
         let parts = next_record(&mut items)?.expect("peeked");
         if replayer.retains(lsn) {
+            let record = Kept::of(lsn, &parts);
             report.records_retained += 1;
-            retained_bytes += parts.iter().map(|(_, _, v)| v.len() as u64).sum::<u64>();
+            retained_bytes += record.bytes;
+            if let Some(kept) = kept.as_mut() {
+                kept.push(record);
+            }
             continue;
         }
         report.stale_records_truncated += 1;
@@ -169,7 +176,7 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
     if mode == Mode::Repair && (report.stale_records_truncated > 0 || report.torn_tail_dropped) {
         store.write(repairs)?;
     }
-    Ok(Scan { report, sizes, retained_bytes })
+    Ok(Scan { report, sizes, retained_bytes, kept })
 }
 
 /// Batches queued between the walk and the replay worker.

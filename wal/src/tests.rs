@@ -1019,6 +1019,50 @@ fn successive_checkpoints_drop_what_retention_let_go_and_count_what_stays() {
     assert_eq!(lsns(dir.path()), vec![30, 32, 34, 36, 38, 40]);
 }
 
+/// The sweep marker lists the records a checkpoint kept, so the first checkpoint after a
+/// start asks about those instead of walking the log below the last checkpoint.
+#[test]
+fn the_first_checkpoint_after_a_start_uses_the_markers_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = {
+        let (wal, _, _) = recover(dir.path());
+        let payloads: Vec<_> =
+            (0..12).map(|i| payload(i, if i % 5 == 0 { 9_000 } else { 40 })).collect();
+        let written = append_all(&wal, &payloads);
+        wal.checkpoint_retaining(8, b"state at 8", &|lsn| lsn % 2 == 0).unwrap();
+        written
+    };
+    // A stray record below the checkpoint that no list names: only a walk would find it.
+    let store = crate::log::LogStore::open(dir.path(), 1 << 20).unwrap();
+    store.db.insert(crate::log::key(5), crate::frame::encode(b"stray").unwrap()).unwrap();
+    store.db.flush().unwrap();
+    drop(store);
+
+    let mut replayer = RetainEven::default();
+    let (wal, report) = Wal::recover(config(dir.path()), &mut replayer).unwrap();
+    assert_eq!(report.records_retained, 4, "counted from the marker");
+    wal.checkpoint_retaining(10, b"state at 10", &|lsn| lsn >= 6 && lsn % 2 == 0).unwrap();
+    for (lsn, bytes) in &written {
+        let kept = *lsn > 10 || (*lsn >= 6 && lsn % 2 == 0);
+        if *lsn != 5 {
+            assert_eq!(wal.read(*lsn).unwrap(), kept.then(|| bytes.clone()), "lsn {lsn}");
+        }
+    }
+    assert_eq!(wal.read(5).unwrap().as_deref(), Some(&b"stray"[..]), "not walked");
+    drop(wal);
+
+    // Without a list (an older marker), the first checkpoint walks and finds it.
+    let marker = dir.path().join(crate::checkpoint::SWEPT_FILE_NAME);
+    let image = std::fs::read(&marker).unwrap();
+    std::fs::write(&marker, &image[..36]).unwrap();
+    let (wal, report) = Wal::recover(config(dir.path()), &mut RetainEven::default()).unwrap();
+    assert_eq!(report.records_retained, 3);
+    wal.checkpoint_retaining(11, b"state at 11", &|lsn| lsn >= 6 && lsn % 2 == 0).unwrap();
+    assert_eq!(wal.read(5).unwrap(), None, "walked and removed");
+    assert_eq!(wal.read(6).unwrap().as_deref(), Some(&written[5].1[..]));
+    assert_eq!(wal.read(7).unwrap(), None);
+}
+
 #[test]
 fn a_sweep_marker_is_trusted_only_for_its_own_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
