@@ -332,19 +332,17 @@ pub(crate) fn write_with(
     let tmp = tmp_path(dir);
     let target = path(dir);
     let written = (|| -> Result<u64> {
-        let file =
+        let mut file =
             fs::File::create(&tmp).map_err(Error::fs(format!("create {}", tmp.display())))?;
-        let mut out = Summing {
-            inner: std::io::BufWriter::with_capacity(1 << 20, file),
-            len: 0,
-            crc: crc32fast::Hasher::new(),
-        };
-        out.inner
-            .write_all(&[0; HEADER_LEN])
-            .map_err(Error::fs(format!("write {}", tmp.display())))?;
+        file.write_all(&[0; HEADER_LEN]).map_err(Error::fs(format!("write {}", tmp.display())))?;
+        // The buffer goes outside the checksum: a snapshot is written a field at a time, and
+        // checksumming a few bytes at a time costs more than the bytes.
+        let mut out = std::io::BufWriter::with_capacity(
+            1 << 20,
+            Summing { inner: file, len: 0, crc: crc32fast::Hasher::new() },
+        );
         snapshot(&mut out)?;
-        let Summing { inner, len, crc: body } = out;
-        let mut file = inner
+        let Summing { inner: mut file, len, crc: body } = out
             .into_inner()
             .map_err(|e| Error::fs(format!("write {}", tmp.display()))(e.into_error()))?;
         // The header's CRC covers the header, then the snapshot: combine the two.
