@@ -462,12 +462,14 @@ impl Service {
                 break;
             }
             let sheet_id = snapshot.state.id;
-            let changes = match self.spans.get(sheet_id, span.lsn) {
+            // Only a page that starts inside a record can follow one that ended there.
+            let skipped = from.saturating_sub(span.first_seq) as usize;
+            let kept = (skipped > 0).then(|| self.spans.get(sheet_id, span.lsn)).flatten();
+            let changes = match kept {
                 Some(changes) => changes,
                 None => self.span_changes(snapshot, span, &current)?,
             };
             let room = limit - out.len();
-            let skipped = from.saturating_sub(span.first_seq) as usize;
             if changes.len().saturating_sub(skipped) > room {
                 // The page ends inside this record: the next one starts there.
                 self.spans.put(sheet_id, span.lsn, Arc::clone(&changes));

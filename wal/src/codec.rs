@@ -96,16 +96,16 @@ pub fn decoding_version() -> u8 {
 /// [`Error::Codec`] if the value cannot be serialized (for example a map with non-string keys
 /// is fine, but a serde impl that returns an error is not).
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
-    // The version byte goes first so a future format can be recognised before decoding.
+    // The version byte goes first so a future format can be recognised before decoding; the
+    // body is encoded right behind it, so a plain value (every patch) is never copied.
     let mut out = vec![FORMAT_VERSION];
-    let body = bincode::serde::encode_to_vec(value, bincode::config::standard())
+    bincode::serde::encode_into_std_write(value, &mut out, bincode::config::standard())
         .map_err(CodecError::Encode)?;
-    if body.len() >= COMPRESS_FROM {
-        if let Some(compressed) = compress(&body) {
+    if out.len() > COMPRESS_FROM {
+        if let Some(compressed) = compress(&out[1..]) {
             return Ok(compressed);
         }
     }
-    out.extend_from_slice(&body);
     Ok(out)
 }
 

@@ -313,8 +313,7 @@ impl Wal {
             match (swept, listed, scan.kept.take()) {
                 // The walk removed any stale record: the next start may skip the retained ones.
                 (None, _, Some(kept)) => {
-                    let (records, bytes) = (scan.report.records_retained, scan.retained_bytes);
-                    note_swept(&config.dir, checkpoint::Swept { lsn, records, bytes }, &kept);
+                    note_swept(&config.dir, lsn, &kept);
                     store.set_kept(lsn, kept);
                 }
                 (Some(_), Some(listed), _) => store.set_kept(lsn, listed),
@@ -640,15 +639,14 @@ impl Wal {
         core.checkpoint_lsn.store(lsn, Ordering::Release);
         core.checkpoint_bytes.store(bytes, Ordering::Release);
         lock(&core.appender).forget_through(lsn);
-        let removed = match core.with_store(|store| store.remove_through_except(lsn, retain)) {
-            Ok((removed, records, bytes)) => {
-                lock(&core.appender).retained_bytes = bytes;
-                let swept = checkpoint::Swept { lsn, records, bytes };
-                // The store is open: the truncation just used it.
-                let _ = core.with_store(|store| {
-                    store.with_kept(|kept| note_swept(&core.config.dir, swept, kept));
-                    Ok(())
-                });
+        let truncated = core.with_store(|store| {
+            let truncated = store.remove_through_except(lsn, retain)?;
+            store.with_kept(|kept| note_swept(&core.config.dir, lsn, kept));
+            Ok(truncated)
+        });
+        let removed = match truncated {
+            Ok((removed, retained_bytes)) => {
+                lock(&core.appender).retained_bytes = retained_bytes;
                 removed
             }
             Err(e) => {
@@ -1027,8 +1025,8 @@ pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
 }
 
 /// Writes the sweep marker; failing to is not an error (the next start walks the whole log).
-fn note_swept(dir: &std::path::Path, swept: checkpoint::Swept, kept: &[log::Kept]) {
-    if let Err(e) = checkpoint::write_swept(dir, swept, kept) {
+fn note_swept(dir: &std::path::Path, lsn: Lsn, kept: &[log::Kept]) {
+    if let Err(e) = checkpoint::write_swept(dir, lsn, kept) {
         tracing::warn!(error = %e, "could not write the sweep marker; the next start reads the whole log");
     }
 }

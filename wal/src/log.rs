@@ -185,10 +185,48 @@ pub(crate) struct Kept {
 
 impl Kept {
     /// The entry for a record stored under `parts` (its keys, in order, and their values).
-    pub(crate) fn of(lsn: Lsn, parts: &[crate::recovery::Part]) -> Kept {
+    pub(crate) fn of(lsn: Lsn, parts: &[Part]) -> Kept {
         let chunks = parts.first().and_then(|(_, chunk, _)| *chunk).map_or(0, |(_, count)| count);
         Kept { lsn, chunks, bytes: parts.iter().map(|(_, _, v)| v.len() as u64).sum() }
     }
+
+    /// Adds the removal of every key of this record to `batch`; returns how many.
+    fn remove(&self, batch: &mut sled::Batch) -> u64 {
+        if self.chunks == 0 {
+            batch.remove(&key(self.lsn)[..]);
+            return 1;
+        }
+        for index in 0..self.chunks {
+            batch.remove(&chunk_key(self.lsn, index, self.chunks)[..]);
+        }
+        u64::from(self.chunks)
+    }
+}
+
+/// One stored value of a record: its key, the chunk `(index, count)` the key names (none for a
+/// record stored whole), and the framed bytes.
+pub(crate) type Part = (sled::IVec, Option<(u32, u32)>, sled::IVec);
+
+/// The stored values of the next record in `items`: one, or its chunks (they sort together);
+/// `None` at the end.
+pub(crate) fn next_record(
+    items: &mut std::iter::Peekable<impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>>,
+) -> Result<Option<Vec<Part>>> {
+    let Some(item) = items.next() else {
+        return Ok(None);
+    };
+    let (k, stored) = item?;
+    let (lsn, chunk) = parse_key(&k)?;
+    let mut parts = vec![(k, chunk, stored)];
+    while let Some(Ok((next, _))) = items.peek() {
+        if lsn_of(next).ok() != Some(lsn) {
+            break;
+        }
+        let (k, stored) = items.next().expect("peeked")?;
+        let chunk = parse_key(&k)?.1;
+        parts.push((k, chunk, stored));
+    }
+    Ok(Some(parts))
 }
 
 /// Blocks, on drop, until sled's lock on the data file is gone.
@@ -440,13 +478,14 @@ impl LogStore {
     }
 
     /// Removes every record with LSN <= `lsn` except those `retain` keeps, in one durable
-    /// batch. Returns how many sled values were removed, and how many records, of how many
-    /// stored bytes, are kept at or below `lsn` (retained now or by an earlier call).
+    /// batch. Returns how many sled values were removed, and the stored bytes of the records
+    /// kept at or below `lsn` (retained now or by an earlier call; [`LogStore::with_kept`]
+    /// lists them).
     pub(crate) fn remove_through_except(
         &self,
         lsn: Lsn,
         retain: &dyn Fn(Lsn) -> bool,
-    ) -> Result<(u64, u64, u64)> {
+    ) -> Result<(u64, u64)> {
         // Taken, and put back only once the batch is durable: after a failure the next call
         // walks everything again.
         let known = self.retained.lock().unwrap_or_else(PoisonError::into_inner).take();
@@ -458,49 +497,36 @@ impl LogStore {
                 for record in known.records {
                     if retain(record.lsn) {
                         kept.push(record);
-                    } else if record.chunks == 0 {
-                        batch.remove(&key(record.lsn)[..]);
-                        removed += 1;
                     } else {
-                        for index in 0..record.chunks {
-                            batch.remove(&chunk_key(record.lsn, index, record.chunks)[..]);
-                        }
-                        removed += u64::from(record.chunks);
+                        removed += record.remove(&mut batch);
                     }
                 }
                 known.through.saturating_add(1)
             }
             _ => 0,
         };
-        let items = match lsn.checked_add(1) {
+        let mut items = match lsn.checked_add(1) {
             Some(next) => self.db.range(key(walk_from)..key(next)),
             None => self.db.range(key(walk_from)..),
-        };
-        for item in items {
-            let (k, v) = item?;
-            let (at, chunk) = parse_key(&k)?;
-            if !retain(at) {
-                batch.remove(k);
-                removed += 1;
-                continue;
-            }
-            // A record in chunks has several keys: one entry for all of them.
-            match kept.last_mut() {
-                Some(last) if last.lsn == at => last.bytes += v.len() as u64,
-                _ => kept.push(Kept {
-                    lsn: at,
-                    chunks: chunk.map_or(0, |(_, count)| count),
-                    bytes: v.len() as u64,
-                }),
+        }
+        .peekable();
+        while let Some(parts) = next_record(&mut items)? {
+            let at = lsn_of(&parts[0].0)?;
+            if retain(at) {
+                kept.push(Kept::of(at, &parts));
+            } else {
+                removed += parts.len() as u64;
+                for (k, _, _) in parts {
+                    batch.remove(k);
+                }
             }
         }
         if removed > 0 {
             self.write(batch)?;
         }
-        let (records, bytes) = (kept.len() as u64, kept.iter().map(|k| k.bytes).sum());
-        *self.retained.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(Retained { through: lsn, records: kept });
-        Ok((removed, records, bytes))
+        let bytes = kept.iter().map(|k| k.bytes).sum();
+        self.set_kept(lsn, kept);
+        Ok((removed, bytes))
     }
 
     /// Tells the store which records it keeps at or below `through` (from a sweep marker or

@@ -27,7 +27,7 @@ use std::collections::VecDeque;
 
 use crate::checkpoint::{Checkpoint, Swept};
 use crate::error::{Corruption, Error, FrameDefect, Result};
-use crate::log::{key, lsn_of, parse_key, Kept, LogStore};
+use crate::log::{key, lsn_of, next_record, Kept, LogStore, Part};
 use crate::{frame, Lsn, RecoveryReport, Replayer};
 
 /// Whether the scan may change the log.
@@ -196,27 +196,6 @@ impl Batch {
     const BYTES: usize = 4 << 20;
 }
 
-/// The keys of the next record: one, or its chunks (they sort together); `None` at the end.
-fn next_record(
-    items: &mut std::iter::Peekable<impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>>,
-) -> Result<Option<Vec<Part>>> {
-    let Some(item) = items.next() else {
-        return Ok(None);
-    };
-    let (k, stored) = item?;
-    let (lsn, chunk) = parse_key(&k)?;
-    let mut parts = vec![(k, chunk, stored)];
-    while let Some(Ok((next, _))) = items.peek() {
-        if lsn_of(next).ok() != Some(lsn) {
-            break;
-        }
-        let (k, stored) = items.next().expect("peeked")?;
-        let chunk = parse_key(&k)?.1;
-        parts.push((k, chunk, stored));
-    }
-    Ok(Some(parts))
-}
-
 /// Steps 3 and 4 for the records after the checkpoint: checks each, and sends the good ones
 /// to the replay worker through `tx`. Stops early, without error, if the worker stopped.
 fn walk_tail(
@@ -294,10 +273,6 @@ fn walk_tail(
     }
     Ok(())
 }
-
-/// One stored value of a record: its key, the chunk `(index, count)` the key names (none for a
-/// record stored whole), and the framed bytes.
-pub(crate) type Part = (sled::IVec, Option<(u32, u32)>, sled::IVec);
 
 /// The payload of one record from its stored values: one whole frame, or chunks `0..count`
 /// in order, each a frame of its own, all announcing the same count.

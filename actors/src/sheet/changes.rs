@@ -251,6 +251,38 @@ pub fn extract(
 mod tests {
     use super::*;
 
+    fn changes(n: usize) -> Arc<[Change]> {
+        let change = |seq| Change {
+            seq,
+            kind: ChangeKind::Deleted,
+            row_id: seq,
+            version: 1,
+            row: None,
+            at: 0,
+        };
+        (1..=n as u64).map(change).collect()
+    }
+
+    #[test]
+    fn the_span_cache_keeps_the_newest_entries_within_its_bounds() {
+        let cache = SpanCache::default();
+        for lsn in 1..=SpanCache::ENTRIES as u64 + 1 {
+            cache.put(7, lsn, changes(10));
+        }
+        assert!(cache.get(7, 1).is_none(), "the oldest went first");
+        assert_eq!(cache.get(7, 2).map(|c| c.len()), Some(10));
+        assert!(cache.get(8, 2).is_none(), "another sheet's record");
+        // Putting one again replaces it, not duplicates it.
+        cache.put(7, 2, changes(3));
+        assert_eq!(cache.get(7, 2).map(|c| c.len()), Some(3));
+        // Past the change bound the oldest go, but a larger span is kept alone.
+        cache.put(7, 100, changes(SpanCache::CHANGES - 5));
+        assert!(cache.get(7, 3).is_none() && cache.get(7, 100).is_some());
+        cache.put(7, 101, changes(SpanCache::CHANGES + 1));
+        assert!(cache.get(7, 100).is_none());
+        assert_eq!(cache.get(7, 101).map(|c| c.len()), Some(SpanCache::CHANGES + 1));
+    }
+
     #[test]
     fn seqs_are_contiguous_and_pruning_keeps_both_minimums() {
         let day = 86_400_000;
