@@ -119,8 +119,9 @@ struct Rebuild {
     /// Records replayed so far, and when progress was last logged (a long replay logs every
     /// [`PROGRESS_EVERY`] so an operator sees it is moving).
     progress: (u64, std::time::Instant),
-    /// The records at or below the checkpoint that hold retained changes.
-    retained: std::collections::HashSet<Lsn>,
+    /// The records at or below the checkpoint that hold retained changes: gathered only if the
+    /// log asks (a start without a sweep marker), from the sheets as the checkpoint left them.
+    retained: std::sync::OnceLock<std::collections::HashSet<Lsn>>,
 }
 
 /// How often a long replay logs its progress.
@@ -133,7 +134,6 @@ impl wal::Replayer for Rebuild {
         snapshot: &mut dyn std::io::Read,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let cp = CheckpointFile::decode(snapshot)?;
-        self.retained = cp.sheets.iter().flat_map(|(s, _)| s.changes.lsns()).collect();
         self.directory = cp.directory;
         self.directory_lsn = cp.directory_lsn;
         self.sheets = cp.sheets.into_iter().map(|(s, lsn)| (s.id, (s, lsn, 0))).collect();
@@ -211,7 +211,11 @@ impl wal::Replayer for Rebuild {
     }
 
     fn retains(&self, lsn: Lsn) -> bool {
-        self.retained.contains(&lsn)
+        // Asked before any record is replayed: the sheets are still the checkpoint's.
+        let retained = self.retained.get_or_init(|| {
+            self.sheets.values().flat_map(|(state, _, _)| state.changes.lsns()).collect()
+        });
+        retained.contains(&lsn)
     }
 }
 

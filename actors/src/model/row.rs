@@ -447,31 +447,18 @@ impl Serialize for Row {
 
 impl<'de> Deserialize<'de> for Row {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Unchecked::deserialize(d)?.check().map_err(serde::de::Error::custom)
-    }
-}
-
-/// A decoded row whose JSON has not been checked yet. Checking the JSON is the one parse a
-/// start-up makes of a row, and most of a large sheet's decoding time: keeping it apart lets
-/// a checkpoint's rows be checked on another thread while the next ones decode.
-pub struct Unchecked(UncheckedRow);
-
-enum UncheckedRow {
-    Stored(StoredOwned),
-    /// Formats 1 and 2 stored parsed cells: such a row is rendered, so checked, when decoded.
-    Rendered(Row),
-}
-
-impl Unchecked {
-    /// The row, once its JSON is checked.
-    ///
-    /// # Errors
-    /// The stored text is not JSON (a damaged or foreign value that passed its CRC).
-    pub fn check(self) -> Result<Row, serde_json::Error> {
-        let stored = match self.0 {
-            UncheckedRow::Rendered(row) => return Ok(row),
-            UncheckedRow::Stored(stored) => stored,
-        };
+        if !d.is_human_readable() && wal::codec::decoding_version() < 3 {
+            let old = StoredV2::deserialize(d)?;
+            let source =
+                if old.source == Source::Import.as_str() { SOURCE_IMPORT } else { SOURCE_API };
+            let at = (old.created_at, old.updated_at);
+            return Ok(Row {
+                parent_id: old.parent_id,
+                attachments: old.attachments.into_boxed_slice(),
+                ..Row::at_version(old.id, old.sheet_id, old.version, &old.cells, source, at)
+            });
+        }
+        let stored = StoredOwned::deserialize(d)?;
         Ok(Row {
             id: stored.id,
             sheet_id: stored.sheet_id,
@@ -481,25 +468,54 @@ impl Unchecked {
             created_at: stored.created_at,
             updated_at: stored.updated_at,
             source: stored.source,
-            json: RawValue::from_string(stored.json)?,
+            json: stored_json(stored.json).map_err(serde::de::Error::custom)?,
         })
     }
 }
 
-impl<'de> Deserialize<'de> for Unchecked {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        if !d.is_human_readable() && wal::codec::decoding_version() < 3 {
-            let old = StoredV2::deserialize(d)?;
-            let source =
-                if old.source == Source::Import.as_str() { SOURCE_IMPORT } else { SOURCE_API };
-            let at = (old.created_at, old.updated_at);
-            return Ok(Unchecked(UncheckedRow::Rendered(Row {
-                parent_id: old.parent_id,
-                attachments: old.attachments.into_boxed_slice(),
-                ..Row::at_version(old.id, old.sheet_id, old.version, &old.cells, source, at)
-            })));
-        }
-        Ok(Unchecked(UncheckedRow::Stored(StoredOwned::deserialize(d)?)))
+/// A stored row's JSON, taken as it is.
+///
+/// The text was rendered by [`RowJson`] and comes back from a log record or a checkpoint whose
+/// CRC matched, so a start-up does not parse a million rows again to check them (it was most of
+/// a start's time). serde_json has no public way to wrap text as a [`RawValue`] unchecked, but
+/// its `Deserialize` for `Box<RawValue>` does that with a string handed to it as a one-entry
+/// map: [`Wrap`] hands it one. Should a serde_json release change how it asks, a probe on
+/// first use notices and every row is checked by [`RawValue::from_string`] instead.
+fn stored_json(text: String) -> Result<Box<RawValue>, serde_json::Error> {
+    static WRAPS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let wraps = WRAPS.get_or_init(|| {
+        let probe = "{\"probe\":[1,\"x\"]}";
+        Box::<RawValue>::deserialize(Wrap(probe.to_owned())).is_ok_and(|raw| raw.get() == probe)
+    });
+    if *wraps {
+        Box::<RawValue>::deserialize(Wrap(text))
+    } else {
+        RawValue::from_string(text)
+    }
+}
+
+/// A deserializer that gives a `Box<RawValue>` its text: asked for the newtype that
+/// `RawValue` is, it answers with the map `{name: text}` serde_json's visitor takes.
+struct Wrap(String);
+
+impl<'de> Deserializer<'de> for Wrap {
+    type Error = serde_json::Error;
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        visitor.visit_map(serde::de::value::MapDeserializer::new(std::iter::once((name, self.0))))
+    }
+
+    fn deserialize_any<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value, Self::Error> {
+        Err(serde::de::Error::custom("a stored row's JSON is read only as a raw value"))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct seq tuple tuple_struct map struct enum identifier ignored_any
     }
 }
 
@@ -605,6 +621,17 @@ mod tests {
         let mut bytes = codec::encode(&old).unwrap();
         bytes[0] = 2;
         assert_eq!(codec::decode::<Row>(&bytes).unwrap(), row);
+    }
+
+    #[test]
+    fn stored_json_is_taken_as_it_is() {
+        // Not JSON at all: only a wrap that skips the parse accepts it. Should serde_json stop
+        // taking the wrap, rows are parsed again (correct, but slow) and this fails.
+        let raw = stored_json("not json, {".to_owned()).expect("taken unchecked");
+        assert_eq!(raw.get(), "not json, {");
+        let row = sample();
+        let raw = stored_json(row.json().get().to_owned()).unwrap();
+        assert_eq!(raw.get(), row.json().get());
     }
 
     #[test]
