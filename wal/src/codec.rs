@@ -24,6 +24,8 @@
 //!   exactly one value or not at all, so a type mix-up fails loudly.
 //! - Integrity is not this module's job: frames and the checkpoint file carry their own CRCs.
 
+use std::io::Read as _;
+
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -173,15 +175,22 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
 /// read, its body not yet, so the caller can pick the type by [`Streamed::version`].
 pub struct Streamed<R> {
     format: u8,
-    reader: R,
+    reader: std::io::BufReader<R>,
 }
+
+/// The buffer a [`Streamed`] value is read through. bincode reads a value a field at a time,
+/// and through a `BufReader` it takes each field, varints included, straight from the buffer
+/// (peeking at it); through any other reader it calls `read_exact` per byte of a varint. A
+/// caller's own buffer of the same size is read past, not copied twice.
+const STREAM_BUFFER: usize = 1 << 20;
 
 /// Reads the format byte of the value `reader` holds (made by [`encode`] or [`encode_to`]).
 ///
 /// # Errors
 /// [`CodecError::Empty`] for no bytes, [`Error::UnsupportedVersion`] for an unknown version,
 /// [`Error::Codec`] when `reader` fails.
-pub fn stream<R: std::io::Read>(mut reader: R) -> Result<Streamed<R>> {
+pub fn stream<R: std::io::Read>(reader: R) -> Result<Streamed<R>> {
+    let mut reader = std::io::BufReader::with_capacity(STREAM_BUFFER, reader);
     let mut format = [0u8; 1];
     if reader.read(&mut format).map_err(|e| CodecError::Decode(io_error(e)))? == 0 {
         return Err(CodecError::Empty.into());
@@ -208,7 +217,7 @@ impl<R: std::io::Read> Streamed<R> {
             return decode(&bytes);
         }
         let value = decoding_as(self.version(), || {
-            bincode::serde::decode_from_std_read(&mut self.reader, bincode::config::standard())
+            bincode::serde::decode_from_reader(&mut self.reader, bincode::config::standard())
         })
         .map_err(CodecError::Decode)?;
         let mut rest = Vec::new();

@@ -154,10 +154,8 @@ impl Config {
     }
 }
 
-/// Receives what recovery finds, in order.
-///
-/// `Send`: records are replayed on a worker thread while the start reads the next ones.
-pub trait Replayer: Send {
+/// Receives what recovery finds, in order, on the thread that called recovery.
+pub trait Replayer {
     /// Called at most once, before any record: the latest checkpoint.
     ///
     /// # Errors

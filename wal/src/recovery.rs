@@ -18,10 +18,10 @@
 //! 5. In [`Mode::Repair`], delete stale records and the torn tail in one durable batch.
 //!    In [`Mode::ReadOnly`], only report them.
 //!
-//! Steps 3 and 4 overlap the replayer: records that pass go, in batches, to a worker thread
-//! that calls [`Replayer::record`] in LSN order while the walk reads on. After a crash with a
-//! long tail, reading sled and replaying cost about the same, so a start takes the longer of
-//! the two instead of their sum.
+//! Steps 3 and 4 run on a walker thread: records that pass go, in batches, to the caller's
+//! thread, which calls [`Replayer::record`] in LSN order while the walk reads on. With a sweep
+//! marker the walker starts before step 1, so after a crash a long tail is read from sled while
+//! the checkpoint decodes; only its replay waits for the checkpoint.
 
 use std::collections::VecDeque;
 
@@ -64,15 +64,6 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
     mode: Mode,
 ) -> Result<Scan> {
     let checkpoint_lsn = checkpoint.as_ref().map(|c| c.lsn);
-    // Step 1.
-    if let Some(c) = checkpoint {
-        let lsn = c.lsn;
-        let read_error = |e| Error::fs("read the checkpoint file's snapshot".to_owned())(e);
-        let mut snapshot = c.snapshot().map_err(read_error)?;
-        replayer
-            .checkpoint(lsn, &mut snapshot)
-            .map_err(|source| Error::ReplayCheckpoint { lsn, source })?;
-    }
     let mut report = RecoveryReport {
         checkpoint_lsn,
         records_replayed: 0,
@@ -84,10 +75,10 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
         records_retained: 0,
         elapsed: std::time::Duration::ZERO,
     };
-    let mut sizes = VecDeque::new();
     let mut retained_bytes = 0u64;
     let Some(store) = store else {
-        return Ok(Scan { report, sizes, retained_bytes, kept: None });
+        deliver_checkpoint(checkpoint, replayer)?;
+        return Ok(Scan { report, sizes: VecDeque::new(), retained_bytes, kept: None });
     };
 
     // The torn-tail rule applies to the highest key only, so find it before walking.
@@ -97,7 +88,9 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
     };
     // Collected even in read-only mode (cheap); applied only in repair mode, as one atomic
     // batch, so a crash during recovery leaves either the old or the repaired log.
-    let mut repairs = sled::Batch::default();
+    let repairs = sled::Batch::default();
+    // With a sweep marker, the tail is every record after the checkpoint, and nothing below
+    // it needs the replayer: the walk starts at once, beside the checkpoint's decoding.
     let start = match (swept, checkpoint_lsn) {
         (Some(swept), Some(lsn)) if swept.lsn == lsn => {
             report.records_retained = swept.records;
@@ -106,61 +99,67 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
         }
         _ => None,
     };
-    let mut items = match start {
-        Some(first) => store.db.range(first..),
-        None => store.db.iter(),
-    }
-    .peekable();
-    // Step 2: the records at or below the checkpoint come first (keys ascend).
     let mut kept = (start.is_none() && checkpoint_lsn.is_some()).then(Vec::new);
-    while let Some(Ok((k, _))) = items.peek() {
-        let lsn = lsn_of(k)?;
-        if checkpoint_lsn.is_none_or(|c| lsn > c) {
-            break;
-        }
-        let parts = next_record(&mut items)?.expect("peeked");
-        if replayer.retains(lsn) {
-            let record = Kept::of(lsn, &parts);
-            report.records_retained += 1;
-            retained_bytes += record.bytes;
-            if let Some(kept) = kept.as_mut() {
-                kept.push(record);
-            }
-            continue;
-        }
-        report.stale_records_truncated += 1;
-        for (k, _, _) in parts {
-            repairs.remove(k);
-        }
-    }
-    // Steps 3 and 4, in two stages: this thread walks sled and checks frames while a worker
-    // decodes and applies the records before them (a long tail after a crash costs about
-    // as much in each stage). A bound on the queue bounds the memory of records in flight.
+    let mut tail = Tail { report: report.clone(), sizes: VecDeque::new(), repairs };
     std::thread::scope(|scope| -> Result<()> {
+        // Steps 3 and 4 run on a walker that reads sled and checks frames, handing the good
+        // records in batches to this thread, which replays them in LSN order: a long tail
+        // after a crash is read while the checkpoint decodes, and costs about as much to read
+        // as to replay. A bound on the queue bounds the memory of records read ahead.
         let (tx, rx) = crossbeam_channel::bounded::<Batch>(REPLAY_QUEUE);
-        let worker = std::thread::Builder::new()
-            .name("wal-replay".to_owned())
-            .spawn_scoped(scope, move || -> Result<()> {
-                for batch in rx {
-                    for (lsn, payload) in batch.records {
-                        replayer
-                            .record(lsn, &payload)
-                            .map_err(|source| Error::ReplayRecord { lsn, source })?;
-                    }
+        let mut walk = Some((&mut tail, tx));
+        let mut walker = None;
+        if let Some(first) = start {
+            let (tail, tx) = walk.take().expect("unused");
+            let items = store.db.range(first..).peekable();
+            walker = Some(spawn_walk(scope, items, highest, mode, tail, tx)?);
+        }
+        // Step 1. On an error the walker, if started, stops at its next send.
+        deliver_checkpoint(checkpoint, replayer)?;
+        if let Some((tail, tx)) = walk.take() {
+            // Step 2: the records at or below the checkpoint come first (keys ascend).
+            let mut items = store.db.iter().peekable();
+            while let Some(Ok((k, _))) = items.peek() {
+                let lsn = lsn_of(k)?;
+                if checkpoint_lsn.is_none_or(|c| lsn > c) {
+                    break;
                 }
-                Ok(())
-            })
-            .map_err(Error::fs("start the log replay thread".to_owned()))?;
-        let walked =
-            walk_tail(&mut items, highest, mode, &mut report, &mut sizes, &mut repairs, &tx);
-        drop(tx);
-        let replayed = match worker.join() {
-            Ok(replayed) => replayed,
+                let parts = next_record(&mut items)?.expect("peeked");
+                if replayer.retains(lsn) {
+                    let record = Kept::of(lsn, &parts);
+                    tail.report.records_retained += 1;
+                    retained_bytes += record.bytes;
+                    if let Some(kept) = kept.as_mut() {
+                        kept.push(record);
+                    }
+                    continue;
+                }
+                tail.report.stale_records_truncated += 1;
+                for (k, _, _) in parts {
+                    tail.repairs.remove(k);
+                }
+            }
+            walker = Some(spawn_walk(scope, items, highest, mode, tail, tx)?);
+        }
+        let walker = walker.expect("started above");
+        let mut replayed = Ok(());
+        'replay: for batch in rx {
+            for (lsn, payload) in batch.records {
+                if let Err(source) = replayer.record(lsn, &payload) {
+                    replayed = Err(Error::ReplayRecord { lsn, source });
+                    break 'replay;
+                }
+            }
+        }
+        // The receiver is gone here, so a walker still reading stops at its next send.
+        let walked = match walker.join() {
+            Ok(walked) => walked,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        // The worker's error first: the walk stops early only because the worker did.
+        // The replay's error first: the walk stops early only because the replay did.
         replayed.and(walked)
     })?;
+    let Tail { report, sizes, repairs } = tail;
 
     // Step 5.
     if report.stale_records_truncated > 0 {
@@ -179,11 +178,54 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
     Ok(Scan { report, sizes, retained_bytes, kept })
 }
 
-/// Batches queued between the walk and the replay worker.
-const REPLAY_QUEUE: usize = 4;
+/// Starts [`walk_tail`] on a thread of `scope`.
+fn spawn_walk<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    items: std::iter::Peekable<
+        impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>> + Send + 'scope,
+    >,
+    highest: Option<Lsn>,
+    mode: Mode,
+    tail: &'scope mut Tail,
+    tx: crossbeam_channel::Sender<Batch>,
+) -> Result<std::thread::ScopedJoinHandle<'scope, Result<()>>> {
+    std::thread::Builder::new()
+        .name("wal-walk".to_owned())
+        .spawn_scoped(scope, move || walk_tail(items, highest, mode, tail, &tx))
+        .map_err(Error::fs("start the log walk thread".to_owned()))
+}
 
-/// Records handed to the replay worker at once: a hand-off per record would cost more in
-/// wake-ups than a small record costs to replay.
+/// Step 1: hands the checkpoint's snapshot, if any, to the replayer.
+fn deliver_checkpoint<F: std::io::Read + std::io::Seek>(
+    checkpoint: Option<&mut Checkpoint<F>>,
+    replayer: &mut dyn Replayer,
+) -> Result<()> {
+    let Some(c) = checkpoint else {
+        return Ok(());
+    };
+    let lsn = c.lsn;
+    let read_error = |e| Error::fs("read the checkpoint file's snapshot".to_owned())(e);
+    let mut snapshot = c.snapshot().map_err(read_error)?;
+    replayer
+        .checkpoint(lsn, &mut snapshot)
+        .map_err(|source| Error::ReplayCheckpoint { lsn, source })
+}
+
+/// What the walk of the log's tail finds: the report's counts, the sizes of the records it
+/// hands on, and the removals a repair applies.
+struct Tail {
+    report: RecoveryReport,
+    sizes: VecDeque<u32>,
+    repairs: sled::Batch,
+}
+
+/// Batches queued between the walk and the replay: up to 192 MiB of records read ahead (or
+/// 196,608 small ones), as much as a tail between two default checkpoints (64 MiB) holds.
+/// Tests use a short queue of small batches, so a tail of a few thousand records fills it.
+const REPLAY_QUEUE: usize = if cfg!(test) { 4 } else { 48 };
+
+/// Records handed to the replay at once: a hand-off per record would cost more in wake-ups
+/// than a small record costs to replay.
 #[derive(Default)]
 struct Batch {
     records: Vec<(Lsn, Vec<u8>)>,
@@ -192,23 +234,22 @@ struct Batch {
 
 impl Batch {
     /// A batch is sent once it holds this many records or payload bytes.
-    const RECORDS: usize = 512;
+    const RECORDS: usize = if cfg!(test) { 64 } else { 4096 };
     const BYTES: usize = 4 << 20;
 }
 
 /// Steps 3 and 4 for the records after the checkpoint: checks each, and sends the good ones
-/// to the replay worker through `tx`. Stops early, without error, if the worker stopped.
+/// to the replay through `tx`. Stops early, without error, if the replay stopped.
 fn walk_tail(
-    items: &mut std::iter::Peekable<impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>>,
+    mut items: std::iter::Peekable<impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>>,
     highest: Option<Lsn>,
     mode: Mode,
-    report: &mut RecoveryReport,
-    sizes: &mut VecDeque<u32>,
-    repairs: &mut sled::Batch,
+    tail: &mut Tail,
     tx: &crossbeam_channel::Sender<Batch>,
 ) -> Result<()> {
+    let Tail { report, sizes, repairs } = tail;
     let mut batch = Batch::default();
-    while let Some(parts) = next_record(items)? {
+    while let Some(parts) = next_record(&mut items)? {
         let lsn = lsn_of(&parts[0].0)?;
         // Step 3. Keys ascend, so `lsn` can only be at or beyond the expected one.
         let expected = report.last_lsn + 1;
@@ -232,7 +273,7 @@ fn walk_tail(
                 batch.bytes += payload.len();
                 batch.records.push((lsn, payload));
                 let full = batch.records.len() >= Batch::RECORDS || batch.bytes >= Batch::BYTES;
-                // A failed send means the worker failed on an earlier record: its error is
+                // A failed send means the replay stopped on an earlier record: its error is
                 // the one to report.
                 if full && tx.send(std::mem::take(&mut batch)).is_err() {
                     return Ok(());
@@ -268,7 +309,7 @@ fn walk_tail(
         }
     }
     if !batch.records.is_empty() {
-        // Fails only if the worker already stopped; its error is the one to report.
+        // Fails only if the replay already stopped; its error is the one to report.
         let _ = tx.send(batch);
     }
     Ok(())

@@ -19,12 +19,16 @@ struct Collect {
     checkpoint: Option<(Lsn, Vec<u8>)>,
     records: Vec<(Lsn, Vec<u8>)>,
     fail_at: Option<Lsn>,
+    fail_checkpoint: bool,
 }
 
 impl Replayer for Collect {
     fn checkpoint(&mut self, lsn: Lsn, snapshot: &mut dyn std::io::Read) -> ReplayResult {
         assert!(self.checkpoint.is_none(), "checkpoint delivered twice");
         assert!(self.records.is_empty(), "checkpoint delivered after a record");
+        if self.fail_checkpoint {
+            return Err(format!("cannot load checkpoint {lsn}").into());
+        }
         let mut bytes = Vec::new();
         snapshot.read_to_end(&mut bytes)?;
         self.checkpoint = Some((lsn, bytes));
@@ -656,6 +660,50 @@ fn a_long_tail_replays_in_order_and_a_failure_in_it_names_its_record() {
     assert!(report.torn_tail_dropped);
     assert_eq!(report.last_lsn, 1999);
     assert_eq!(collect.records, written[..1999]);
+}
+
+/// After a checkpoint with its sweep marker, the tail is walked while the checkpoint is
+/// delivered: it still arrives after the checkpoint, whole and in order; a failure in it names
+/// its record; and a failed checkpoint stops a walk that has filled its queue.
+#[test]
+fn a_tail_walked_beside_the_checkpoint_replays_after_it_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = {
+        let (wal, _, _) = recover(dir.path());
+        append_all(&wal, &(0..10u64).map(|i| payload(i, 20)).collect::<Vec<_>>());
+        wal.checkpoint(10, b"state at 10").unwrap();
+        assert!(dir.path().join("checkpoint.swept").exists());
+        let payloads: Vec<_> = (10..2010u64)
+            .map(|i| payload(i, if i % 500 == 7 { 3 << 20 } else { 16 + (i as usize % 64) }))
+            .collect();
+        append_all(&wal, &payloads)
+    };
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!(collect.checkpoint, Some((10, b"state at 10".to_vec())));
+    assert_eq!((report.records_replayed, report.last_lsn), (2000, 2010));
+    assert_eq!(collect.records, written);
+    drop(wal);
+
+    for fail_at in [11, 11 + 64 * 6, 2009, 2010] {
+        let mut failing = Collect { fail_at: Some(fail_at), ..Collect::default() };
+        let err = Wal::recover(config(dir.path()), &mut failing).unwrap_err();
+        assert!(
+            matches!(err, Error::ReplayRecord { lsn, .. } if lsn == fail_at),
+            "failing at {fail_at}: {err:?}"
+        );
+        assert_eq!(failing.records, written[..(fail_at - 11) as usize], "before {fail_at}");
+    }
+
+    // 2000 records are more batches than the queue holds: the walker waits on a full queue
+    // when the checkpoint fails, and must stop rather than hold the start.
+    let mut failing = Collect { fail_checkpoint: true, ..Collect::default() };
+    let err = Wal::recover(config(dir.path()), &mut failing).unwrap_err();
+    assert!(matches!(err, Error::ReplayCheckpoint { lsn: 10, .. }), "{err:?}");
+    assert!(failing.records.is_empty());
+    // Nothing was changed: the next start replays the same.
+    let (_wal, report, collect) = recover(dir.path());
+    assert_eq!(report.records_replayed, 2000);
+    assert_eq!(collect.records, written);
 }
 
 #[test]

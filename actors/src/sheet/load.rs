@@ -82,8 +82,9 @@ impl<'de> Visitor<'de> for RowsVisitor {
                 let _ = tx.send(chunk);
             }
             drop(tx);
-            let rows =
-                worker.join().map_err(|_| A::Error::custom("a row map building thread panicked"))?;
+            let rows = worker
+                .join()
+                .map_err(|_| A::Error::custom("a row map building thread panicked"))?;
             decoded.map(|()| rows)
         })
     }
