@@ -5,10 +5,16 @@
 //! Layout (all integers little-endian):
 //!
 //! ```text
-//! [magic "SHEETDCK" 8][version u8][lsn u64][len u64][crc32 u32][snapshot: len bytes]
+//! [magic "SHEETDCK" 8][version u8 = 2][lsn u64][len u64][crc32 u32 of the 25 bytes before]
+//! then the snapshot's `len` bytes in blocks of `BLOCK` (the last one shorter), each
+//! [crc32 u32 of (lsn, block index u64, the block)][the block]
 //! ```
 //!
-//! The CRC covers everything before it (magic, version, LSN, length) and the snapshot.
+//! A start reads the snapshot once, checking each block just before it hands the block on:
+//! nothing unchecked reaches the decoder, and no pass of its own reads the whole file for a
+//! CRC first. The LSN and index in a block's CRC keep a block of another checkpoint, or one
+//! out of place, from passing. Version 1 files (one CRC, after the header, over the header and
+//! the whole snapshot, checked by a pass of its own when opened) are still read.
 //!
 //! Guarantees:
 //! - [`write()`] replaces the file atomically: write `checkpoint.tmp`, fsync it, rename it over
@@ -58,10 +64,17 @@ use crate::Lsn;
 
 /// First bytes of every checkpoint file.
 pub const MAGIC: &[u8; 8] = b"SHEETDCK";
-/// Version of the checkpoint file layout.
-pub const CHECKPOINT_VERSION: u8 = 1;
+/// Version of the checkpoint file layout this build writes.
+pub const CHECKPOINT_VERSION: u8 = 2;
+/// The layout with one CRC over the header and the whole snapshot, still read.
+const WHOLE_CRC_VERSION: u8 = 1;
 /// Bytes before the snapshot: magic (8) + version (1) + lsn (8) + len (8) + crc (4).
 pub const HEADER_LEN: usize = 29;
+/// Snapshot bytes per checked block: its CRC costs 4 bytes a MiB, and a reader's buffer of
+/// this size takes a block in one read.
+pub const BLOCK: usize = 1 << 20;
+/// Bytes of a block's CRC.
+const BLOCK_CRC_LEN: usize = 4;
 /// File name of the checkpoint inside the data dir.
 pub const FILE_NAME: &str = "checkpoint";
 /// File name of the checkpoint being written.
@@ -164,25 +177,43 @@ pub(crate) fn remove_swept(dir: &Path) -> Result<()> {
     fsutil::remove_if_exists(&dir.join(SWEPT_FILE_NAME)).map(|_| ())
 }
 
-/// A checkpoint on disk whose header and CRC have been checked, open to stream its snapshot:
-/// a start never holds the whole file in memory (the snapshot is most of a data dir's size).
+/// A checkpoint on disk whose header has been checked, open to stream its snapshot: a start
+/// never holds the whole file in memory (the snapshot is most of a data dir's size).
 #[derive(Debug)]
 pub(crate) struct Checkpoint<F = fs::File> {
     /// Every record with an LSN up to and including this one is reflected in the snapshot.
     pub(crate) lsn: Lsn,
     /// Bytes of the snapshot.
     pub(crate) len: u64,
+    /// The layout: a version 1 file had its whole CRC checked when it was opened.
+    version: u8,
+    /// The file's path, to name it in errors.
+    path: PathBuf,
     /// The file, positioned anywhere; [`Checkpoint::snapshot`] seeks.
     file: F,
 }
 
 impl<F: Read + Seek> Checkpoint<F> {
-    /// The caller's snapshot bytes, exactly as given to [`write()`], read from the file.
-    pub(crate) fn snapshot(&mut self) -> std::io::Result<impl Read + '_> {
+    /// The caller's snapshot bytes, exactly as given to [`write()`], read from the file. A
+    /// damaged block fails the read that reaches it, and [`Snapshot::damage`] then says how.
+    pub(crate) fn snapshot(&mut self) -> std::io::Result<Snapshot<'_, F>> {
         self.file.seek(SeekFrom::Start(HEADER_LEN as u64))?;
-        // The buffer outermost: bincode reads a few bytes at a time through `read_exact`, which
-        // a `BufReader` serves from its buffer and a `Take` would not.
-        Ok(BufReader::with_capacity(READ_BUFFER, (&mut self.file).take(self.len)))
+        if self.version == WHOLE_CRC_VERSION {
+            // The buffer outermost: bincode reads a few bytes at a time through `read_exact`,
+            // which a `BufReader` serves from its buffer and a `Take` would not.
+            let file = (&mut self.file).take(self.len);
+            return Ok(Snapshot::Checked(BufReader::with_capacity(READ_BUFFER, file)));
+        }
+        Ok(Snapshot::Blocks(BlockReader {
+            file: (&mut self.file).take(blocks_size(self.len)),
+            lsn: self.lsn,
+            index: 0,
+            left: self.len,
+            block: Vec::new(),
+            at: 0,
+            damage: None,
+            path: &self.path,
+        }))
     }
 }
 
@@ -190,7 +221,111 @@ impl Checkpoint<std::io::Cursor<Vec<u8>>> {
     /// A checkpoint known by its LSN alone, for a scan whose replayer does not read the
     /// snapshot (a heal re-checks the log; the state it describes is already in memory).
     pub(crate) fn lsn_only(lsn: Lsn) -> Self {
-        Checkpoint { lsn, len: 0, file: std::io::Cursor::new(Vec::new()) }
+        let file = std::io::Cursor::new(Vec::new());
+        Checkpoint { lsn, len: 0, version: CHECKPOINT_VERSION, path: PathBuf::new(), file }
+    }
+}
+
+/// A checkpoint's snapshot as [`Checkpoint::snapshot`] streams it.
+pub(crate) enum Snapshot<'a, F> {
+    /// A version 1 file, checked whole when it was opened.
+    Checked(BufReader<std::io::Take<&'a mut F>>),
+    /// A file of blocks, each checked as it is read.
+    Blocks(BlockReader<'a, F>),
+}
+
+impl<F: Read> Snapshot<'_, F> {
+    /// The damage a read met, as recovery reports it: which block, and what was wrong.
+    pub(crate) fn damage(&self) -> Option<Error> {
+        match self {
+            Snapshot::Checked(_) => None,
+            Snapshot::Blocks(blocks) => blocks.damage.clone().map(|defect| {
+                Corruption::Checkpoint { path: blocks.path.to_path_buf(), defect }.into()
+            }),
+        }
+    }
+}
+
+impl<F: Read> Read for Snapshot<'_, F> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Snapshot::Checked(whole) => whole.read(out),
+            Snapshot::Blocks(blocks) => blocks.read(out),
+        }
+    }
+}
+
+/// Reads a snapshot's blocks, checking each before any of its bytes are handed out.
+pub(crate) struct BlockReader<'a, F> {
+    file: std::io::Take<&'a mut F>,
+    lsn: Lsn,
+    /// The index of the next block.
+    index: u64,
+    /// Snapshot bytes in the blocks not read yet.
+    left: u64,
+    /// A checked block that a read smaller than it started on, and how much of it went out.
+    block: Vec<u8>,
+    at: usize,
+    /// What was wrong with the damaged block a read met.
+    damage: Option<String>,
+    path: &'a Path,
+}
+
+impl<F: Read> BlockReader<'_, F> {
+    /// Reads the next block into `into` (exactly its length) and checks it.
+    fn next_block(&mut self, into: &mut [u8]) -> std::io::Result<()> {
+        let mut crc = [0u8; BLOCK_CRC_LEN];
+        let read = self.file.read_exact(&mut crc).and_then(|()| self.file.read_exact(into));
+        let index = self.index;
+        let damage = match read {
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                format!("block {index} of the snapshot is cut short")
+            }
+            Err(e) => return Err(e),
+            Ok(()) if block_crc(self.lsn, index, into) != u32::from_le_bytes(crc) => {
+                format!("block {index} of the snapshot fails its CRC")
+            }
+            Ok(()) => {
+                self.index += 1;
+                self.left -= into.len() as u64;
+                return Ok(());
+            }
+        };
+        self.damage = Some(damage.clone());
+        Err(std::io::Error::new(std::io::ErrorKind::InvalidData, damage))
+    }
+}
+
+impl<F: Read> Read for BlockReader<'_, F> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.damage.is_some() {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "damaged snapshot"));
+        }
+        if self.at == self.block.len() {
+            if self.left == 0 || out.is_empty() {
+                return Ok(0);
+            }
+            let len = usize::try_from(self.left.min(BLOCK as u64)).expect("at most BLOCK");
+            if out.len() >= len {
+                // Straight into the caller's buffer (a `BufReader` of a block's size asks for
+                // that much), and checked before the call returns: nothing unchecked escapes.
+                self.next_block(&mut out[..len])?;
+                return Ok(len);
+            }
+            let mut block = std::mem::take(&mut self.block);
+            block.resize(len, 0);
+            self.at = 0;
+            let read = self.next_block(&mut block);
+            self.block = block;
+            if let Err(e) = read {
+                self.at = self.block.len();
+                return Err(e);
+            }
+        }
+        let n = out.len().min(self.block.len() - self.at);
+        out[..n].copy_from_slice(&self.block[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
     }
 }
 
@@ -208,23 +343,19 @@ pub(crate) fn tmp_path(dir: &Path) -> PathBuf {
 }
 
 /// Serializes a checkpoint file image.
-pub(crate) fn encode(lsn: Lsn, snapshot: &[u8]) -> Vec<u8> {
-    let len = snapshot.len() as u64; // usize -> u64 never truncates on supported targets
-    let mut out = Vec::with_capacity(HEADER_LEN + snapshot.len());
-    out.extend_from_slice(MAGIC);
-    out.push(CHECKPOINT_VERSION);
-    out.extend_from_slice(&lsn.to_le_bytes());
-    out.extend_from_slice(&len.to_le_bytes());
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&out);
-    hasher.update(snapshot);
-    out.extend_from_slice(&hasher.finalize().to_le_bytes());
-    out.extend_from_slice(snapshot);
-    out
+#[cfg(test)]
+fn encode(lsn: Lsn, snapshot: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + snapshot.len() + snapshot.len() / BLOCK * 4 + 4);
+    out.extend_from_slice(&header(lsn, snapshot.len() as u64));
+    let mut blocks = Blocks::new(out, lsn);
+    // Writing to a vector cannot fail.
+    blocks.write_all(snapshot).expect("in memory");
+    blocks.finish().expect("in memory").0
 }
 
-/// Checks the checkpoint file `file` (header, length, then its CRC in one streaming pass);
-/// `path` is only used to name the file in errors.
+/// Checks the checkpoint file `file`: its header and size, and a version 1 file's CRC in one
+/// streaming pass (a version 2 file's blocks are checked as they are read); `path` names the
+/// file in errors.
 pub(crate) fn check<F: Read + Seek>(path: &Path, mut file: F) -> Result<Checkpoint<F>> {
     let damaged = |defect: String| -> Error {
         Corruption::Checkpoint { path: path.to_path_buf(), defect }.into()
@@ -246,7 +377,7 @@ pub(crate) fn check<F: Read + Seek>(path: &Path, mut file: F) -> Result<Checkpoi
     }
     // Magic matched, so this is our file: the version byte decides how to read the rest.
     let version = header[8];
-    if version != CHECKPOINT_VERSION {
+    if version != CHECKPOINT_VERSION && version != WHOLE_CRC_VERSION {
         return Err(Error::UnsupportedVersion {
             what: format!("the checkpoint file {}", path.display()),
             found: version,
@@ -257,6 +388,19 @@ pub(crate) fn check<F: Read + Seek>(path: &Path, mut file: F) -> Result<Checkpoi
     let len = u64::from_le_bytes(header[17..25].try_into().expect("8-byte slice"));
     let stored_crc = u32::from_le_bytes(header[25..29].try_into().expect("4-byte slice"));
     let present = size - HEADER_LEN as u64;
+    if version == CHECKPOINT_VERSION {
+        if crc32fast::hash(&header[..25]) != stored_crc {
+            return Err(damaged("the header fails its CRC".to_owned()));
+        }
+        let stored = blocks_size(len);
+        if present != stored {
+            return Err(damaged(format!(
+                "the header announces {len} snapshot bytes, stored in {stored}, but {present} \
+                 are present"
+            )));
+        }
+        return Ok(Checkpoint { lsn, len, version, path: path.to_path_buf(), file });
+    }
     if present != len {
         return Err(damaged(format!(
             "the header announces {len} snapshot bytes but {present} are present"
@@ -275,7 +419,7 @@ pub(crate) fn check<F: Read + Seek>(path: &Path, mut file: F) -> Result<Checkpoi
     if hasher.finalize() != stored_crc {
         return Err(damaged("CRC mismatch".to_owned()));
     }
-    Ok(Checkpoint { lsn, len, file })
+    Ok(Checkpoint { lsn, len, version, path: path.to_path_buf(), file })
 }
 
 /// Opens and checks `<dir>/checkpoint`; `Ok(None)` if there is none.
@@ -298,30 +442,95 @@ pub(crate) fn write(dir: &Path, lsn: Lsn, snapshot: &[u8]) -> Result<()> {
     .map(|_| ())
 }
 
-/// Counts and checksums the bytes written through it.
-struct Summing<W> {
+/// Writes what it is given as checked blocks (see the module docs), counting the snapshot's
+/// bytes. A block goes out in one write, its CRC in the first bytes of the buffer; the buffer
+/// also spares the file the small writes a snapshot is made of.
+struct Blocks<W> {
     inner: W,
+    lsn: Lsn,
+    /// The next block's index.
+    index: u64,
+    /// Room for the CRC, then the block being filled.
+    buf: Vec<u8>,
+    /// Snapshot bytes written out so far.
     len: u64,
-    crc: crc32fast::Hasher,
 }
 
-impl<W: Write> Write for Summing<W> {
+impl<W: Write> Blocks<W> {
+    fn new(inner: W, lsn: Lsn) -> Self {
+        let mut buf = Vec::with_capacity(BLOCK_CRC_LEN + BLOCK);
+        buf.resize(BLOCK_CRC_LEN, 0);
+        Blocks { inner, lsn, index: 0, buf, len: 0 }
+    }
+
+    /// Writes out the block in the buffer, if it holds any bytes.
+    fn emit(&mut self) -> std::io::Result<()> {
+        let block = &self.buf[BLOCK_CRC_LEN..];
+        if block.is_empty() {
+            return Ok(());
+        }
+        let crc = block_crc(self.lsn, self.index, block);
+        self.len += block.len() as u64;
+        self.buf[..BLOCK_CRC_LEN].copy_from_slice(&crc.to_le_bytes());
+        self.inner.write_all(&self.buf)?;
+        self.buf.truncate(BLOCK_CRC_LEN);
+        self.index += 1;
+        Ok(())
+    }
+
+    /// Writes out the last, partial block; returns the writer and the snapshot's length.
+    fn finish(mut self) -> std::io::Result<(W, u64)> {
+        self.emit()?;
+        Ok((self.inner, self.len))
+    }
+}
+
+impl<W: Write> Write for Blocks<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.crc.update(&buf[..n]);
-        self.len += n as u64;
+        let room = BLOCK_CRC_LEN + BLOCK - self.buf.len();
+        let n = room.min(buf.len());
+        self.buf.extend_from_slice(&buf[..n]);
+        if self.buf.len() == BLOCK_CRC_LEN + BLOCK {
+            self.emit()?;
+        }
         Ok(n)
     }
 
+    /// Flushes what was written out, never a partial block: blocks have a fixed size.
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
     }
 }
 
+/// The CRC of block `index` of the checkpoint at `lsn`.
+fn block_crc(lsn: Lsn, index: u64, block: &[u8]) -> u32 {
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&lsn.to_le_bytes());
+    crc.update(&index.to_le_bytes());
+    crc.update(block);
+    crc.finalize()
+}
+
+/// The stored size of a snapshot of `len` bytes: its blocks and their CRCs.
+fn blocks_size(len: u64) -> u64 {
+    len.saturating_add(len.div_ceil(BLOCK as u64) * BLOCK_CRC_LEN as u64)
+}
+
+/// The header of a checkpoint at `lsn` with a snapshot of `len` bytes.
+fn header(lsn: Lsn, len: u64) -> [u8; HEADER_LEN] {
+    let mut header = [0u8; HEADER_LEN];
+    header[..8].copy_from_slice(MAGIC);
+    header[8] = CHECKPOINT_VERSION;
+    header[9..17].copy_from_slice(&lsn.to_le_bytes());
+    header[17..25].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32fast::hash(&header[..25]);
+    header[25..29].copy_from_slice(&crc.to_le_bytes());
+    header
+}
+
 /// [`write()`] with the snapshot streamed by `snapshot` into the file as it is produced, so a
 /// checkpoint of a large state is never held whole in memory. The header, which holds the
-/// snapshot's length and the CRC, is written last, before the fsync. Returns the snapshot's
-/// length.
+/// snapshot's length, is written last, before the fsync. Returns the snapshot's length.
 pub(crate) fn write_with(
     dir: &Path,
     lsn: Lsn,
@@ -333,25 +542,12 @@ pub(crate) fn write_with(
         let mut file =
             fs::File::create(&tmp).map_err(Error::fs(format!("create {}", tmp.display())))?;
         file.write_all(&[0; HEADER_LEN]).map_err(Error::fs(format!("write {}", tmp.display())))?;
-        // The buffer goes outside the checksum: a snapshot is written a field at a time, and
-        // checksumming a few bytes at a time costs more than the bytes.
-        let mut out = std::io::BufWriter::with_capacity(
-            1 << 20,
-            Summing { inner: file, len: 0, crc: crc32fast::Hasher::new() },
-        );
+        let mut out = Blocks::new(file, lsn);
         snapshot(&mut out)?;
-        let Summing { inner: mut file, len, crc: body } = out
-            .into_inner()
-            .map_err(|e| Error::fs(format!("write {}", tmp.display()))(e.into_error()))?;
-        // The header's CRC covers the header, then the snapshot: combine the two.
-        let mut header = encode(lsn, &[]);
-        header[17..25].copy_from_slice(&len.to_le_bytes());
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&header[..25]);
-        crc.combine(&body);
-        header[25..29].copy_from_slice(&crc.finalize().to_le_bytes());
+        let (mut file, len) =
+            out.finish().map_err(Error::fs(format!("write {}", tmp.display())))?;
         file.seek(SeekFrom::Start(0))
-            .and_then(|_| file.write_all(&header))
+            .and_then(|_| file.write_all(&header(lsn, len)))
             .map_err(Error::fs(format!("write {}", tmp.display())))?;
         // The data must be on disk before the rename makes it the checkpoint; otherwise a crash
         // could leave a correctly named file with garbage (or zero-length) contents.
@@ -417,33 +613,67 @@ mod tests {
         assert_eq!(read_swept(dir.path(), 20), Some((swept, None)));
     }
 
-    /// Checks a file image held in memory.
+    /// Checks a file image held in memory and reads its snapshot.
     fn decode(path: &Path, image: Vec<u8>) -> Result<(Lsn, Vec<u8>)> {
         let mut checked = check(path, std::io::Cursor::new(image))?;
-        Ok((checked.lsn, bytes_of(&mut checked)))
+        Ok((checked.lsn, read_snapshot(&mut checked, usize::MAX)?))
     }
 
-    /// The snapshot of a checked checkpoint, read whole.
-    fn bytes_of<F: Read + Seek>(checkpoint: &mut Checkpoint<F>) -> Vec<u8> {
-        let mut snapshot = Vec::new();
-        checkpoint.snapshot().unwrap().read_to_end(&mut snapshot).unwrap();
-        assert_eq!(snapshot.len() as u64, checkpoint.len);
-        snapshot
+    /// The snapshot of a checked checkpoint, read whole in reads of at most `at_once` bytes;
+    /// a damaged block is the error recovery reports.
+    fn read_snapshot<F: Read + Seek>(c: &mut Checkpoint<F>, at_once: usize) -> Result<Vec<u8>> {
+        let len = c.len;
+        let mut snapshot = c.snapshot().unwrap();
+        let mut bytes = Vec::new();
+        let mut buf = vec![0u8; at_once.min(3 * BLOCK)];
+        loop {
+            match snapshot.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => bytes.extend_from_slice(&buf[..n]),
+                Err(e) => return Err(snapshot.damage().unwrap_or_else(|| panic!("{e}"))),
+            }
+        }
+        assert_eq!(bytes.len() as u64, len);
+        Ok(bytes)
     }
 
     /// `<dir>/checkpoint` as (LSN, snapshot), if there is one.
     fn read_whole(dir: &Path) -> Option<(Lsn, Vec<u8>)> {
-        read(dir).unwrap().map(|mut c| (c.lsn, bytes_of(&mut c)))
+        read(dir).unwrap().map(|mut c| (c.lsn, read_snapshot(&mut c, BLOCK).unwrap()))
+    }
+
+    /// A version 1 image: one CRC over the header and the whole snapshot.
+    fn encode_v1(lsn: Lsn, snapshot: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(MAGIC);
+        out.push(WHOLE_CRC_VERSION);
+        out.extend_from_slice(&lsn.to_le_bytes());
+        out.extend_from_slice(&(snapshot.len() as u64).to_le_bytes());
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&out);
+        hasher.update(snapshot);
+        out.extend_from_slice(&hasher.finalize().to_le_bytes());
+        out.extend_from_slice(snapshot);
+        out
     }
 
     #[test]
     fn image_round_trip() {
         let p = Path::new("/d/checkpoint");
-        let large: Vec<u8> = (0..READ_BUFFER * 2 + 17).map(|i| (i % 253) as u8).collect();
-        for snapshot in [&b""[..], b"snapshot bytes", &[7u8; 4096], &large] {
+        let large: Vec<u8> = (0..BLOCK * 2 + 17).map(|i| (i % 253) as u8).collect();
+        let whole_blocks: Vec<u8> = (0..BLOCK * 2).map(|i| (i % 241) as u8).collect();
+        for snapshot in [&b""[..], b"snapshot bytes", &[7u8; 4096], &large, &whole_blocks] {
             let image = encode(99, snapshot);
-            let back = decode(p, image.clone()).unwrap();
-            assert_eq!(back, (99, snapshot.to_vec()));
+            let stored = HEADER_LEN as u64 + blocks_size(snapshot.len() as u64);
+            assert_eq!(image.len() as u64, stored);
+            assert_eq!(decode(p, image.clone()).unwrap(), (99, snapshot.to_vec()));
+            // Reads smaller than a block, of sizes that straddle blocks, get the same bytes.
+            for at_once in [1000, BLOCK - 1, BLOCK + 1] {
+                let mut checked = check(p, std::io::Cursor::new(image.clone())).unwrap();
+                assert_eq!(read_snapshot(&mut checked, at_once).unwrap(), snapshot);
+            }
+            // A version 1 file still reads.
+            assert_eq!(decode(p, encode_v1(99, snapshot)).unwrap(), (99, snapshot.to_vec()));
         }
     }
 
@@ -476,24 +706,45 @@ mod tests {
     #[test]
     fn any_damage_is_corruption() {
         let p = Path::new("/d/checkpoint");
-        let image = encode(5, b"hello");
-        for cut in 0..image.len() {
-            let err = decode(p, image[..cut].to_vec()).unwrap_err();
-            assert!(err.is_corruption(), "cut at {cut}: {err:?}");
-        }
-        for byte in 0..image.len() {
-            if byte == 8 {
-                continue; // the version byte: checked below
+        for image in [encode(5, b"hello"), encode_v1(5, b"hello")] {
+            for cut in 0..image.len() {
+                let err = decode(p, image[..cut].to_vec()).unwrap_err();
+                assert!(err.is_corruption(), "cut at {cut}: {err:?}");
             }
-            let mut damaged = image.clone();
-            damaged[byte] ^= 0x10;
-            let err = decode(p, damaged.clone()).unwrap_err();
-            assert!(err.is_corruption(), "flip in byte {byte}: {err:?}");
-            assert!(err.to_string().contains("/d/checkpoint"), "{err}");
+            for byte in 0..image.len() {
+                if byte == 8 {
+                    continue; // the version byte: checked below
+                }
+                let mut damaged = image.clone();
+                damaged[byte] ^= 0x10;
+                let err = decode(p, damaged.clone()).unwrap_err();
+                assert!(err.is_corruption(), "flip in byte {byte}: {err:?}");
+                assert!(err.to_string().contains("/d/checkpoint"), "{err}");
+            }
+            let mut newer = image.clone();
+            newer[8] = CHECKPOINT_VERSION + 1;
+            assert!(matches!(decode(p, newer.clone()), Err(Error::UnsupportedVersion { .. })));
         }
-        let mut newer = image.clone();
-        newer[8] = CHECKPOINT_VERSION + 1;
-        assert!(matches!(decode(p, newer.clone()), Err(Error::UnsupportedVersion { .. })));
+
+        // Several blocks: a flip in any one, two blocks swapped, or a block of another
+        // checkpoint in place of its own.
+        let snapshot: Vec<u8> = (0..BLOCK * 3 + 5).map(|i| (i % 239) as u8).collect();
+        let image = encode(7, &snapshot);
+        let block_at = |i: usize| HEADER_LEN + i * (BLOCK_CRC_LEN + BLOCK);
+        for i in 0..4 {
+            let mut damaged = image.clone();
+            damaged[block_at(i) + BLOCK_CRC_LEN + 2] ^= 1;
+            let err = decode(p, damaged).unwrap_err();
+            assert!(err.to_string().contains(&format!("block {i} ")), "{err}");
+        }
+        let mut swapped = image.clone();
+        let (first, rest) = swapped[block_at(0)..].split_at_mut(BLOCK_CRC_LEN + BLOCK);
+        first.swap_with_slice(&mut rest[..BLOCK_CRC_LEN + BLOCK]);
+        assert!(decode(p, swapped).unwrap_err().is_corruption());
+        let other = encode(8, &snapshot);
+        let mut mixed = image.clone();
+        mixed[block_at(1)..block_at(2)].copy_from_slice(&other[block_at(1)..block_at(2)]);
+        assert!(decode(p, mixed).unwrap_err().is_corruption());
     }
 
     #[test]

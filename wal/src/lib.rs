@@ -26,8 +26,9 @@
 //!   stored as chunks of at most that size, each framed, under 16-byte keys `[LSN][index u32
 //!   BE][count u32 BE]`: sled sends larger values (and tree nodes) to a file of their own under
 //!   `blobs/`, one file and fsync each, that can outlive the records in them.
-//! - `checkpoint`: the latest snapshot: `[SHEETDCK][version u8][lsn u64][len u64][crc32][bytes]`
-//!   (`checkpoint.tmp` exists only while one is being written).
+//! - `checkpoint`: the latest snapshot: `[SHEETDCK][version u8][lsn u64][len u64][crc32]`, then
+//!   the snapshot in 1 MiB blocks, each behind its own CRC (`checkpoint.tmp` exists only while
+//!   one is being written).
 //!
 //! `log.next/` and `log.old/` exist only while a checkpoint rewrites a bloated log store with
 //! its live records (sled never shrinks its files); a crash in between is completed or undone at

@@ -206,9 +206,12 @@ fn deliver_checkpoint<F: std::io::Read + std::io::Seek>(
     let lsn = c.lsn;
     let read_error = |e| Error::fs("read the checkpoint file's snapshot".to_owned())(e);
     let mut snapshot = c.snapshot().map_err(read_error)?;
-    replayer
-        .checkpoint(lsn, &mut snapshot)
-        .map_err(|source| Error::ReplayCheckpoint { lsn, source })
+    let delivered = replayer.checkpoint(lsn, &mut snapshot);
+    // A damaged block fails the replayer's read: the damage is the error to report.
+    if let Some(damage) = snapshot.damage() {
+        return Err(damage);
+    }
+    delivered.map_err(|source| Error::ReplayCheckpoint { lsn, source })
 }
 
 /// What the walk of the log's tail finds: the report's counts, the sizes of the records it
