@@ -158,12 +158,18 @@ impl SheetState {
     /// Rebuild derived indexes (after decoding a checkpoint).
     pub fn reindex(&mut self) {
         self.by_position = self.sorted_columns();
-        self.children = self
-            .rows
-            .values()
-            .filter_map(|row| row.parent_id.map(|parent| (parent, row.id)))
-            .collect();
-        self.attachments = self.recount_attachments();
+        // One walk of the rows for both: a start spends it on every row of every sheet.
+        let mut children = Vec::new();
+        let (mut count, mut bytes) = (0, 0);
+        for row in self.rows.values() {
+            if let Some(parent) = row.parent_id {
+                children.push((parent, row.id));
+            }
+            count += row.attachments.len() as u64;
+            bytes += row.attachments.iter().map(|a| a.bytes).sum::<u64>();
+        }
+        self.children = children.into_iter().collect();
+        self.attachments = (count, bytes);
     }
 
     fn sorted_columns(&self) -> Arc<[Column]> {
