@@ -295,11 +295,9 @@ impl Wal {
         let started = Instant::now();
         fsutil::ensure_dir(&config.dir)?;
         log::finish_interrupted_compaction(&config.dir)?;
-        // Open sled first: its lock proves no live process owns `checkpoint.tmp` below.
-        let store = LogStore::open(&config.dir, config.cache_capacity_bytes)?;
-        if checkpoint::remove_leftover_tmp(&config.dir)? {
-            tracing::warn!(dir = %config.dir.display(), "removed a checkpoint.tmp left by a crash");
-        }
+        // The checkpoint and its sweep marker are read before sled's lock is taken: files
+        // replaced only by rename, read through handles that keep what they opened. Should
+        // another process hold the dir, opening sled fails and the start with it.
         let mut ckpt = checkpoint::read(&config.dir)?;
         let ckpt_lsn = ckpt.as_ref().map(|c| c.lsn);
         let ckpt_bytes = ckpt.as_ref().map_or(0, |c| c.len);
@@ -308,7 +306,23 @@ impl Wal {
                 Some((swept, listed)) => (Some(swept), listed),
                 None => (None, None),
             };
-        let mut scan = recovery::scan(Some(&store), ckpt.as_mut(), swept, replayer, Mode::Repair)?;
+        // sled opens (its own recovery) while the checkpoint decodes. Its lock proves no live
+        // process owns `checkpoint.tmp`, so that goes only once sled is open.
+        let open = Box::new(|| {
+            let store = LogStore::open(&config.dir, config.cache_capacity_bytes)?;
+            if checkpoint::remove_leftover_tmp(&config.dir)? {
+                tracing::warn!(dir = %config.dir.display(), "removed a checkpoint.tmp left by a crash");
+            }
+            Ok(store)
+        });
+        let mut scan = recovery::scan(
+            recovery::Store::Opening(open),
+            ckpt.as_mut(),
+            swept,
+            replayer,
+            Mode::Repair,
+        )?;
+        let store = scan.opened.take().expect("recovery opened the store");
         if let Some(lsn) = ckpt_lsn {
             match (swept, listed, scan.kept.take()) {
                 // The walk removed any stale record: the next start may skip the retained ones.
@@ -414,14 +428,15 @@ impl Wal {
                 ckpt
             };
             let store = LogStore::open_at(dir, &copy, config.cache_capacity_bytes)?;
-            let scan = recovery::scan(Some(&store), ckpt.as_mut(), None, replayer, Mode::ReadOnly)?;
+            let store_ref = recovery::Store::Open(&store);
+            let scan = recovery::scan(store_ref, ckpt.as_mut(), None, replayer, Mode::ReadOnly)?;
             // Close sled before the scratch dir is deleted.
             drop(store);
             scan
         } else {
             // No log yet: only a checkpoint (if any) to check.
             let mut ckpt = checkpoint::read(dir)?;
-            recovery::scan(None, ckpt.as_mut(), None, replayer, Mode::ReadOnly)?
+            recovery::scan(recovery::Store::Absent, ckpt.as_mut(), None, replayer, Mode::ReadOnly)?
         };
         scan.report.elapsed = started.elapsed();
         Ok(scan.report)
@@ -760,7 +775,7 @@ impl Wal {
         let dropped = store.remove_after(durable)?;
         let mut checkpoint = lock(&core.checkpoint).map(checkpoint::Checkpoint::lsn_only);
         let scan = recovery::scan(
-            Some(&store),
+            recovery::Store::Open(&store),
             checkpoint.as_mut(),
             None,
             &mut recovery::Discard,

@@ -18,10 +18,12 @@
 //! 5. In [`Mode::Repair`], delete stale records and the torn tail in one durable batch.
 //!    In [`Mode::ReadOnly`], only report them.
 //!
-//! Steps 3 and 4 run on a walker thread: records that pass go, in batches, to the caller's
-//! thread, which calls [`Replayer::record`] in LSN order while the walk reads on. With a sweep
-//! marker the walker starts before step 1, so after a crash a long tail is read from sled while
-//! the checkpoint decodes; only its replay waits for the checkpoint.
+//! Step 1 runs on the caller's thread while a walker thread opens sled (for a start: sled's
+//! own recovery) and, with a sweep marker, does steps 3 and 4: records that pass go, in
+//! batches, to the caller's thread, which calls [`Replayer::record`] in LSN order once the
+//! checkpoint is in. So after a crash a long tail is read from sled while the checkpoint
+//! decodes. Without a marker (rare: a crash between a checkpoint and its truncation), step 2
+//! needs the replayer, so it and the tail follow step 1 on the caller's thread.
 
 use std::collections::VecDeque;
 
@@ -51,20 +53,33 @@ pub(crate) struct Scan {
     pub(crate) retained_bytes: u64,
     /// Those records, when the scan walked them (no sweep marker was trusted).
     pub(crate) kept: Option<Vec<Kept>>,
+    /// The store, when the scan opened it ([`Store::Opening`]).
+    pub(crate) opened: Option<LogStore>,
 }
 
-/// Runs steps 1-5 of the module docs. `store` is `None` when there is no log at all (verify of
-/// a data dir without `log/`); `swept` is the sweep marker of `checkpoint`, if the caller trusts
-/// one.
+/// Where a scan finds the log store.
+pub(crate) enum Store<'a> {
+    /// No log at all (verify of a data dir without `log/`).
+    Absent,
+    /// Open already.
+    Open(&'a LogStore),
+    /// Opened by the scan, on its walk thread while the checkpoint decodes (sled's own recovery
+    /// costs a start after a crash about a tenth of a second), and handed back in
+    /// [`Scan::opened`].
+    Opening(Box<dyn FnOnce() -> Result<LogStore> + Send + 'a>),
+}
+
+/// Runs steps 1-5 of the module docs. `swept` is the sweep marker of `checkpoint`, if the
+/// caller trusts one.
 pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
-    store: Option<&LogStore>,
+    store: Store<'_>,
     checkpoint: Option<&mut Checkpoint<F>>,
     swept: Option<Swept>,
     replayer: &mut dyn Replayer,
     mode: Mode,
 ) -> Result<Scan> {
     let checkpoint_lsn = checkpoint.as_ref().map(|c| c.lsn);
-    let mut report = RecoveryReport {
+    let report = RecoveryReport {
         checkpoint_lsn,
         records_replayed: 0,
         bytes_replayed: 0,
@@ -75,90 +90,102 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
         records_retained: 0,
         elapsed: std::time::Duration::ZERO,
     };
+    // Repairs are collected even in read-only mode (cheap); applied only in repair mode, as
+    // one atomic batch, so a crash during recovery leaves either the old or the repaired log.
+    let mut tail = Tail { report, sizes: VecDeque::new(), repairs: sled::Batch::default() };
+    let (borrowed, open) = match store {
+        Store::Absent => {
+            deliver_checkpoint(checkpoint, replayer)?;
+            let Tail { report, sizes, .. } = tail;
+            return Ok(Scan { report, sizes, retained_bytes: 0, kept: None, opened: None });
+        }
+        Store::Open(store) => (Some(store), None),
+        Store::Opening(open) => (None, Some(open)),
+    };
+    // With a sweep marker, the tail is every record after the checkpoint and nothing below it
+    // needs the replayer: the walk runs beside the checkpoint's decoding.
+    let early = swept.filter(|s| Some(s.lsn) == checkpoint_lsn && s.lsn < Lsn::MAX);
     let mut retained_bytes = 0u64;
-    let Some(store) = store else {
-        deliver_checkpoint(checkpoint, replayer)?;
-        return Ok(Scan { report, sizes: VecDeque::new(), retained_bytes, kept: None });
-    };
-
-    // The torn-tail rule applies to the highest key only, so find it before walking.
-    let highest = match store.db.last()? {
-        Some((k, _)) => Some(lsn_of(&k)?),
-        None => None,
-    };
-    // Collected even in read-only mode (cheap); applied only in repair mode, as one atomic
-    // batch, so a crash during recovery leaves either the old or the repaired log.
-    let repairs = sled::Batch::default();
-    // With a sweep marker, the tail is every record after the checkpoint, and nothing below
-    // it needs the replayer: the walk starts at once, beside the checkpoint's decoding.
-    let start = match (swept, checkpoint_lsn) {
-        (Some(swept), Some(lsn)) if swept.lsn == lsn => {
-            report.records_retained = swept.records;
-            retained_bytes = swept.bytes;
-            lsn.checked_add(1).map(key)
-        }
-        _ => None,
-    };
-    let mut kept = (start.is_none() && checkpoint_lsn.is_some()).then(Vec::new);
-    let mut tail = Tail { report: report.clone(), sizes: VecDeque::new(), repairs };
-    std::thread::scope(|scope| -> Result<()> {
-        // Steps 3 and 4 run on a walker that reads sled and checks frames, handing the good
-        // records in batches to this thread, which replays them in LSN order: a long tail
-        // after a crash is read while the checkpoint decodes, and costs about as much to read
-        // as to replay. A bound on the queue bounds the memory of records read ahead.
+    if let Some(swept) = early {
+        tail.report.records_retained = swept.records;
+        retained_bytes = swept.bytes;
+    }
+    let opened = std::thread::scope(|scope| -> Result<Option<LogStore>> {
+        // Steps 3 and 4 on a walker that reads sled and checks frames, handing the good records
+        // in batches to this thread, which replays them in LSN order. A bound on the queue
+        // bounds the memory of records read ahead.
         let (tx, rx) = crossbeam_channel::bounded::<Batch>(REPLAY_QUEUE);
-        let mut walk = Some((&mut tail, tx));
-        let mut walker = None;
-        if let Some(first) = start {
-            let (tail, tx) = walk.take().expect("unused");
-            let items = store.db.range(first..).peekable();
-            walker = Some(spawn_walk(scope, items, highest, mode, tail, tx)?);
-        }
-        // Step 1. On an error the walker, if started, stops at its next send.
-        deliver_checkpoint(checkpoint, replayer)?;
-        if let Some((tail, tx)) = walk.take() {
-            // Step 2: the records at or below the checkpoint come first (keys ascend).
-            let mut items = store.db.iter().peekable();
-            while let Some(Ok((k, _))) = items.peek() {
-                let lsn = lsn_of(k)?;
-                if checkpoint_lsn.is_none_or(|c| lsn > c) {
-                    break;
-                }
-                let parts = next_record(&mut items)?.expect("peeked");
-                if replayer.retains(lsn) {
-                    let record = Kept::of(lsn, &parts);
-                    tail.report.records_retained += 1;
-                    retained_bytes += record.bytes;
-                    if let Some(kept) = kept.as_mut() {
-                        kept.push(record);
-                    }
-                    continue;
-                }
-                tail.report.stale_records_truncated += 1;
-                for (k, _, _) in parts {
-                    tail.repairs.remove(k);
-                }
-            }
-            walker = Some(spawn_walk(scope, items, highest, mode, tail, tx)?);
-        }
-        let walker = walker.expect("started above");
-        let mut replayed = Ok(());
-        'replay: for batch in rx {
-            for (lsn, payload) in batch.records {
-                if let Err(source) = replayer.record(lsn, &payload) {
-                    replayed = Err(Error::ReplayRecord { lsn, source });
-                    break 'replay;
-                }
-            }
-        }
-        // The receiver is gone here, so a walker still reading stops at its next send.
-        let walked = match walker.join() {
-            Ok(walked) => walked,
+        let tail = &mut tail;
+        let walker = std::thread::Builder::new()
+            .name("wal-walk".to_owned())
+            .spawn_scoped(scope, move || {
+                let opened = match open.map(|open| open()).transpose() {
+                    Ok(opened) => opened,
+                    Err(e) => return (Err(e), Ok(())),
+                };
+                let walked = match (early, borrowed.or(opened.as_ref())) {
+                    (Some(swept), Some(store)) => highest(store).and_then(|highest| {
+                        let items = store.db.range(key(swept.lsn + 1)..).peekable();
+                        walk_tail(items, highest, mode, tail, &mut |b| tx.send(b).is_ok())
+                    }),
+                    _ => Ok(()),
+                };
+                (Ok(opened), walked)
+            })
+            .map_err(Error::fs("start the log walk thread".to_owned()))?;
+        // Step 1, then the records the walker hands on.
+        let replayed =
+            deliver_checkpoint(checkpoint, replayer).and_then(|()| replay(&rx, replayer));
+        // Gone before the join, so a walker waiting on a full queue stops at its send.
+        drop(rx);
+        let (opened, walked) = match walker.join() {
+            Ok(results) => results,
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        // The replay's error first: the walk stops early only because the replay did.
-        replayed.and(walked)
+        // A store that does not open explains everything else; the walk stops early only
+        // because the replay did, so the replay's error comes before the walk's.
+        let opened = opened?;
+        replayed?;
+        walked?;
+        Ok(opened)
     })?;
+    let store = borrowed.or(opened.as_ref()).expect("a store was given or opened");
+    let mut kept = None;
+    if early.is_none() {
+        // Step 2: the records at or below the checkpoint come first (keys ascend); which of
+        // them are retained, only the replayer knows, and only once it has the checkpoint. The
+        // tail follows, replayed as it is read (a start without a marker is rare).
+        let highest = highest(store)?;
+        let mut items = store.db.iter().peekable();
+        kept = checkpoint_lsn.is_some().then(Vec::new);
+        while let Some(Ok((k, _))) = items.peek() {
+            let lsn = lsn_of(k)?;
+            if checkpoint_lsn.is_none_or(|c| lsn > c) {
+                break;
+            }
+            let parts = next_record(&mut items)?.expect("peeked");
+            if replayer.retains(lsn) {
+                let record = Kept::of(lsn, &parts);
+                tail.report.records_retained += 1;
+                retained_bytes += record.bytes;
+                if let Some(kept) = kept.as_mut() {
+                    kept.push(record);
+                }
+                continue;
+            }
+            tail.report.stale_records_truncated += 1;
+            for (k, _, _) in parts {
+                tail.repairs.remove(k);
+            }
+        }
+        let mut replayed = Ok(());
+        let walked = walk_tail(items, highest, mode, &mut tail, &mut |batch| {
+            replayed = replay_batch(batch, replayer);
+            replayed.is_ok()
+        });
+        replayed?;
+        walked?;
+    }
     let Tail { report, sizes, repairs } = tail;
 
     // Step 5.
@@ -175,24 +202,29 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
     if mode == Mode::Repair && (report.stale_records_truncated > 0 || report.torn_tail_dropped) {
         store.write(repairs)?;
     }
-    Ok(Scan { report, sizes, retained_bytes, kept })
+    Ok(Scan { report, sizes, retained_bytes, kept, opened })
 }
 
-/// Starts [`walk_tail`] on a thread of `scope`.
-fn spawn_walk<'scope>(
-    scope: &'scope std::thread::Scope<'scope, '_>,
-    items: std::iter::Peekable<
-        impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>> + Send + 'scope,
-    >,
-    highest: Option<Lsn>,
-    mode: Mode,
-    tail: &'scope mut Tail,
-    tx: crossbeam_channel::Sender<Batch>,
-) -> Result<std::thread::ScopedJoinHandle<'scope, Result<()>>> {
-    std::thread::Builder::new()
-        .name("wal-walk".to_owned())
-        .spawn_scoped(scope, move || walk_tail(items, highest, mode, tail, &tx))
-        .map_err(Error::fs("start the log walk thread".to_owned()))
+/// The highest record's LSN: the torn-tail rule applies to it alone, so it is found before
+/// walking.
+fn highest(store: &LogStore) -> Result<Option<Lsn>> {
+    match store.db.last()? {
+        Some((k, _)) => Ok(Some(lsn_of(&k)?)),
+        None => Ok(None),
+    }
+}
+
+/// Replays the batches `rx` brings until the walker is done.
+fn replay(rx: &crossbeam_channel::Receiver<Batch>, replayer: &mut dyn Replayer) -> Result<()> {
+    rx.iter().try_for_each(|batch| replay_batch(batch, replayer))
+}
+
+/// Replays one batch in order; stops at the first record the replayer rejects.
+fn replay_batch(batch: Batch, replayer: &mut dyn Replayer) -> Result<()> {
+    for (lsn, payload) in batch.records {
+        replayer.record(lsn, &payload).map_err(|source| Error::ReplayRecord { lsn, source })?;
+    }
+    Ok(())
 }
 
 /// Step 1: hands the checkpoint's snapshot, if any, to the replayer.
@@ -241,14 +273,15 @@ impl Batch {
     const BYTES: usize = 4 << 20;
 }
 
-/// Steps 3 and 4 for the records after the checkpoint: checks each, and sends the good ones
-/// to the replay through `tx`. Stops early, without error, if the replay stopped.
+/// Steps 3 and 4 for the records after the checkpoint: checks each, and hands the good ones
+/// in batches to `sink`, which answers whether the replay goes on. Stops early, without
+/// error, when it does not.
 fn walk_tail(
     mut items: std::iter::Peekable<impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>>,
     highest: Option<Lsn>,
     mode: Mode,
     tail: &mut Tail,
-    tx: &crossbeam_channel::Sender<Batch>,
+    sink: &mut dyn FnMut(Batch) -> bool,
 ) -> Result<()> {
     let Tail { report, sizes, repairs } = tail;
     let mut batch = Batch::default();
@@ -278,7 +311,7 @@ fn walk_tail(
                 let full = batch.records.len() >= Batch::RECORDS || batch.bytes >= Batch::BYTES;
                 // A failed send means the replay stopped on an earlier record: its error is
                 // the one to report.
-                if full && tx.send(std::mem::take(&mut batch)).is_err() {
+                if full && !sink(std::mem::take(&mut batch)) {
                     return Ok(());
                 }
             }
@@ -313,7 +346,7 @@ fn walk_tail(
     }
     if !batch.records.is_empty() {
         // Fails only if the replay already stopped; its error is the one to report.
-        let _ = tx.send(batch);
+        sink(batch);
     }
     Ok(())
 }

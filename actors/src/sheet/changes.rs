@@ -48,7 +48,24 @@ pub struct ChangeSpan {
     pub at: Millis,
     /// The last versions of the removed rows, in the record's order: a removed row is gone
     /// from the sheet, and the record names only its id.
+    #[serde(deserialize_with = "deserialize_versions")]
     pub deleted_versions: Arc<[u64]>,
+}
+
+/// `versions` as a span keeps them. Most spans remove no row: theirs share one empty slice
+/// instead of an allocation each (a retained feed holds hundreds of thousands of spans, and a
+/// start decodes every one).
+fn shared_versions(versions: Vec<u64>) -> Arc<[u64]> {
+    static NONE: std::sync::LazyLock<Arc<[u64]>> = std::sync::LazyLock::new(|| Arc::from([]));
+    if versions.is_empty() {
+        Arc::clone(&NONE)
+    } else {
+        versions.into()
+    }
+}
+
+fn deserialize_versions<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Arc<[u64]>, D::Error> {
+    Vec::deserialize(d).map(shared_versions)
 }
 
 /// A sheet's retained changes: the spans in `seq` order.
@@ -113,7 +130,7 @@ impl ChangeLog {
             count,
             lsn,
             at,
-            deleted_versions: deleted.into(),
+            deleted_versions: shared_versions(deleted),
         });
     }
 
