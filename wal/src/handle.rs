@@ -301,18 +301,18 @@ impl Wal {
         let mut ckpt = checkpoint::read(&config.dir)?;
         let ckpt_lsn = ckpt.as_ref().map(|c| c.lsn);
         let ckpt_bytes = ckpt.as_ref().map_or(0, |c| c.len);
-        let (swept, listed) =
-            match ckpt_lsn.and_then(|lsn| checkpoint::read_swept(&config.dir, lsn)) {
-                Some((swept, listed)) => (Some(swept), listed),
-                None => (None, None),
-            };
-        // sled opens (its own recovery) while the checkpoint decodes. Its lock proves no live
-        // process owns `checkpoint.tmp`, so that goes only once sled is open.
+        let marker = ckpt_lsn.and_then(|lsn| checkpoint::read_swept(&config.dir, lsn));
+        let swept = marker.as_ref().map(|(swept, _)| *swept);
+        // sled opens (its own recovery) while the checkpoint decodes, and the marker's list
+        // decodes after it. sled's lock proves no live process owns `checkpoint.tmp`, so that
+        // goes only once sled is open.
+        let mut listed = None;
         let open = Box::new(|| {
             let store = LogStore::open(&config.dir, config.cache_capacity_bytes)?;
             if checkpoint::remove_leftover_tmp(&config.dir)? {
                 tracing::warn!(dir = %config.dir.display(), "removed a checkpoint.tmp left by a crash");
             }
+            listed = marker.and_then(|(swept, list)| checkpoint::read_kept(&list, swept));
             Ok(store)
         });
         let mut scan = recovery::scan(
