@@ -128,6 +128,29 @@ async fn write_workloads_report_rows_written_and_the_logs_flushes() {
             assert_eq!(l["rowsWritten"], 150 * 20, "every item of every bulk add: {l}");
         }
     }
+    // Without --verify a bulk answer's rows are skipped, not read: the count must not change.
+    let args = flags(&[
+        "--workload",
+        "bulk-add",
+        "--sheets",
+        "2",
+        "--rows",
+        "300",
+        "--columns",
+        "12",
+        "--concurrency",
+        "1",
+        "--requests",
+        "150",
+        "--warmup",
+        "0s",
+        "--bulk-size",
+        "20",
+    ]);
+    let r = json_of(&bench::execute(&args).await.expect("the run completes"));
+    let l = &r["levels"][0];
+    assert_eq!(l["rowsWritten"], 150 * 20, "every item of every bulk add: {l}");
+    assert_eq!(l["errorRequests"], 0, "{l}");
 }
 
 #[actix_rt::test]
