@@ -941,6 +941,28 @@ fn a_checkpoint_rewrites_a_bloated_log_store_and_nothing_is_lost() {
     assert_eq!(collect.records, expected);
 }
 
+/// The rewrite holds appends for the copy of every live record: with many retained, a
+/// bloated store is left as it is.
+#[test]
+fn a_bloated_store_whose_retained_records_are_many_is_not_rewritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_dir = dir.path().join(crate::log::DIR_NAME);
+    let (wal, _, _) = recover(dir.path());
+    append_all(&wal, &(0..2_000).map(|i| payload(i, 20_000)).collect::<Vec<_>>());
+    let before = fsutil::tree_size(&log_dir).unwrap();
+    assert!(before > 40 << 20, "the burst grew the store to {before} bytes");
+    // 60 records of 20 KB retained: 1.2 MB live, over the tests' cap, and 4 x 1.2 MB + 32 MB
+    // is below what the store holds, so only the cap keeps it from a rewrite.
+    wal.checkpoint_retaining(1_990, b"state", &|lsn| lsn <= 60).unwrap();
+    let live = wal.stats().retained_bytes;
+    assert!((60 * 20_000..61 * 20_000).contains(&live), "{live} bytes retained");
+    let after = fsutil::tree_size(&log_dir).unwrap();
+    assert!(after >= before * 3 / 4, "not rewritten: {before} -> {after} bytes");
+    drop(wal);
+    let (_wal, report, _) = recover(dir.path());
+    assert_eq!((report.checkpoint_lsn, report.records_retained), (Some(1_990), 60));
+}
+
 #[test]
 fn a_rewrite_cut_short_by_a_crash_is_undone_or_completed_at_the_next_open() {
     let dir = tempfile::tempdir().unwrap();
