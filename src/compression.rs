@@ -175,6 +175,9 @@ pub struct BodyDecoder {
     limit: usize,
 }
 
+/// The most a plain body's buffer is sized for up front, whatever its announced length.
+const PRESIZE_MAX: usize = 16 << 20;
+
 /// The largest zstd window accepted, as a power of two: 8 MiB, what zstd's own levels up to
 /// 19 use. The decoder allocates the window a frame declares, so without this cap a 20-byte
 /// frame could make it allocate 128 MiB.
@@ -187,9 +190,19 @@ impl BodyDecoder {
     pub fn for_request(req: &HttpRequest, limit: usize) -> Result<Self, ApiError> {
         let sink = || Bounded { buf: web::BytesMut::new(), limit, overflowed: false };
         let sent = req.headers().get(header::CONTENT_ENCODING);
+        // A plain body's length is announced: one buffer of that size takes it without the
+        // copies of growing (a 2000-row bulk body is about 700 KB). The announcement is only
+        // trusted up to PRESIZE_MAX bytes; past that the buffer grows as the bytes come.
+        let announced = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+            .map_or(0, |n| n.min(limit).min(PRESIZE_MAX));
+        let plain =
+            || Bounded { buf: web::BytesMut::with_capacity(announced), limit, overflowed: false };
         let name = sent.map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_ascii_lowercase());
         let coding = match name.as_deref() {
-            None | Some("identity") => Coding::Identity(sink()),
+            None | Some("identity") => Coding::Identity(plain()),
             Some("gzip" | "x-gzip") => {
                 Coding::Gzip(Box::new(flate2::write::MultiGzDecoder::new(sink())))
             }
@@ -322,6 +335,18 @@ mod tests {
             Err(DecodeError::Corrupt(_))
         ));
         assert!(matches!(decode(&zs, &z[..z.len() - 4], 1 << 20), Err(DecodeError::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_plain_body_is_read_whole_whatever_length_it_announces() {
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
+        for announced in ["0", "10", "50000", "49999", "50001", "99999999999", "junk"] {
+            let req = TestRequest::default()
+                .insert_header(("content-length", announced))
+                .to_http_request();
+            assert_eq!(decode(&req, &data, 50_000).unwrap(), data, "announced {announced}");
+            assert!(matches!(decode(&req, &data, 49_999), Err(DecodeError::TooLarge)));
+        }
     }
 
     #[test]

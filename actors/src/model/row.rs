@@ -343,11 +343,27 @@ impl Serialize for RowJson<'_> {
         row.serialize_field("sheetId", &self.sheet_id)?;
         row.serialize_field("version", &self.version)?;
         row.serialize_field("cells", &DecimalOrder(self.cells))?;
-        row.serialize_field("createdAt", &timestamp(self.at.0))?;
-        row.serialize_field("updatedAt", &timestamp(self.at.1))?;
+        with_timestamp(self.at.0, |t| row.serialize_field("createdAt", t))?;
+        with_timestamp(self.at.1, |t| row.serialize_field("updatedAt", t))?;
         row.serialize_field("updatedBy", &UpdatedBy { source: self.source.as_str() })?;
         row.end()
     }
+}
+
+/// Calls `f` with [`timestamp`] of `ms`, formatted once for as long as a thread renders the
+/// same instant: a bulk write renders it twice for each of its rows.
+fn with_timestamp<R>(ms: Millis, f: impl FnOnce(&Option<String>) -> R) -> R {
+    thread_local! {
+        static LAST: std::cell::RefCell<(Millis, Option<String>)> =
+            const { std::cell::RefCell::new((Millis::MIN, None)) };
+    }
+    LAST.with_borrow_mut(|last| {
+        // `timestamp(Millis::MIN)` is out of range, so the initial entry is right for it too.
+        if last.0 != ms {
+            *last = (ms, timestamp(ms));
+        }
+        f(&last.1)
+    })
 }
 
 /// Cells keyed in the order of their decimal text (`"100"` before `"2"`), as a JSON object
@@ -632,6 +648,22 @@ mod tests {
         let row = sample();
         let raw = stored_json(row.json().get().to_owned()).unwrap();
         assert_eq!(raw.get(), row.json().get());
+    }
+
+    #[test]
+    fn rows_rendered_one_after_another_show_their_own_instants() {
+        // The renderer remembers the last instant it formatted on this thread: rows of
+        // different instants, in turn and mixed, must each show their own.
+        let cells = BTreeMap::from([(1, Json(json!("a")))]);
+        let at = |ms: i64| Row::at_version(1, 1, 1, &cells, SOURCE_API, (ms, ms + 1000));
+        for ms in [1_767_225_600_000, 1_767_225_600_000, 1_767_225_601_000, 0, 1_767_225_600_000] {
+            let row: Value = serde_json::from_str(at(ms).json().get()).unwrap();
+            assert_eq!(row["createdAt"], json!(timestamp(ms)), "{ms}");
+            assert_eq!(row["updatedAt"], json!(timestamp(ms + 1000)), "{ms}");
+        }
+        let out_of_range = Row::at_version(1, 1, 1, &cells, SOURCE_API, (i64::MAX, i64::MIN));
+        let row: Value = serde_json::from_str(out_of_range.json().get()).unwrap();
+        assert_eq!((&row["createdAt"], &row["updatedAt"]), (&Value::Null, &Value::Null));
     }
 
     #[test]
