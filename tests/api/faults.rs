@@ -490,9 +490,30 @@ async fn a_start_on_a_device_that_refuses_fsync_changes_nothing() {
     every_acknowledged_row_survives(&data, &acked).await;
 }
 
-/// Total bytes of the files under `dir`.
+/// Total bytes of the files under `dir`, which a live server may be changing: a file or
+/// directory it removes between the listing and the look at it (a checkpoint's temporary
+/// file, renamed into place) counts as gone.
 fn disk_bytes(dir: &Path) -> u64 {
-    contents(dir).values().map(|b| b.len() as u64).sum()
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = match std::fs::read_dir(&d) {
+            Ok(entries) => entries,
+            Err(e) if gone(&e) => continue,
+            Err(e) => panic!("list {}: {e}", d.display()),
+        };
+        for entry in entries {
+            let entry = entry.unwrap_or_else(|e| panic!("list {}: {e}", d.display()));
+            match entry.metadata() {
+                Ok(meta) if meta.is_dir() => stack.push(entry.path()),
+                Ok(meta) => total += meta.len(),
+                Err(e) if gone(&e) => {}
+                Err(e) => panic!("stat {}: {e}", entry.path().display()),
+            }
+        }
+    }
+    total
 }
 
 /// A metric's value from the Prometheus text of `/admin/v1/metrics`.
