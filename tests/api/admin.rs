@@ -462,14 +462,19 @@ async fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
 
 #[actix_rt::test]
 async fn background_checkpoints_run_by_size_and_by_time_and_not_while_idle() {
-    // By size: every byte logged crosses a 1-byte threshold.
+    // By size: a 1-byte threshold, so what decides is the other half of the rule, half the
+    // last checkpoint's size. The seed is checkpointed first (about 3 KB), then a write logs
+    // more than half of that.
     let s = TestServer::start_with(fixture(), |a| {
         a.checkpoint_every_bytes = 1;
         a.checkpoint_every_secs = 0;
     })
     .await;
     let service = s.running().state.service.clone();
-    let body = json!({"rows": [{"cells": {"110": "a"}}, {"cells": {"110": "b"}}]});
+    let seeded = || service.log_stats().checkpoint_lsn >= 1;
+    assert!(eventually(5, seeded).await, "{:?}", service.log_stats());
+    let (a, b) = ("a".repeat(2000), "b".repeat(2000));
+    let body = json!({"rows": [{"cells": {"110": a}}, {"cells": {"110": b}}]});
     assert_eq!(s.post("/sheets/11/rows:bulkAdd", ADA_WRITE, &body).await.0, 200);
     // The seed is LSN 1, the write is 2 or later; once checkpointed, only the checkpoint's own
     // marker record is left in the log.
