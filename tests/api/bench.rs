@@ -38,33 +38,26 @@ fn assert_sane_level(l: &Value, what: &str) {
     assert!(l["errors"].is_array() && l["ops"].is_array(), "{what}: {l}");
 }
 
+/// The own server and load of the runs here: 2 sheets of 300 rows, 150 requests a level.
+const SMALL_RUN: &[&str] = &[
+    "--sheets",
+    "2",
+    "--rows",
+    "300",
+    "--columns",
+    "12",
+    "--requests",
+    "150",
+    "--warmup",
+    "0s",
+    "--bulk-size",
+    "20",
+];
+
 /// Run `workload` against an own server and check its report.
 async fn own_server_run(workload: &[&str], writes: bool) -> Value {
-    let args = flags(
-        &[
-            workload,
-            &[
-                "--sheets",
-                "2",
-                "--rows",
-                "300",
-                "--columns",
-                "12",
-                "--concurrency",
-                "1,4",
-                "--requests",
-                "150",
-                "--warmup",
-                "0s",
-                "--bulk-size",
-                "20",
-                "--rows-per-client",
-                "8",
-                "--verify",
-            ],
-        ]
-        .concat(),
-    );
+    let more = ["--concurrency", "1,4", "--rows-per-client", "8", "--verify"];
+    let args = flags(&[workload, SMALL_RUN, &more].concat());
     let report = bench::execute(&args).await.expect("the run completes");
     let r = json_of(&report);
     let what = workload.join(" ");
@@ -129,24 +122,7 @@ async fn write_workloads_report_rows_written_and_the_logs_flushes() {
         }
     }
     // Without --verify a bulk answer's rows are skipped, not read: the count must not change.
-    let args = flags(&[
-        "--workload",
-        "bulk-add",
-        "--sheets",
-        "2",
-        "--rows",
-        "300",
-        "--columns",
-        "12",
-        "--concurrency",
-        "1",
-        "--requests",
-        "150",
-        "--warmup",
-        "0s",
-        "--bulk-size",
-        "20",
-    ]);
+    let args = flags(&[&["--workload", "bulk-add", "--concurrency", "1"], SMALL_RUN].concat());
     let r = json_of(&bench::execute(&args).await.expect("the run completes"));
     let l = &r["levels"][0];
     assert_eq!(l["rowsWritten"], 150 * 20, "every item of every bulk add: {l}");

@@ -54,7 +54,7 @@
 //! A marker without it (an older build's, or a damaged list) still saves the start its walk.
 
 use std::fs;
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Corruption, Error, Result};
@@ -203,10 +203,8 @@ impl<F: Read + Seek> Checkpoint<F> {
     pub(crate) fn snapshot(&mut self) -> std::io::Result<Snapshot<'_, F>> {
         self.file.seek(SeekFrom::Start(HEADER_LEN as u64))?;
         if self.version == WHOLE_CRC_VERSION {
-            // The buffer outermost: bincode reads a few bytes at a time through `read_exact`,
-            // which a `BufReader` serves from its buffer and a `Take` would not.
-            let file = (&mut self.file).take(self.len);
-            return Ok(Snapshot::Checked(BufReader::with_capacity(READ_BUFFER, file)));
+            // Unbuffered: the reader of a snapshot buffers it (`codec::stream` does).
+            return Ok(Snapshot::Checked((&mut self.file).take(self.len)));
         }
         Ok(Snapshot::Blocks(BlockReader {
             file: (&mut self.file).take(blocks_size(self.len)),
@@ -233,7 +231,7 @@ impl Checkpoint<std::io::Cursor<Vec<u8>>> {
 /// A checkpoint's snapshot as [`Checkpoint::snapshot`] streams it.
 pub(crate) enum Snapshot<'a, F> {
     /// A version 1 file, checked whole when it was opened.
-    Checked(BufReader<std::io::Take<&'a mut F>>),
+    Checked(std::io::Take<&'a mut F>),
     /// A file of blocks, each checked as it is read.
     Blocks(BlockReader<'a, F>),
 }

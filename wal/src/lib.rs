@@ -162,8 +162,10 @@ pub trait Replayer {
     /// # Errors
     /// Any error aborts recovery with [`Error::ReplayCheckpoint`].
     ///
-    /// `snapshot` streams the bytes given to the checkpoint's write, read from the file after
-    /// its CRC was checked; a start never holds the whole file in memory.
+    /// `snapshot` streams the bytes given to the checkpoint's write from the file, each part
+    /// checked against its CRC before it is handed on (a damaged one fails the read, and the
+    /// recovery with [`Error::Corrupt`]); a start never holds the whole file in memory. It is
+    /// not buffered: read it through a buffer (`codec::stream` does).
     fn checkpoint(
         &mut self,
         lsn: Lsn,
