@@ -17,7 +17,8 @@
 //! every rule testable in isolation, and lets a coerced value be coerced again with the same
 //! result (what is stored always passes the rules again unchanged). No input makes it panic.
 
-use std::collections::{BTreeMap, HashSet};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{Datelike, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, Timelike};
 use serde_json::{Map, Number, Value};
@@ -35,6 +36,9 @@ pub const MAX_DATETIME_FRACTION_DIGITS: usize = 9;
 
 /// How many options a reason lists before it summarises the rest.
 const OPTIONS_IN_REASON: usize = 20;
+
+/// Up to this many options, a multi_select item is looked up by a scan of the column's options.
+const SCANNED_OPTIONS: usize = 16;
 
 /// How many characters of a refused string a reason quotes.
 const QUOTED_CHARS: usize = 40;
@@ -93,10 +97,16 @@ impl PartialEq<ColumnId> for CellKey {
 /// A top-level `null` gives [`CellWrite::Clear`]; anything else that passes the rules gives
 /// [`CellWrite::Set`] with the value to store. The error carries `column.id`.
 pub fn coerce_cell(column: &Column, raw: &Value) -> Result<CellWrite, CoerceError> {
-    let stored = match raw {
+    coerce_value(column, Cow::Borrowed(raw))
+}
+
+/// [`coerce_cell`] of a value that is borrowed or owned: an owned value that passes as sent
+/// (most do) becomes the stored value without a copy.
+fn coerce_value(column: &Column, raw: Cow<'_, Value>) -> Result<CellWrite, CoerceError> {
+    let stored = match &*raw {
         Value::Null => return Ok(CellWrite::Clear),
         Value::Object(wrapper) => coerce_wrapper(column, wrapper).map(Value::Object),
-        plain => coerce_plain(column, plain),
+        _ => coerce_plain(column, raw),
     };
     stored
         .map(CellWrite::Set)
@@ -115,11 +125,32 @@ pub fn coerce_cells(
     columns: &BTreeMap<ColumnId, Column>,
     raw: &Map<String, Value>,
 ) -> Result<Vec<(ColumnId, CellWrite)>, CoerceError> {
-    let mut writes = Vec::with_capacity(raw.len());
-    for (key, value) in raw {
+    coerce_entries(columns, raw.len(), raw.iter().map(|(key, value)| (key, Cow::Borrowed(value))))
+}
+
+/// [`coerce_cells`] of a cells object the caller gives up (a bulk write's items): the values
+/// move into the writes instead of being copied.
+///
+/// # Errors
+/// As [`coerce_cells`].
+pub fn coerce_owned_cells(
+    columns: &BTreeMap<ColumnId, Column>,
+    raw: Map<String, Value>,
+) -> Result<Vec<(ColumnId, CellWrite)>, CoerceError> {
+    coerce_entries(columns, raw.len(), raw.into_iter().map(|(key, value)| (key, Cow::Owned(value))))
+}
+
+fn coerce_entries<'a, K: AsRef<str>>(
+    columns: &BTreeMap<ColumnId, Column>,
+    len: usize,
+    entries: impl Iterator<Item = (K, Cow<'a, Value>)>,
+) -> Result<Vec<(ColumnId, CellWrite)>, CoerceError> {
+    let mut writes = Vec::with_capacity(len);
+    for (key, value) in entries {
+        let key = key.as_ref();
         let Some(id) = parse_column_key(key) else {
             return Err(CoerceError {
-                column_id: CellKey::Sent(key.clone()),
+                column_id: CellKey::Sent(key.to_owned()),
                 reason: format!(
                     "no column with id {} in this sheet (cell keys must be column ids written \
                      as decimal integers, e.g. \"101\")",
@@ -133,7 +164,7 @@ pub fn coerce_cells(
                 reason: format!("no column with id {id} in this sheet"),
             });
         };
-        let write = coerce_cell(column, value)
+        let write = coerce_value(column, value)
             .map_err(|e| CoerceError { column_id: CellKey::Column(id), reason: e.reason })?;
         writes.push((id, write));
     }
@@ -278,7 +309,7 @@ fn coerce_wrapper(
                         .to_owned(),
                 );
             }
-            plain => coerce_plain(column, plain)
+            plain => coerce_plain(column, Cow::Borrowed(plain))
                 .map_err(|reason| format!("the wrapper's \"value\" is refused: {reason}"))?,
         };
         stored.insert("value".to_owned(), coerced);
@@ -287,12 +318,12 @@ fn coerce_wrapper(
 }
 
 /// Coerce a non-null, non-object value by the column's type.
-fn coerce_plain(column: &Column, raw: &Value) -> Result<Value, String> {
+fn coerce_plain(column: &Column, raw: Cow<'_, Value>) -> Result<Value, String> {
     if raw.is_array() && column.ty != ColumnType::MultiSelect {
         return Err(format!(
             "a list is only accepted by multi_select columns; this is a {} column, got {}",
             column.ty.as_str(),
-            describe(raw)
+            describe(&raw)
         ));
     }
     let options = column.options.as_deref().unwrap_or(&[]);
@@ -308,8 +339,8 @@ fn coerce_plain(column: &Column, raw: &Value) -> Result<Value, String> {
     }
 }
 
-fn coerce_text(raw: &Value) -> Result<Value, String> {
-    match raw {
+fn coerce_text(raw: Cow<'_, Value>) -> Result<Value, String> {
+    match &*raw {
         Value::String(s) => {
             let chars = s.chars().count();
             if chars > MAX_TEXT_CHARS {
@@ -317,7 +348,7 @@ fn coerce_text(raw: &Value) -> Result<Value, String> {
                     "text may be at most {MAX_TEXT_CHARS} characters long, got {chars} characters"
                 ))
             } else {
-                Ok(raw.clone())
+                Ok(raw.into_owned())
             }
         }
         Value::Number(n) => Ok(Value::String(n.to_string())),
@@ -330,15 +361,15 @@ fn coerce_text(raw: &Value) -> Result<Value, String> {
     }
 }
 
-fn coerce_number(raw: &Value) -> Result<Value, String> {
+fn coerce_number(raw: Cow<'_, Value>) -> Result<Value, String> {
     const EXPECTED: &str = "expected a number (a finite JSON number, or a string holding a \
                             decimal such as \"12\", \"-3.5\" or \"1e3\")";
-    match raw {
-        Value::Number(n) if n.as_f64().is_some_and(f64::is_finite) => Ok(raw.clone()),
+    match &*raw {
+        Value::Number(n) if n.as_f64().is_some_and(f64::is_finite) => Ok(raw.into_owned()),
         Value::String(s) if is_decimal_syntax(s) => match parse_decimal(s) {
             Some(n) => Ok(Value::Number(n)),
             None => {
-                Err(format!("{EXPECTED}, got {}, which is too large to be finite", describe(raw)))
+                Err(format!("{EXPECTED}, got {}, which is too large to be finite", describe(&raw)))
             }
         },
         other => Err(format!("{EXPECTED}, got {}", describe(other))),
@@ -394,9 +425,9 @@ fn parse_decimal(s: &str) -> Option<Number> {
     s.parse::<f64>().ok().filter(|f| f.is_finite()).and_then(Number::from_f64)
 }
 
-fn coerce_checkbox(raw: &Value) -> Result<Value, String> {
-    match raw {
-        Value::Bool(_) => Ok(raw.clone()),
+fn coerce_checkbox(raw: Cow<'_, Value>) -> Result<Value, String> {
+    match &*raw {
+        Value::Bool(b) => Ok(Value::Bool(*b)),
         Value::String(s) if s == "true" => Ok(Value::Bool(true)),
         Value::String(s) if s == "false" => Ok(Value::Bool(false)),
         other => Err(format!(
@@ -425,34 +456,41 @@ fn digits_value(digits: &[u8]) -> u32 {
     digits.iter().fold(0, |acc, d| acc * 10 + u32::from(d - b'0'))
 }
 
-fn coerce_date(raw: &Value) -> Result<Value, String> {
+fn coerce_date(raw: Cow<'_, Value>) -> Result<Value, String> {
     const EXPECTED: &str = "expected a date as \"YYYY-MM-DD\", e.g. \"2026-01-31\"";
-    match raw {
+    match &*raw {
         Value::String(s) => match parse_date(s.as_bytes()) {
-            Ok(_) => Ok(raw.clone()),
-            Err(why) => Err(format!("{EXPECTED}, got {} ({why})", describe(raw))),
+            Ok(_) => Ok(raw.into_owned()),
+            Err(why) => Err(format!("{EXPECTED}, got {} ({why})", describe(&raw))),
         },
         other => Err(format!("{EXPECTED}, got {}", describe(other))),
     }
 }
 
-fn coerce_datetime(raw: &Value) -> Result<Value, String> {
+fn coerce_datetime(raw: Cow<'_, Value>) -> Result<Value, String> {
     const EXPECTED: &str = "expected an RFC 3339 date-time with an offset, e.g. \
                             \"2026-01-02T03:04:05Z\" or \"2026-01-02T03:04:05.120+01:00\"";
-    match raw {
+    match &*raw {
         Value::String(s) => match normalize_datetime(s) {
-            Ok(utc) => Ok(Value::String(utc)),
-            Err(why) => Err(format!("{EXPECTED}, got {} ({why})", describe(raw))),
+            Ok(None) => Ok(raw.into_owned()),
+            Ok(Some(utc)) => Ok(Value::String(utc)),
+            Err(why) => Err(format!("{EXPECTED}, got {} ({why})", describe(&raw))),
         },
         other => Err(format!("{EXPECTED}, got {}", describe(other))),
     }
 }
 
 /// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|+hh:mm|-hh:mm)` (`t`/`z` also accepted, as RFC 3339 allows)
-/// to `YYYY-MM-DDTHH:MM:SS[.fraction]Z` in UTC, the fraction digits kept as sent.
-fn normalize_datetime(s: &str) -> Result<String, &'static str> {
+/// to `YYYY-MM-DDTHH:MM:SS[.fraction]Z` in UTC, the fraction digits kept as sent; `None` when
+/// `s` is in that form already (the common case, which then needs no new text).
+fn normalize_datetime(s: &str) -> Result<Option<String>, &'static str> {
     let (utc, fraction) = parse_rfc3339(s)?;
-    Ok(format!(
+    // UTC with an upper-case `T` and `Z`: the parser took exactly these digits, so the form
+    // below would be the text as sent.
+    if s.as_bytes()[10] == b'T' && s.ends_with('Z') {
+        return Ok(None);
+    }
+    Ok(Some(format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{fraction}Z",
         utc.year(),
         utc.month(),
@@ -460,7 +498,7 @@ fn normalize_datetime(s: &str) -> Result<String, &'static str> {
         utc.hour(),
         utc.minute(),
         utc.second()
-    ))
+    )))
 }
 
 /// An RFC 3339 date-time with an offset, by the rules of a `datetime` cell, as milliseconds
@@ -548,10 +586,10 @@ fn parse_rfc3339(s: &str) -> Result<(NaiveDateTime, &str), &'static str> {
     Ok((utc, fraction))
 }
 
-fn coerce_contact(raw: &Value) -> Result<Value, String> {
+fn coerce_contact(raw: Cow<'_, Value>) -> Result<Value, String> {
     const EXPECTED: &str = "expected a contact of the form local@domain, e.g. \"ada@example.com\"";
-    let Value::String(s) = raw else {
-        return Err(format!("{EXPECTED}, got {}", describe(raw)));
+    let Value::String(s) = &*raw else {
+        return Err(format!("{EXPECTED}, got {}", describe(&raw)));
     };
     let problem = if s.chars().any(char::is_whitespace) {
         Some("it contains whitespace")
@@ -568,18 +606,18 @@ fn coerce_contact(raw: &Value) -> Result<Value, String> {
         }
     };
     match problem {
-        None => Ok(raw.clone()),
-        Some(why) => Err(format!("{EXPECTED}, got {} ({why})", describe(raw))),
+        None => Ok(raw.into_owned()),
+        Some(why) => Err(format!("{EXPECTED}, got {} ({why})", describe(&raw))),
     }
 }
 
-fn coerce_option(ty: ColumnType, options: &[String], raw: &Value) -> Result<Value, String> {
-    match raw {
-        Value::String(s) if options.contains(s) => Ok(raw.clone()),
+fn coerce_option(ty: ColumnType, options: &[String], raw: Cow<'_, Value>) -> Result<Value, String> {
+    match &*raw {
+        Value::String(s) if options.contains(s) => Ok(raw.into_owned()),
         _ if options.is_empty() => Err(format!(
             "this {} column has no options, so no value can be set (null clears the cell), got {}",
             ty.as_str(),
-            describe(raw)
+            describe(&raw)
         )),
         other => Err(format!(
             "expected one of the column's options {} (as a string), got {}",
@@ -589,10 +627,10 @@ fn coerce_option(ty: ColumnType, options: &[String], raw: &Value) -> Result<Valu
     }
 }
 
-fn coerce_multi_select(options: &[String], raw: &Value) -> Result<Value, String> {
-    let items = match raw {
+fn coerce_multi_select(options: &[String], raw: Cow<'_, Value>) -> Result<Value, String> {
+    let items = match &*raw {
         Value::Array(items) => items.as_slice(),
-        Value::String(_) => std::slice::from_ref(raw),
+        Value::String(_) => std::slice::from_ref(&*raw),
         other => {
             return Err(format!(
                 "expected a list of distinct options from {} (or one option as a string), got {}",
@@ -601,8 +639,15 @@ fn coerce_multi_select(options: &[String], raw: &Value) -> Result<Value, String>
             ));
         }
     };
-    let allowed: HashSet<&str> = options.iter().map(String::as_str).collect();
-    let mut seen = HashSet::with_capacity(items.len());
+    // Option lists are usually short: a scan finds an item's option without hashing every
+    // option for every cell. A long list is indexed, so a cell's cost stays linear.
+    let index: Option<HashMap<&str, usize>> = (options.len() > SCANNED_OPTIONS)
+        .then(|| options.iter().enumerate().map(|(i, o)| (o.as_str(), i)).collect());
+    let position = |s: &str| match &index {
+        Some(index) => index.get(s).copied(),
+        None => options.iter().position(|o| o == s),
+    };
+    let mut seen = vec![false; options.len()];
     for (index, item) in items.iter().enumerate() {
         let Value::String(s) = item else {
             return Err(format!(
@@ -612,7 +657,7 @@ fn coerce_multi_select(options: &[String], raw: &Value) -> Result<Value, String>
                 describe(item)
             ));
         };
-        if !allowed.contains(s.as_str()) {
+        let Some(option) = position(s) else {
             return Err(if options.is_empty() {
                 format!(
                     "item {index} of the list: this multi_select column has no options, got {}",
@@ -625,8 +670,8 @@ fn coerce_multi_select(options: &[String], raw: &Value) -> Result<Value, String>
                     describe(item)
                 )
             });
-        }
-        if !seen.insert(s.as_str()) {
+        };
+        if std::mem::replace(&mut seen[option], true) {
             return Err(format!(
                 "item {index} of the list repeats {}; the items of a multi_select cell must be \
                  distinct",
@@ -634,7 +679,10 @@ fn coerce_multi_select(options: &[String], raw: &Value) -> Result<Value, String>
             ));
         }
     }
-    Ok(Value::Array(items.to_vec()))
+    Ok(match raw.into_owned() {
+        list @ Value::Array(_) => list,
+        one => Value::Array(vec![one]),
+    })
 }
 
 /// The options as a readable list, e.g. `["low", "high"]`, cut after [`OPTIONS_IN_REASON`].
@@ -1056,6 +1104,21 @@ mod tests {
         let bare = column(3, MultiSelect, None);
         assert_eq!(coerce_cell(&bare, &json!([])), Ok(CellWrite::Set(json!([]))));
         assert!(coerce_cell(&bare, &json!(["low"])).unwrap_err().reason.contains("no options"));
+    }
+
+    #[test]
+    fn long_option_lists_are_checked_alike() {
+        use ColumnType::MultiSelect;
+        let many: Vec<String> = (0..=SCANNED_OPTIONS * 2).map(|i| format!("o{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let c = column(5, MultiSelect, Some(&many));
+        let last = many[many.len() - 1];
+        let ok = json!([last, "o0", "o3"]);
+        assert_eq!(coerce_cell(&c, &ok), Ok(CellWrite::Set(ok.clone())));
+        let reason = coerce_cell(&c, &json!(["o3", last, "o3"])).unwrap_err().reason;
+        assert!(reason.contains("item 2") && reason.contains("distinct"), "{reason}");
+        let reason = coerce_cell(&c, &json!(["o3", "x"])).unwrap_err().reason;
+        assert!(reason.contains("item 1") && reason.contains("options"), "{reason}");
     }
 
     #[test]

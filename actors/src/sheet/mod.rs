@@ -406,7 +406,7 @@ impl Handler<BulkAdd> for SheetActor {
     fn handle(&mut self, msg: BulkAdd, _: &mut Self::Context) -> Self::Result {
         self.sync_with_log();
         let now = self.shared.clock.now();
-        let (results, put) = self.state.bulk_add(&msg.items, msg.cap, now, &self.shared.row_ids);
+        let (results, put) = self.state.bulk_add(msg.items, msg.cap, now, &self.shared.row_ids);
         self.commit(put, Vec::new(), Ok(WriteOutcome::Bulk(results)), msg.idem)
     }
 }
@@ -423,7 +423,7 @@ impl Handler<BulkUpsert> for SheetActor {
         let now = self.shared.clock.now();
         let index = self.keys.get_or_build(&self.state, key);
         let (results, put) =
-            self.state.bulk_upsert(key, &msg.items, msg.cap, now, &self.shared.row_ids, index);
+            self.state.bulk_upsert(key, msg.items, msg.cap, now, &self.shared.row_ids, index);
         self.commit(put, Vec::new(), Ok(WriteOutcome::Upserted(results)), msg.idem)
     }
 }

@@ -15,7 +15,8 @@ use serde_json::{Map, Value};
 use super::changes::ChangeLog;
 use super::keys::{KeyIndex, KeyValue, KEY_COLUMN_TYPES};
 use crate::coerce::{
-    apply_writes, coerce_cells, parse_column_key, CellKey, CellWrite, CoerceError,
+    apply_writes, coerce_cells, coerce_owned_cells, parse_column_key, CellKey, CellWrite,
+    CoerceError,
 };
 use crate::error::{Error, Result};
 use crate::model::{Column, ColumnId, Millis, Row, RowId, SheetId, SOURCE_API};
@@ -297,11 +298,16 @@ impl SheetState {
         Ok(coerce_cells(&self.columns, raw)?)
     }
 
+    /// [`Self::coerce`] of cells the write gives up: their values move into the writes.
+    fn coerce_owned(&self, raw: Map<String, Value>) -> Result<Vec<(ColumnId, CellWrite)>> {
+        Ok(coerce_owned_cells(&self.columns, raw)?)
+    }
+
     /// Decide a bulk add: one result per item, in order. Items past `cap` fail with
     /// `capacity_exceeded`; the ones before succeed.
     pub fn bulk_add(
         &self,
-        items: &[Map<String, Value>],
+        items: Vec<Map<String, Value>>,
         cap: u64,
         now: Millis,
         ids: &RowIds,
@@ -309,9 +315,9 @@ impl SheetState {
         let mut count = self.rows.len() as u64;
         let mut put = Vec::new();
         let results = items
-            .iter()
+            .into_iter()
             .map(|cells| {
-                let writes = self.coerce(cells)?;
+                let writes = self.coerce_owned(cells)?;
                 if count >= cap {
                     return Err(Error::CapacityExceeded { cap });
                 }
@@ -363,7 +369,7 @@ impl SheetState {
     pub fn bulk_upsert(
         &self,
         key: ColumnId,
-        items: &[Map<String, Value>],
+        items: Vec<Map<String, Value>>,
         cap: u64,
         now: Millis,
         ids: &RowIds,
@@ -377,9 +383,9 @@ impl SheetState {
         let mut created: HashMap<KeyValue, RowId> = HashMap::new();
         let mut put = Vec::new();
         let results = items
-            .iter()
+            .into_iter()
             .map(|cells| {
-                let writes = self.coerce(cells)?;
+                let writes = self.coerce_owned(cells)?;
                 let value = upsert_key(key, &writes)?;
                 let holder = match (index.get(&value), created.get(&value)) {
                     ([], None) => None,
@@ -723,7 +729,7 @@ mod tests {
             cells(json!({})),
             cells(json!({"1": 8})),
         ];
-        let (results, put) = s.bulk_upsert(1, &items, 10, 5, &ids, &index);
+        let (results, put) = s.bulk_upsert(1, items.to_vec(), 10, 5, &ids, &index);
         let actions: Vec<Option<UpsertAction>> =
             results.iter().map(|r| r.as_ref().ok().map(|u| u.action)).collect();
         use UpsertAction::*;
@@ -758,7 +764,7 @@ mod tests {
         let index = KeyIndex::build(&s, 1);
         let (results, put) = s.bulk_upsert(
             1,
-            &[cells(json!({"1": 8})), cells(json!({"1": 7}))],
+            vec![cells(json!({"1": 8})), cells(json!({"1": 7}))],
             10,
             7,
             &ids,
@@ -786,8 +792,12 @@ mod tests {
         let s = sheet();
         let ids = RowIds::default();
         ids.observe(100);
-        let (results, put) =
-            s.bulk_add(&[Map::new(), Map::new(), cells(json!({"1": "x"})), Map::new()], 5, 0, &ids);
+        let (results, put) = s.bulk_add(
+            vec![Map::new(), Map::new(), cells(json!({"1": "x"})), Map::new()],
+            5,
+            0,
+            &ids,
+        );
         assert!(results[0].is_ok());
         assert!(matches!(results[1], Err(Error::CapacityExceeded { cap: 5 })));
         assert!(matches!(results[2], Err(Error::Coerce(_))));
