@@ -343,21 +343,29 @@ impl Serialize for RowJson<'_> {
         row.serialize_field("sheetId", &self.sheet_id)?;
         row.serialize_field("version", &self.version)?;
         row.serialize_field("cells", &DecimalOrder(self.cells))?;
-        with_timestamp(self.at.0, |t| row.serialize_field("createdAt", t))?;
-        with_timestamp(self.at.1, |t| row.serialize_field("updatedAt", t))?;
+        with_timestamp(CREATED, self.at.0, |t| row.serialize_field("createdAt", t))?;
+        with_timestamp(UPDATED, self.at.1, |t| row.serialize_field("updatedAt", t))?;
         row.serialize_field("updatedBy", &UpdatedBy { source: self.source.as_str() })?;
         row.end()
     }
 }
 
+/// [`with_timestamp`]'s entry for `createdAt`.
+const CREATED: usize = 0;
+/// [`with_timestamp`]'s entry for `updatedAt`.
+const UPDATED: usize = 1;
+
 /// Calls `f` with [`timestamp`] of `ms`, formatted once for as long as a thread renders the
-/// same instant: a bulk write renders it twice for each of its rows.
-fn with_timestamp<R>(ms: Millis, f: impl FnOnce(&Option<String>) -> R) -> R {
+/// same instant in the same field: a bulk add shows one instant twice in each of its rows, and
+/// the updates of a write share their `updatedAt` while each keeps its own `createdAt`, so each
+/// field remembers its own last instant.
+fn with_timestamp<R>(field: usize, ms: Millis, f: impl FnOnce(&Option<String>) -> R) -> R {
     thread_local! {
-        static LAST: std::cell::RefCell<(Millis, Option<String>)> =
-            const { std::cell::RefCell::new((Millis::MIN, None)) };
+        static LAST: std::cell::RefCell<[(Millis, Option<String>); 2]> =
+            const { std::cell::RefCell::new([(Millis::MIN, None), (Millis::MIN, None)]) };
     }
     LAST.with_borrow_mut(|last| {
+        let last = &mut last[field];
         // `timestamp(Millis::MIN)` is out of range, so the initial entry is right for it too.
         if last.0 != ms {
             *last = (ms, timestamp(ms));
@@ -660,6 +668,15 @@ mod tests {
             let row: Value = serde_json::from_str(at(ms).json().get()).unwrap();
             assert_eq!(row["createdAt"], json!(timestamp(ms)), "{ms}");
             assert_eq!(row["updatedAt"], json!(timestamp(ms + 1000)), "{ms}");
+        }
+        // Updates at one instant of rows created at others, and an instant seen first in the
+        // other field.
+        for created in [5_000, 6_000, 1_767_225_601_000, 5_000] {
+            let now = 1_767_225_601_000;
+            let row = Row::at_version(1, 1, 2, &cells, SOURCE_API, (created, now));
+            let row: Value = serde_json::from_str(row.json().get()).unwrap();
+            assert_eq!(row["createdAt"], json!(timestamp(created)), "{created}");
+            assert_eq!(row["updatedAt"], json!(timestamp(now)), "{created}");
         }
         let out_of_range = Row::at_version(1, 1, 1, &cells, SOURCE_API, (i64::MAX, i64::MIN));
         let row: Value = serde_json::from_str(out_of_range.json().get()).unwrap();
