@@ -159,6 +159,23 @@ impl Server {
     }
 }
 
+/// Checkpoints the server has written, and their seconds: one that falls in a measured phase
+/// shares the 2 cores with it (a full checkpoint of the big sheet takes seconds of a core).
+async fn checkpoints(server: &Server) -> (f64, f64) {
+    let (_, metrics) = get(&format!("{}/metrics", server.admin), ADMIN).await;
+    let text = String::from_utf8_lossy(&metrics);
+    let metric = |name: &str| {
+        let line = text.lines().find(|l| l.split_whitespace().next() == Some(name));
+        line.and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    (metric("sheetd_wal_checkpoints_total"), metric("sheetd_wal_checkpoint_seconds_total"))
+}
+
+/// "N (S s)": the checkpoints written between two [`checkpoints`] readings.
+fn written(before: (f64, f64), after: (f64, f64)) -> String {
+    format!("{:.0} ({:.1} s)", after.0 - before.0, after.1 - before.1)
+}
+
 async fn get(url: &str, key: &str) -> (u16, actix_web::web::Bytes) {
     let client = awc::Client::builder().timeout(Duration::from_secs(60)).finish();
     match client.get(url).insert_header(("Authorization", format!("Bearer {key}"))).send().await {
@@ -414,12 +431,14 @@ fn main() {
         let common = ["--url", url.as_str(), "--key", KEY];
 
         // 1. Load the big sheets: durable bulkAdd of 2000-row bodies at 8 connections.
+        let before = checkpoints(&server).await;
         let requests = (big_rows / 2000).to_string();
         let load = run_bench(&[&common[..], &["--sheet-ids", "1", "--workload", "bulk-add",
             "--bulk-size", "2000", "--concurrency", "8", "--requests", &requests, "--warmup", "0s"]]
             .concat())
         .await;
         let bulk = &load.levels[0];
+        let load_checkpoints = written(before, checkpoints(&server).await);
 
         // 2. listRows page of 100 at 32 connections: sheetd, then a bare handler with its bytes.
         let page_url = format!("{url}/sheets/{SMALL}/rows?limit=100");
@@ -467,9 +486,11 @@ fn main() {
             (ours.levels[0].requests_per_second, bare.levels[0].requests_per_second);
 
         // 3. patchRow of distinct rows (each client owns its rows) at 64 and at 1 connection.
+        let before = checkpoints(&server).await;
         let patch = run_bench(&[&common[..], &["--workload", "patch", "--concurrency", "64,1",
             "--duration", "5s", "--warmup", "1s", "--sheet-ids", "3"]].concat())
         .await;
+        let patch_checkpoints = written(before, checkpoints(&server).await);
         let (p64, p1) = (&patch.levels[0], &patch.levels[1]);
 
         // 4. Costs that must not grow with a sheet's size: the big sheet against the small one.
@@ -517,7 +538,9 @@ fn main() {
         let mut keys: Vec<String> = texts.into_iter().filter(|(_, n)| *n == 1).map(|(t, _)| t).collect();
         keys.sort_unstable();
         let upsert_bodies = if quick { 40 } else { 100 };
+        let before = checkpoints(&server).await;
         let (index_build, upsert_rps) = upsert_load(&url, &keys, 8, upsert_bodies).await;
+        let upsert_checkpoints = written(before, checkpoints(&server).await);
 
         // 5c. The change feed: reading the big sheet's backlog (its load's changes, from the
         //     oldest), then patches of the small sheet at 16 connections without and with a
@@ -591,6 +614,7 @@ fn main() {
         };
         let tail_records = metric("sheetd_wal_records_since_checkpoint");
         let tail_mb = metric("sheetd_wal_bytes_since_checkpoint") / 1e6;
+        let retained_mb = metric("sheetd_wal_retained_bytes") / 1e6;
         server.kill9();
         let (server, after_kill) = Server::start(&data, None).await;
         server.terminate();
@@ -642,6 +666,7 @@ fn main() {
         row("start-up after SIGKILL / after a clean stop", format!("{:.2} s / {:.2} s", after_kill.as_secs_f64(), after_stop.as_secs_f64()), "<= 1 s");
         row("  the log's tail the SIGKILL start replayed", format!("{tail_records:.0} records, {tail_mb:.0} MB"), "");
         row("data dir against its checkpoint (after a clean stop)", format!("{} MB vs {} MB ({:.2}x)", data_dir >> 20, checkpoint >> 20, data_dir as f64 / checkpoint.max(1) as f64), "<= 2x");
+        row("  log records kept for the change feed before the kill", format!("{retained_mb:.0} MB as stored"), "");
         println!();
         println!("change feed and leaner reads");
         println!();
@@ -660,5 +685,6 @@ fn main() {
         println!();
         println!("bulkAdd load: {} rows in {:.1} s; page of 100: {} bytes", bulk.rows_written, bulk.elapsed_seconds, page.len());
         println!("bulkUpsert: {upsert_bodies} bodies of 2000, updates over {} keys only one row of B1 holds", keys.len());
+        println!("checkpoints written during the bulkAdd load {load_checkpoints}, the patchRow runs {patch_checkpoints}, the bulkUpsert {upsert_checkpoints}");
     });
 }

@@ -113,6 +113,16 @@ pub fn exposition(metrics: &Metrics, service: &Service) -> String {
         "LSN of the current checkpoint.",
         wal.checkpoint_lsn as f64,
     );
+    e.counter(
+        "sheetd_wal_checkpoints_total",
+        "Checkpoints written (snapshot file written, log truncated) since the process started.",
+        wal.checkpoints as f64,
+    );
+    e.counter(
+        "sheetd_wal_checkpoint_seconds_total",
+        "Time spent writing those checkpoints, in seconds.",
+        wal.checkpoint_seconds_total,
+    );
     e.gauge(
         "sheetd_wal_records_since_checkpoint",
         "Records after the checkpoint: what a restart would replay.",

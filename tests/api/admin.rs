@@ -405,6 +405,8 @@ async fn stats_and_metrics_report_the_documented_fields() {
         &format!("sheetd_wal_durable_lsn {wal_lsn}\n"),
         "sheetd_wal_last_lsn ",
         "sheetd_wal_checkpoint_lsn 0\n",
+        "sheetd_wal_checkpoints_total 0\n",
+        "sheetd_wal_checkpoint_seconds_total 0\n",
         "sheetd_wal_records_since_checkpoint ",
         "sheetd_rows 6\n",
         "sheetd_keys 4\n",

@@ -143,6 +143,9 @@ pub(crate) struct Core {
     checkpoint_lsn: AtomicU64,
     /// Snapshot bytes of the checkpoint on disk (0 = none), for `stats`.
     checkpoint_bytes: AtomicU64,
+    /// Checkpoints written since the log opened, and their time in nanoseconds, for `stats`.
+    checkpoints_written: AtomicU64,
+    checkpoint_nanos: AtomicU64,
     /// The commit thread, until it is joined.
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Test hook: make the next group write fail as if the disk had.
@@ -374,6 +377,8 @@ impl Wal {
             checkpoint: Mutex::new(report.checkpoint_lsn),
             checkpoint_lsn: AtomicU64::new(report.checkpoint_lsn.unwrap_or(0)),
             checkpoint_bytes: AtomicU64::new(ckpt_bytes),
+            checkpoints_written: AtomicU64::new(0),
+            checkpoint_nanos: AtomicU64::new(0),
             thread: Mutex::new(None),
             #[cfg(test)]
             fail_next_write: std::sync::atomic::AtomicBool::new(false),
@@ -640,6 +645,7 @@ impl Wal {
         let core = self.core();
         // Held to the end: two concurrent checkpoints would race on `checkpoint.tmp`.
         let mut current = lock(&core.checkpoint);
+        let started = std::time::Instant::now();
         if let Some(cause) = core.failure.get() {
             return Err(Error::LogFailed { cause });
         }
@@ -679,6 +685,9 @@ impl Wal {
             }
         };
         tracing::debug!(lsn, removed, "checkpoint written, log truncated");
+        core.checkpoints_written.fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        core.checkpoint_nanos.fetch_add(nanos, Ordering::Relaxed);
         self.compact_if_bloated()
     }
 
@@ -872,6 +881,8 @@ impl Wal {
             durable_lsn: self.durable_lsn(),
             checkpoint_lsn: core.checkpoint_lsn.load(Ordering::Acquire),
             checkpoint_bytes: core.checkpoint_bytes.load(Ordering::Acquire),
+            checkpoints: core.checkpoints_written.load(Ordering::Relaxed),
+            checkpoint_seconds_total: core.checkpoint_nanos.load(Ordering::Relaxed) as f64 / 1e9,
             records_since_checkpoint,
             bytes_since_checkpoint,
             retained_bytes,

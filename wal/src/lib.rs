@@ -234,6 +234,11 @@ pub struct WalStats {
     /// Snapshot bytes of the current checkpoint (0 if none): what the next checkpoint
     /// rewrites.
     pub checkpoint_bytes: u64,
+    /// Checkpoints written (file written and log truncated) since the log opened: a phase of
+    /// load that one fell in shared the machine with it.
+    pub checkpoints: u64,
+    /// Time those checkpoints took, in seconds.
+    pub checkpoint_seconds_total: f64,
     /// Records assigned after the checkpoint (what a recovery would replay, plus records still
     /// in flight).
     pub records_since_checkpoint: u64,

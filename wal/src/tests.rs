@@ -1198,12 +1198,19 @@ fn stats_name_the_size_of_the_checkpoint_on_disk_before_and_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let (wal, _, _) = recover(dir.path());
     assert_eq!(wal.stats().checkpoint_bytes, 0);
+    assert_eq!(wal.stats().checkpoints, 0);
     wal.append(b"one".to_vec()).unwrap().wait().unwrap();
     wal.checkpoint(1, &[7u8; 1000]).unwrap();
     assert_eq!(wal.stats().checkpoint_bytes, 1000);
+    assert_eq!(wal.stats().checkpoints, 1);
     wal.append(b"two".to_vec()).unwrap().wait().unwrap();
     wal.checkpoint(2, b"smaller").unwrap();
     assert_eq!(wal.stats().checkpoint_bytes, 7);
+    // A refused checkpoint is not counted.
+    assert!(wal.checkpoint(1, b"behind").is_err());
+    let stats = wal.stats();
+    assert_eq!(stats.checkpoints, 2);
+    assert!(stats.checkpoint_seconds_total > 0.0);
     wal.shutdown().unwrap();
     drop(wal);
 
