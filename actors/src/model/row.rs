@@ -380,9 +380,16 @@ struct DecimalOrder<'a>(&'a BTreeMap<ColumnId, Json>);
 
 impl Serialize for DecimalOrder<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // serde_json writes integer map keys as strings: `{"100": ...}`.
+        let digits = |n: u64| n.checked_ilog10();
+        let (first, last) = (self.0.first_key_value(), self.0.last_key_value());
+        if first.zip(last).is_none_or(|((a, _), (b, _))| digits(*a) == digits(*b)) {
+            // Ids of one length (a sheet's columns usually are) sort as text as they sort as
+            // numbers: no list to build and sort for every row rendered.
+            return s.collect_map(self.0.iter().map(|(id, cell)| (id, &cell.0)));
+        }
         let mut cells: Vec<_> = self.0.iter().collect();
         cells.sort_by(|(a, _), (b, _)| decimal_order(**a, **b));
-        // serde_json writes integer map keys as strings: `{"100": ...}`.
         s.collect_map(cells.into_iter().map(|(id, cell)| (id, &cell.0)))
     }
 }
@@ -681,6 +688,24 @@ mod tests {
         let out_of_range = Row::at_version(1, 1, 1, &cells, SOURCE_API, (i64::MAX, i64::MIN));
         let row: Value = serde_json::from_str(out_of_range.json().get()).unwrap();
         assert_eq!((&row["createdAt"], &row["updatedAt"]), (&Value::Null, &Value::Null));
+    }
+
+    #[test]
+    fn cells_render_in_the_order_of_their_keys_as_text() {
+        let keys = |ids: &[u64]| {
+            let cells: BTreeMap<u64, Json> = ids.iter().map(|id| (*id, Json(json!(1)))).collect();
+            let json = Row::new(1, 1, cells, SOURCE_API, 0).cells_json().to_owned();
+            json.split(':')
+                .filter_map(|part| part.rsplit('"').nth(1).map(str::to_owned))
+                .collect::<Vec<_>>()
+        };
+        // One length: the numbers' order is the text's.
+        assert_eq!(keys(&[999, 100, 101]), ["100", "101", "999"]);
+        assert_eq!(keys(&[7]), ["7"]);
+        assert_eq!(keys(&[]), Vec::<String>::new());
+        // Mixed lengths, and 0 (whose length the logarithm does not give): sorted as text.
+        assert_eq!(keys(&[2, 100, 30, 1000]), ["100", "1000", "2", "30"]);
+        assert_eq!(keys(&[0, 5, 10]), ["0", "10", "5"]);
     }
 
     #[test]
