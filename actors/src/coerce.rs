@@ -741,6 +741,17 @@ fn describe_keys(map: &Map<String, Value>) -> String {
     format!("an object with keys {}{tail}", keys.join(", "))
 }
 
+/// The values coerced writes set, in their (ascending id) order: a new row's cells, since a
+/// `Clear` of a cell the row never had is nothing.
+pub fn set_values(
+    writes: &[(ColumnId, CellWrite)],
+) -> impl DoubleEndedIterator<Item = (ColumnId, &Value)> + Clone {
+    writes.iter().filter_map(|(id, write)| match write {
+        CellWrite::Set(value) => Some((*id, value)),
+        CellWrite::Clear => None,
+    })
+}
+
 /// Apply coerced writes to a row's cells: `Set` stores the value, `Clear` removes the cell.
 pub fn apply_writes(
     mut cells: BTreeMap<ColumnId, Json>,

@@ -112,16 +112,40 @@ impl Row {
         source: Source,
         at: (Millis, Millis),
     ) -> Self {
-        let view = RowJson { id, sheet_id, version, cells, at, source };
+        let cells = cells.iter().map(|(id, cell)| (*id, &cell.0));
+        Row::rendered(RowJson { id, sheet_id, version, cells, at, source })
+    }
+
+    /// A new row (as [`Row::new`]) whose cells come in ascending id order, as a coerced
+    /// write's values do: rendered straight from them, without a map built and dropped for
+    /// every row of a bulk write.
+    pub fn from_sorted_cells<'v, I>(
+        id: RowId,
+        sheet_id: SheetId,
+        cells: I,
+        source: Source,
+        at: Millis,
+    ) -> Self
+    where
+        I: Iterator<Item = (ColumnId, &'v Value)> + DoubleEndedIterator + Clone,
+    {
+        debug_assert!(cells.clone().zip(cells.clone().skip(1)).all(|(a, b)| a.0 < b.0));
+        Row::rendered(RowJson { id, sheet_id, version: 1, cells, at: (at, at), source })
+    }
+
+    fn rendered<'v, I>(view: RowJson<I>) -> Self
+    where
+        I: Iterator<Item = (ColumnId, &'v Value)> + DoubleEndedIterator + Clone,
+    {
         Row {
-            id,
-            sheet_id,
+            id: view.id,
+            sheet_id: view.sheet_id,
             parent_id: None,
-            version,
+            version: view.version,
             attachments: Box::default(),
-            created_at: at.0,
-            updated_at: at.1,
-            source,
+            created_at: view.at.0,
+            updated_at: view.at.1,
+            source: view.source,
             json: view.render(),
         }
     }
@@ -314,24 +338,31 @@ impl<'de, F: FnMut(ColumnId, &'de RawValue)> Visitor<'de> for VisitCells<F> {
     }
 }
 
-/// RowV1 by reference: the one renderer of a row's JSON.
-struct RowJson<'a> {
+/// RowV1 by reference: the one renderer of a row's JSON. `cells` iterates the cells in
+/// ascending id order.
+struct RowJson<I> {
     id: RowId,
     sheet_id: SheetId,
     version: u64,
-    cells: &'a BTreeMap<ColumnId, Json>,
+    cells: I,
     at: (Millis, Millis),
     source: Source,
 }
 
-impl RowJson<'_> {
+impl<'v, I> RowJson<I>
+where
+    I: Iterator<Item = (ColumnId, &'v Value)> + DoubleEndedIterator + Clone,
+{
     fn render(&self) -> Box<RawValue> {
         // Serializing numbers, strings and JSON values cannot fail.
         serde_json::value::to_raw_value(self).expect("a row renders")
     }
 }
 
-impl Serialize for RowJson<'_> {
+impl<'v, I> Serialize for RowJson<I>
+where
+    I: Iterator<Item = (ColumnId, &'v Value)> + DoubleEndedIterator + Clone,
+{
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         #[derive(Serialize)]
@@ -342,7 +373,7 @@ impl Serialize for RowJson<'_> {
         row.serialize_field("id", &self.id)?;
         row.serialize_field("sheetId", &self.sheet_id)?;
         row.serialize_field("version", &self.version)?;
-        row.serialize_field("cells", &DecimalOrder(self.cells))?;
+        row.serialize_field("cells", &DecimalOrder(self.cells.clone()))?;
         with_timestamp(CREATED, self.at.0, |t| row.serialize_field("createdAt", t))?;
         with_timestamp(UPDATED, self.at.1, |t| row.serialize_field("updatedAt", t))?;
         row.serialize_field("updatedBy", &UpdatedBy { source: self.source.as_str() })?;
@@ -376,21 +407,25 @@ fn with_timestamp<R>(field: usize, ms: Millis, f: impl FnOnce(&Option<String>) -
 
 /// Cells keyed in the order of their decimal text (`"100"` before `"2"`), as a JSON object
 /// of string keys orders them.
-struct DecimalOrder<'a>(&'a BTreeMap<ColumnId, Json>);
+/// The cells come in ascending id order.
+struct DecimalOrder<I>(I);
 
-impl Serialize for DecimalOrder<'_> {
+impl<'v, I> Serialize for DecimalOrder<I>
+where
+    I: Iterator<Item = (ColumnId, &'v Value)> + DoubleEndedIterator + Clone,
+{
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         // serde_json writes integer map keys as strings: `{"100": ...}`.
         let digits = |n: u64| n.checked_ilog10();
-        let (first, last) = (self.0.first_key_value(), self.0.last_key_value());
-        if first.zip(last).is_none_or(|((a, _), (b, _))| digits(*a) == digits(*b)) {
+        let (first, last) = (self.0.clone().next(), self.0.clone().next_back());
+        if first.zip(last).is_none_or(|((a, _), (b, _))| digits(a) == digits(b)) {
             // Ids of one length (a sheet's columns usually are) sort as text as they sort as
             // numbers: no list to build and sort for every row rendered.
-            return s.collect_map(self.0.iter().map(|(id, cell)| (id, &cell.0)));
+            return s.collect_map(self.0.clone());
         }
-        let mut cells: Vec<_> = self.0.iter().collect();
-        cells.sort_by(|(a, _), (b, _)| decimal_order(**a, **b));
-        s.collect_map(cells.into_iter().map(|(id, cell)| (id, &cell.0)))
+        let mut cells: Vec<_> = self.0.clone().collect();
+        cells.sort_by(|(a, _), (b, _)| decimal_order(*a, *b));
+        s.collect_map(cells)
     }
 }
 
@@ -688,6 +723,24 @@ mod tests {
         let out_of_range = Row::at_version(1, 1, 1, &cells, SOURCE_API, (i64::MAX, i64::MIN));
         let row: Value = serde_json::from_str(out_of_range.json().get()).unwrap();
         assert_eq!((&row["createdAt"], &row["updatedAt"]), (&Value::Null, &Value::Null));
+    }
+
+    #[test]
+    fn a_row_from_sorted_cells_is_the_row_from_their_map() {
+        let sample = sample();
+        let cells = sample.cells();
+        let from_map = Row::new(7, 10, cells.clone(), SOURCE_API, 1_767_225_600_123);
+        let sorted = cells.iter().map(|(id, cell)| (*id, &cell.0));
+        let from_sorted = Row::from_sorted_cells(7, 10, sorted, SOURCE_API, 1_767_225_600_123);
+        assert_eq!(from_sorted, from_map);
+        assert_eq!(from_sorted.json().get(), from_map.json().get());
+        let same_length: BTreeMap<u64, Json> =
+            [(100, Json(json!("a"))), (105, Json(json!(2))), (999, Json(json!(null)))].into();
+        let sorted = same_length.iter().map(|(id, cell)| (*id, &cell.0));
+        assert_eq!(
+            Row::from_sorted_cells(1, 1, sorted, SOURCE_IMPORT, 5).json().get(),
+            Row::new(1, 1, same_length.clone(), SOURCE_IMPORT, 5).json().get()
+        );
     }
 
     #[test]

@@ -15,8 +15,8 @@ use serde_json::{Map, Value};
 use super::changes::ChangeLog;
 use super::keys::{KeyIndex, KeyValue, KEY_COLUMN_TYPES};
 use crate::coerce::{
-    apply_writes, coerce_cells, coerce_owned_cells, parse_column_key, CellKey, CellWrite,
-    CoerceError,
+    apply_writes, coerce_cells, coerce_owned_cells, parse_column_key, set_values, CellKey,
+    CellWrite, CoerceError,
 };
 use crate::error::{Error, Result};
 use crate::model::{Column, ColumnId, Millis, Row, RowId, SheetId, SOURCE_API};
@@ -322,8 +322,9 @@ impl SheetState {
                     return Err(Error::CapacityExceeded { cap });
                 }
                 count += 1;
-                let cells = apply_writes(BTreeMap::new(), writes);
-                let row = Arc::new(Row::new(ids.allocate(), self.id, cells, SOURCE_API, now));
+                let cells = set_values(&writes);
+                let row = Row::from_sorted_cells(ids.allocate(), self.id, cells, SOURCE_API, now);
+                let row = Arc::new(row);
                 put.push(Arc::clone(&row));
                 Ok(row)
             })
@@ -402,8 +403,10 @@ impl SheetState {
                         return Err(Error::CapacityExceeded { cap });
                     }
                     count += 1;
-                    let cells = apply_writes(BTreeMap::new(), writes);
-                    let row = Arc::new(Row::new(ids.allocate(), self.id, cells, SOURCE_API, now));
+                    let cells = set_values(&writes);
+                    let row =
+                        Row::from_sorted_cells(ids.allocate(), self.id, cells, SOURCE_API, now);
+                    let row = Arc::new(row);
                     created.insert(value, row.id);
                     written.insert(row.id, Arc::clone(&row));
                     put.push(Arc::clone(&row));
