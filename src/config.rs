@@ -124,6 +124,12 @@ pub struct ServeArgs {
     /// replay at the next start; the half keeps a large state's rewrites in proportion.
     #[arg(long, env = "SHEETD_CHECKPOINT_EVERY_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub checkpoint_every_bytes: u64,
+    /// Checkpoint once this many log records were written since the last checkpoint (0: never
+    /// by count). A start replays each record after the checkpoint, and small records (patches)
+    /// cost it more per byte than the checkpoint does, so the count bounds the start after a
+    /// crash where the size rule alone would let it grow.
+    #[arg(long, env = "SHEETD_CHECKPOINT_EVERY_RECORDS", default_value_t = 150_000)]
+    pub checkpoint_every_records: u64,
     /// Checkpoint this many seconds after the last one when anything was written since (0: never
     /// by time). Bounds the replay of a quiet server.
     #[arg(long, env = "SHEETD_CHECKPOINT_EVERY_SECS", default_value_t = 300)]

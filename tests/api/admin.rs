@@ -463,7 +463,7 @@ async fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 #[actix_rt::test]
-async fn background_checkpoints_run_by_size_and_by_time_and_not_while_idle() {
+async fn background_checkpoints_run_by_size_by_time_and_by_count_and_not_while_idle() {
     // By size: a 1-byte threshold, so what decides is the other half of the rule, half the
     // last checkpoint's size. The seed is checkpointed first (about 3 KB), then a write logs
     // more than half of that.
@@ -505,6 +505,23 @@ async fn background_checkpoints_run_by_size_and_by_time_and_not_while_idle() {
     let mut t = t;
     t.restart().await;
     assert_eq!(t.get("/sheets/10", ADA_READ).await.1["rowCount"], 4);
+
+    // By count: 3 records, whatever their size, with size and time off. The seed's import and
+    // one write are two; a second write makes three.
+    let c = TestServer::start_with(fixture(), |a| {
+        a.checkpoint_every_bytes = 0;
+        a.checkpoint_every_secs = 0;
+        a.checkpoint_every_records = 3;
+    })
+    .await;
+    let service = c.running().state.service.clone();
+    let add = json!({"rows": [{"cells": {"110": "x"}}]});
+    assert_eq!(c.post("/sheets/11/rows:bulkAdd", ADA_WRITE, &add).await.0, 200);
+    actix_rt::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(service.log_stats().checkpoint_lsn, 0, "{:?}", service.log_stats());
+    assert_eq!(c.post("/sheets/11/rows:bulkAdd", ADA_WRITE, &add).await.0, 200);
+    let counted = || service.log_stats().checkpoint_lsn >= 3;
+    assert!(eventually(5, counted).await, "{:?}", service.log_stats());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -110,6 +110,7 @@ pub fn args(data_dir: &Path) -> ServeArgs {
         report_max_sources: 50,
         report_max_scanned_rows: 1_000_000,
         checkpoint_every_bytes: 64 * 1024 * 1024,
+        checkpoint_every_records: 150_000,
         checkpoint_every_secs: 300,
         min_free_disk_bytes: None,
         changes_retention_days: 7,
