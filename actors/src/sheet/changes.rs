@@ -158,7 +158,9 @@ impl ChangeLog {
             Ok(i) => i,
             Err(i) => i.saturating_sub(1),
         };
-        self.spans.iter().skip(start)
+        // Narrowed, not skipped: `Iter::skip` steps through every earlier span, so each page
+        // of a follower deep in a large feed walked the feed from its start.
+        self.spans.focus().narrow(start..).into_iter()
     }
 }
 
@@ -298,6 +300,22 @@ mod tests {
         cache.put(7, 101, changes(SpanCache::CHANGES + 1));
         assert!(cache.get(7, 100).is_none());
         assert_eq!(cache.get(7, 101).map(|c| c.len()), Some(SpanCache::CHANGES + 1));
+    }
+
+    #[test]
+    fn spans_from_any_seq_of_a_long_log_start_at_the_span_holding_it() {
+        assert_eq!(ChangeLog::default().spans_from(1).count(), 0);
+        // Spans of 2 changes each, enough to span many of the vector's chunks.
+        let mut log = ChangeLog::default();
+        for lsn in 1..=1000 {
+            log.record(lsn, 0, 2, Vec::new());
+        }
+        for seq in [1, 2, 3, 64, 65, 129, 1000, 1999, 2000, 2001, 5000] {
+            let spans: Vec<Lsn> = log.spans_from(seq).map(|s| s.lsn).collect();
+            // Change `seq` is in span (seq + 1) / 2; past the end, the last span.
+            let first = ((seq + 1) / 2).min(1000);
+            assert_eq!(spans, (first..=1000).collect::<Vec<_>>(), "seq {seq}");
+        }
     }
 
     #[test]
