@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{Datelike, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, Timelike};
 use serde_json::{Map, Number, Value};
 
-use crate::model::{Column, ColumnId, ColumnType, Json, Millis};
+use crate::model::{Column, ColumnId, ColumnType, Json, Millis, SortedCells};
 
 /// The longest text cell, in characters (Unicode scalar values, not bytes).
 pub const MAX_TEXT_CHARS: usize = 4000;
@@ -125,7 +125,7 @@ pub fn coerce_cells(
     columns: &BTreeMap<ColumnId, Column>,
     raw: &Map<String, Value>,
 ) -> Result<Vec<(ColumnId, CellWrite)>, CoerceError> {
-    coerce_entries(columns, raw.len(), raw.iter().map(|(key, value)| (key, Cow::Borrowed(value))))
+    coerce_entries(columns, raw.iter().map(|(key, value)| (key, Cow::Borrowed(value))))
 }
 
 /// [`coerce_cells`] of a cells object the caller gives up (a bulk write's items): the values
@@ -137,15 +137,14 @@ pub fn coerce_owned_cells(
     columns: &BTreeMap<ColumnId, Column>,
     raw: Map<String, Value>,
 ) -> Result<Vec<(ColumnId, CellWrite)>, CoerceError> {
-    coerce_entries(columns, raw.len(), raw.into_iter().map(|(key, value)| (key, Cow::Owned(value))))
+    coerce_entries(columns, raw.into_iter().map(|(key, value)| (key, Cow::Owned(value))))
 }
 
 fn coerce_entries<'a, K: AsRef<str>>(
     columns: &BTreeMap<ColumnId, Column>,
-    len: usize,
-    entries: impl Iterator<Item = (K, Cow<'a, Value>)>,
+    entries: impl ExactSizeIterator<Item = (K, Cow<'a, Value>)>,
 ) -> Result<Vec<(ColumnId, CellWrite)>, CoerceError> {
-    let mut writes = Vec::with_capacity(len);
+    let mut writes = Vec::with_capacity(entries.len());
     for (key, value) in entries {
         let key = key.as_ref();
         let Some(id) = parse_column_key(key) else {
@@ -743,9 +742,7 @@ fn describe_keys(map: &Map<String, Value>) -> String {
 
 /// The values coerced writes set, in their (ascending id) order: a new row's cells, since a
 /// `Clear` of a cell the row never had is nothing.
-pub fn set_values(
-    writes: &[(ColumnId, CellWrite)],
-) -> impl DoubleEndedIterator<Item = (ColumnId, &Value)> + Clone {
+pub fn set_values(writes: &[(ColumnId, CellWrite)]) -> impl SortedCells<'_> {
     writes.iter().filter_map(|(id, write)| match write {
         CellWrite::Set(value) => Some((*id, value)),
         CellWrite::Clear => None,
@@ -1308,6 +1305,60 @@ mod tests {
             Value::Object(map) => map,
             other => panic!("not an object: {other}"),
         }
+    }
+
+    /// Bulk writes coerce cells they own (values moved), everything else cells it borrows
+    /// (values copied): the two must agree on every value and every refusal.
+    #[test]
+    fn owned_and_borrowed_cells_coerce_alike() {
+        let columns: BTreeMap<ColumnId, Column> = ALL_TYPES
+            .iter()
+            .enumerate()
+            .map(|(i, ty)| {
+                let options = matches!(
+                    ty,
+                    ColumnType::Dropdown | ColumnType::MultiSelect | ColumnType::Symbol
+                )
+                .then_some(&["low", "high"][..]);
+                let c = column(100 + i as u64, *ty, options);
+                (c.id, c)
+            })
+            .collect();
+        let samples = [
+            json!("x"),
+            json!(""),
+            json!(12),
+            json!(-3.5),
+            json!("1e3"),
+            json!(true),
+            json!("true"),
+            json!(null),
+            json!("2026-01-31"),
+            json!("2026-02-30"),
+            json!("2026-01-02T03:04:05Z"),
+            json!("2026-01-02T03:04:05.5+01:00"),
+            json!("2026-01-02t03:04:05z"),
+            json!("ada@example.com"),
+            json!("low"),
+            json!(["high", "low"]),
+            json!(["low", "low"]),
+            json!({"value": 1, "format": "0.0"}),
+            json!({"formula": "=A1"}),
+            json!({"other": 1}),
+            json!([1]),
+        ];
+        for id in columns.keys() {
+            for sample in &samples {
+                let raw = cells(json!({ id.to_string(): sample }));
+                assert_eq!(
+                    coerce_owned_cells(&columns, raw.clone()),
+                    coerce_cells(&columns, &raw),
+                    "column {id}, {sample}"
+                );
+            }
+        }
+        let unknown = cells(json!({"100": "x", "07": 1, "9999": 2}));
+        assert_eq!(coerce_owned_cells(&columns, unknown.clone()), coerce_cells(&columns, &unknown));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 mod row;
 
-pub use row::{decimal_order, timestamp, Row, Source, SOURCE_API, SOURCE_IMPORT};
+pub use row::{decimal_order, timestamp, Row, SortedCells, Source, SOURCE_API, SOURCE_IMPORT};
 
 /// A user (an owner of projects and keys).
 pub type UserId = u64;

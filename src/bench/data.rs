@@ -132,23 +132,17 @@ fn write_cell(out: &mut Vec<u8>, column: &ColumnInfo, n: u64, rng: &mut impl Rng
             out.extend_from_slice(if rng.gen_bool(0.5) { b"true" } else { b"false" });
         }
         "date" => {
-            out.extend_from_slice(b"\"2026-");
-            two_digits(out, rng.gen_range(1..=12));
-            out.push(b'-');
-            two_digits(out, rng.gen_range(1..=28));
+            out.push(b'"');
+            write_date(out, rng);
             out.push(b'"');
         }
         "datetime" => {
-            out.extend_from_slice(b"\"2026-");
-            two_digits(out, rng.gen_range(1..=12));
-            out.push(b'-');
-            two_digits(out, rng.gen_range(1..=28));
-            out.push(b'T');
-            two_digits(out, rng.gen_range(0..24));
-            out.push(b':');
-            two_digits(out, rng.gen_range(0..60));
-            out.push(b':');
-            two_digits(out, rng.gen_range(0..60));
+            out.push(b'"');
+            write_date(out, rng);
+            for (separator, range) in [(b'T', 0..24), (b':', 0..60), (b':', 0..60)] {
+                out.push(separator);
+                two_digits(out, rng.gen_range(range));
+            }
             out.extend_from_slice(b"Z\"");
         }
         "contact" => {
@@ -194,6 +188,14 @@ fn write_cell(out: &mut Vec<u8>, column: &ColumnInfo, n: u64, rng: &mut impl Rng
 
 fn decimal(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+/// `2026-MM-DD`, month then day drawn from `rng`.
+fn write_date(out: &mut Vec<u8>, rng: &mut impl Rng) {
+    out.extend_from_slice(b"2026-");
+    two_digits(out, rng.gen_range(1..=12));
+    out.push(b'-');
+    two_digits(out, rng.gen_range(1..=28));
 }
 
 fn two_digits(out: &mut Vec<u8>, v: u32) {

@@ -321,7 +321,7 @@ impl Wal {
             if checkpoint::remove_leftover_tmp(&config.dir)? {
                 tracing::warn!(dir = %config.dir.display(), "removed a checkpoint.tmp left by a crash");
             }
-            listed = marker.and_then(|(swept, list)| checkpoint::read_kept(&list, swept));
+            listed = marker.and_then(|(swept, bytes)| checkpoint::read_kept(&bytes, swept));
             Ok(store)
         });
         let mut scan = recovery::scan(

@@ -127,7 +127,7 @@ impl Row {
         at: Millis,
     ) -> Self
     where
-        I: Iterator<Item = (ColumnId, &'v Value)> + DoubleEndedIterator + Clone,
+        I: SortedCells<'v>,
     {
         debug_assert!(cells.clone().zip(cells.clone().skip(1)).all(|(a, b)| a.0 < b.0));
         Row::rendered(RowJson { id, sheet_id, version: 1, cells, at: (at, at), source })
@@ -135,7 +135,7 @@ impl Row {
 
     fn rendered<'v, I>(view: RowJson<I>) -> Self
     where
-        I: Iterator<Item = (ColumnId, &'v Value)> + DoubleEndedIterator + Clone,
+        I: SortedCells<'v>,
     {
         Row {
             id: view.id,
@@ -338,6 +338,12 @@ impl<'de, F: FnMut(ColumnId, &'de RawValue)> Visitor<'de> for VisitCells<F> {
     }
 }
 
+/// A row's cells in ascending id order, walked as often as rendering needs (a map's, or the
+/// values a coerced write sets).
+pub trait SortedCells<'v>: DoubleEndedIterator<Item = (ColumnId, &'v Value)> + Clone {}
+
+impl<'v, I: DoubleEndedIterator<Item = (ColumnId, &'v Value)> + Clone> SortedCells<'v> for I {}
+
 /// RowV1 by reference: the one renderer of a row's JSON. `cells` iterates the cells in
 /// ascending id order.
 struct RowJson<I> {
@@ -351,7 +357,7 @@ struct RowJson<I> {
 
 impl<'v, I> RowJson<I>
 where
-    I: Iterator<Item = (ColumnId, &'v Value)> + DoubleEndedIterator + Clone,
+    I: SortedCells<'v>,
 {
     fn render(&self) -> Box<RawValue> {
         // Serializing numbers, strings and JSON values cannot fail.
@@ -361,7 +367,7 @@ where
 
 impl<'v, I> Serialize for RowJson<I>
 where
-    I: Iterator<Item = (ColumnId, &'v Value)> + DoubleEndedIterator + Clone,
+    I: SortedCells<'v>,
 {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
@@ -412,7 +418,7 @@ struct DecimalOrder<I>(I);
 
 impl<'v, I> Serialize for DecimalOrder<I>
 where
-    I: Iterator<Item = (ColumnId, &'v Value)> + DoubleEndedIterator + Clone,
+    I: SortedCells<'v>,
 {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         // serde_json writes integer map keys as strings: `{"100": ...}`.
