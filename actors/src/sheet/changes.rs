@@ -313,7 +313,7 @@ mod tests {
         for seq in [1, 2, 3, 64, 65, 129, 1000, 1999, 2000, 2001, 5000] {
             let spans: Vec<Lsn> = log.spans_from(seq).map(|s| s.lsn).collect();
             // Change `seq` is in span (seq + 1) / 2; past the end, the last span.
-            let first = ((seq + 1) / 2).min(1000);
+            let first = seq.div_ceil(2).min(1000);
             assert_eq!(spans, (first..=1000).collect::<Vec<_>>(), "seq {seq}");
         }
     }
