@@ -44,10 +44,13 @@
 //! ahead: a missing, damaged or older marker means a full walk, which is always correct.
 //!
 //! ```text
-//! [magic "SHEETDSW" 8][lsn u64][records u64][bytes u64][crc32 u32]
-//! then, optionally, the records themselves:
-//! [codec bytes of [(lsn - previous lsn, chunks, bytes)]][crc32 u32 of this part]
+//! [magic "SHEETDS2" 8][lsn u64][records u64][bytes u64][crc32 u32]
+//! then, optionally, the stored entries themselves:
+//! [codec bytes of [(lsn - previous lsn, chunks, packed, bytes)]][crc32 u32 of this part]
 //! ```
+//!
+//! A marker with the magic "SHEETDSW" (written before packs existed) lists
+//! `(lsn - previous lsn, chunks, bytes)`, each one record; it is still read.
 //!
 //! With the list, the log's first truncation after a start asks about those records only, as
 //! every later one does, instead of reading them back (`log::LogStore::remove_through_except`).
@@ -82,7 +85,9 @@ pub const TMP_FILE_NAME: &str = "checkpoint.tmp";
 
 /// File name of the sweep marker inside the data dir (see the module docs).
 pub const SWEPT_FILE_NAME: &str = "checkpoint.swept";
-const SWEPT_MAGIC: &[u8; 8] = b"SHEETDSW";
+const SWEPT_MAGIC: &[u8; 8] = b"SHEETDS2";
+/// The magic of a marker whose list has no pack counts (every entry one record).
+const SWEPT_MAGIC_UNPACKED: &[u8; 8] = b"SHEETDSW";
 const SWEPT_LEN: usize = 8 + 8 + 8 + 8 + 4;
 
 /// What the sweep marker says of the log at or below a checkpoint's LSN.
@@ -90,7 +95,7 @@ const SWEPT_LEN: usize = 8 + 8 + 8 + 8 + 4;
 pub(crate) struct Swept {
     /// The checkpoint LSN it was written for.
     pub(crate) lsn: Lsn,
-    /// Retained records at or below it.
+    /// Records kept at or below it (retained, or stored in one pack with a retained one).
     pub(crate) records: u64,
     /// Their stored bytes.
     pub(crate) bytes: u64,
@@ -99,7 +104,11 @@ pub(crate) struct Swept {
 impl Swept {
     /// The marker of the checkpoint at `lsn` that retains `kept`.
     pub(crate) fn of(lsn: Lsn, kept: &[Kept]) -> Swept {
-        Swept { lsn, records: kept.len() as u64, bytes: kept.iter().map(|k| k.bytes).sum() }
+        Swept {
+            lsn,
+            records: kept.iter().map(|k| u64::from(k.records())).sum(),
+            bytes: kept.iter().map(|k| k.bytes).sum(),
+        }
     }
 }
 
@@ -118,9 +127,9 @@ pub(crate) fn write_swept(dir: &Path, lsn: Lsn, kept: &[Kept]) -> Result<()> {
     // Each LSN as its distance from the one before: one or two bytes apiece, where the plain
     // numbers took 20 bytes a record (10 MB for the engine bench's 480,000).
     let mut previous = 0;
-    let deltas: Vec<(u64, u32, u64)> = kept
+    let deltas: Vec<(u64, u32, u32, u64)> = kept
         .iter()
-        .map(|k| (k.lsn - std::mem::replace(&mut previous, k.lsn), k.chunks, k.bytes))
+        .map(|k| (k.lsn - std::mem::replace(&mut previous, k.lsn), k.chunks, k.packed, k.bytes))
         .collect();
     image.extend_from_slice(&crate::codec::encode(&deltas)?);
     let crc = crc32fast::hash(&image[SWEPT_LEN..]);
@@ -141,7 +150,10 @@ pub(crate) fn write_swept(dir: &Path, lsn: Lsn, kept: &[Kept]) -> Result<()> {
 /// takes a start tens of milliseconds better spent beside the checkpoint's decoding.
 pub(crate) fn read_swept(dir: &Path, lsn: Lsn) -> Option<(Swept, Vec<u8>)> {
     let bytes = fs::read(dir.join(SWEPT_FILE_NAME)).ok()?;
-    if bytes.len() < SWEPT_LEN || &bytes[..8] != SWEPT_MAGIC {
+    let magic = bytes.first_chunk::<8>();
+    if bytes.len() < SWEPT_LEN
+        || !magic.is_some_and(|m| [SWEPT_MAGIC, SWEPT_MAGIC_UNPACKED].contains(&m))
+    {
         return None;
     }
     let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
@@ -160,17 +172,27 @@ pub(crate) fn read_kept(marker: &[u8], swept: Swept) -> Option<Vec<Kept>> {
     if crc32fast::hash(encoded) != u32::from_le_bytes(*crc) {
         return None;
     }
-    let deltas: Vec<(u64, u32, u64)> = crate::codec::decode(encoded).ok()?;
-    let mut lsn = 0u64;
+    let deltas: Vec<(u64, u32, u32, u64)> = if marker.starts_with(SWEPT_MAGIC) {
+        crate::codec::decode(encoded).ok()?
+    } else {
+        let unpacked: Vec<(u64, u32, u64)> = crate::codec::decode(encoded).ok()?;
+        unpacked.into_iter().map(|(delta, chunks, bytes)| (delta, chunks, 0, bytes)).collect()
+    };
+    let mut next = 1u64;
     let mut kept = Vec::with_capacity(deltas.len());
-    for (delta, chunks, bytes) in deltas {
-        // LSNs ascend strictly.
-        lsn = lsn.checked_add(delta).filter(|_| delta > 0)?;
-        kept.push(Kept { lsn, chunks, bytes });
+    for (delta, chunks, packed, bytes) in deltas {
+        // Entries ascend and never overlap; a pack holds two records or more.
+        let lsn = kept.last().map_or(0, |k: &Kept| k.lsn).checked_add(delta)?;
+        let entry = Kept { lsn, chunks, packed, bytes };
+        if lsn < next || packed == 1 || lsn.checked_add(u64::from(packed)).is_none() {
+            return None;
+        }
+        next = entry.last() + 1;
+        kept.push(entry);
     }
-    let agrees = kept.len() as u64 == swept.records
+    let agrees = kept.iter().map(|k| u64::from(k.records())).sum::<u64>() == swept.records
         && kept.iter().try_fold(0u64, |sum, k| sum.checked_add(k.bytes)) == Some(swept.bytes)
-        && kept.last().is_none_or(|k| k.lsn <= swept.lsn);
+        && kept.last().is_none_or(|k| k.last() <= swept.lsn);
     agrees.then_some(kept)
 }
 
@@ -587,11 +609,12 @@ mod tests {
     fn a_sweep_marker_keeps_its_list_and_a_damaged_list_costs_only_the_list() {
         let dir = tempfile::tempdir().unwrap();
         let kept = vec![
-            Kept { lsn: 3, chunks: 0, bytes: 40 },
-            Kept { lsn: 9, chunks: 3, bytes: 12_050 },
-            Kept { lsn: 12, chunks: 0, bytes: 77 },
+            Kept { lsn: 3, chunks: 0, packed: 0, bytes: 40 },
+            Kept { lsn: 9, chunks: 3, packed: 0, bytes: 12_050 },
+            Kept { lsn: 12, chunks: 0, packed: 0, bytes: 77 },
+            Kept { lsn: 13, chunks: 0, packed: 5, bytes: 900 },
         ];
-        let swept = Swept { lsn: 20, records: 3, bytes: 40 + 12_050 + 77 };
+        let swept = Swept { lsn: 20, records: 8, bytes: 40 + 12_050 + 77 + 900 };
         write_swept(dir.path(), 20, &kept).unwrap();
         let read_swept = |dir: &Path, lsn| {
             read_swept(dir, lsn).map(|(swept, list)| (swept, read_kept(&list, swept)))
@@ -601,7 +624,7 @@ mod tests {
 
         let path = dir.path().join(SWEPT_FILE_NAME);
         let image = fs::read(&path).unwrap();
-        assert!(image.len() < SWEPT_LEN + 3 * 20, "deltas and varints: {} bytes", image.len());
+        assert!(image.len() < SWEPT_LEN + 4 * 20, "deltas and varints: {} bytes", image.len());
         // Any damaged byte of the list, or a cut one: the counts are still good.
         for at in SWEPT_LEN..image.len() {
             let mut damaged = image.clone();
@@ -614,6 +637,44 @@ mod tests {
         // An older build's marker has no list.
         fs::write(&path, &image[..SWEPT_LEN]).unwrap();
         assert_eq!(read_swept(dir.path(), 20), Some((swept, None)));
+    }
+
+    #[test]
+    fn a_marker_from_before_packs_is_read_as_one_record_an_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let swept = Swept { lsn: 20, records: 2, bytes: 40 + 12_050 };
+        let mut image = SWEPT_MAGIC_UNPACKED.to_vec();
+        for n in [swept.lsn, swept.records, swept.bytes] {
+            image.extend_from_slice(&n.to_le_bytes());
+        }
+        image.extend_from_slice(&crc32fast::hash(&image).to_le_bytes());
+        let list: Vec<(u64, u32, u64)> = vec![(3, 0, 40), (6, 3, 12_050)];
+        image.extend_from_slice(&crate::codec::encode(&list).unwrap());
+        image.extend_from_slice(&crc32fast::hash(&image[SWEPT_LEN..]).to_le_bytes());
+        fs::write(dir.path().join(SWEPT_FILE_NAME), &image).unwrap();
+        let (read, list) = read_swept(dir.path(), 20).unwrap();
+        assert_eq!(read, swept);
+        assert_eq!(
+            read_kept(&list, read),
+            Some(vec![
+                Kept { lsn: 3, chunks: 0, packed: 0, bytes: 40 },
+                Kept { lsn: 9, chunks: 3, packed: 0, bytes: 12_050 },
+            ])
+        );
+    }
+
+    #[test]
+    fn a_marker_list_with_overlapping_entries_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        // A pack of 3 from LSN 3 covers LSN 5: an entry at 5 cannot follow it.
+        let kept = [
+            Kept { lsn: 3, chunks: 0, packed: 3, bytes: 40 },
+            Kept { lsn: 5, chunks: 0, packed: 0, bytes: 10 },
+        ];
+        write_swept(dir.path(), 20, &kept).unwrap();
+        let (swept, list) = read_swept(dir.path(), 20).unwrap();
+        assert_eq!(swept.records, 4);
+        assert_eq!(read_kept(&list, swept), None);
     }
 
     /// Checks a file image held in memory and reads its snapshot.

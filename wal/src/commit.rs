@@ -6,7 +6,8 @@
 //! One loop iteration is one *group*:
 //! 1. Block for the first queued command, then take whatever else is already queued, up to
 //!    `max_batch_records` records (a single `append_batch` is never split).
-//! 2. Frame every payload and put all of them in one `sled::Batch`.
+//! 2. Frame every payload (runs of small ones as packs) and put all of them in one
+//!    `sled::Batch`.
 //! 3. [`LogStore::write`](crate::log::LogStore::write): `apply_batch`, `flush`, fsync new blobs, `fdatasync` the data file.
 //! 4. Advance the durable LSN, *then* resolve every waiter of the group. One flush serves
 //!    everyone queued behind it.
@@ -29,7 +30,7 @@ use tokio::sync::oneshot;
 
 use crate::error::Error;
 use crate::handle::Core;
-use crate::log::put_record;
+use crate::log::put_records;
 use crate::{Lsn, FLUSH_LATENCY_BUCKETS_SECONDS};
 
 /// What a waiter receives: the LSN it waited for, or the failure shared by its whole group.
@@ -187,11 +188,12 @@ fn write_group(core: &Core, group: &[Command]) -> crate::Result<()> {
         return Err(Error::Io(std::io::Error::other("injected write failure (test)")));
     }
     let mut batch = sled::Batch::default();
-    for command in group {
-        for (lsn, payload) in (command.first_lsn..).zip(&command.payloads) {
-            put_record(&mut batch, lsn, payload)?;
-        }
-    }
+    // Commands are consecutive (module docs), so the group is one run of LSNs, and runs of
+    // its small records can share a pack whichever command they came in.
+    let Some(first) = group.first().map(|c| c.first_lsn) else { return Ok(()) };
+    debug_assert!(group.windows(2).all(|w| w[1].first_lsn == w[0].last_lsn() + 1));
+    let payloads = group.iter().flat_map(|c| c.payloads.iter().map(Vec::as_slice));
+    put_records(&mut batch, first, payloads)?;
     core.with_store(|store| store.write(batch))
 }
 

@@ -362,6 +362,13 @@ pub enum FrameDefect {
         /// CRC computed over the stored bytes.
         computed: u32,
     },
+    /// A pack's body (several records in one value) does not decode to the records its key
+    /// announces.
+    #[error("the pack of {count} records does not decode")]
+    BadPack {
+        /// How many records the pack's key announces.
+        count: u32,
+    },
     /// The checksum matches but the version byte is unknown: written by a newer build.
     #[error("unknown format version {found}")]
     UnknownVersion {

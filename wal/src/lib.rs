@@ -17,6 +17,7 @@
 //! - `recovery.rs`: replay rules shared by [`Wal::recover`] and [`Wal::verify`].
 //! - `checkpoint.rs`: the checkpoint file.
 //! - `error.rs`: [`Error`] and its detail types.
+//! - `pack.rs`: several small records in one stored value.
 //! - `lock.rs`, `fsutil.rs`: sled's file lock, directory fsync and copies.
 //! - `testing` (feature `testing`): helpers that damage a stopped log for crash tests.
 //!
@@ -25,7 +26,9 @@
 //!   value = `[version u8][len u32 LE][crc32 u32 LE][payload]`. A record over 4,000 bytes is
 //!   stored as chunks of at most that size, each framed, under 16-byte keys `[LSN][index u32
 //!   BE][count u32 BE]`: sled sends larger values (and tree nodes) to a file of their own under
-//!   `blobs/`, one file and fsync each, that can outlive the records in them.
+//!   `blobs/`, one file and fsync each, that can outlive the records in them. Consecutive
+//!   small records of one group commit are stored as one *pack* under a 12-byte key `[first
+//!   LSN][count u32 BE]`, their payloads compressed together (`pack.rs`).
 //! - `checkpoint`: the latest snapshot: `[SHEETDCK][version u8][lsn u64][len u64][crc32]`, then
 //!   the snapshot in 1 MiB blocks, each behind its own CRC (`checkpoint.tmp` exists only while
 //!   one is being written).
@@ -40,8 +43,8 @@
 //!    assign the next LSN(s), run the caller's `build` closure (for `append_with`) and send the
 //!    command to the commit thread, all under that mutex. LSN order is queue order.
 //! 2. The commit thread blocks for one command, drains whatever else is queued (up to
-//!    [`Config::max_batch_records`]), frames every payload (or each chunk of a large one) and
-//!    writes them with one `sled::Batch`.
+//!    [`Config::max_batch_records`]), frames every payload (or each chunk of a large one, or
+//!    a pack of small ones) and writes them with one `sled::Batch`.
 //! 3. It flushes sled, fsyncs new blob files and `fdatasync`s sled's data file: sled's own flush
 //!    does not reach the platter (see `LogStore::sync` in `log.rs`).
 //! 4. It advances the durable LSN ([`Wal::durable_lsn`], [`Wal::wait_durable`]) and then resolves
@@ -94,6 +97,7 @@ mod fsutil;
 mod handle;
 mod lock;
 mod log;
+mod pack;
 mod recovery;
 mod space;
 

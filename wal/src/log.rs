@@ -6,9 +6,12 @@
 //! durable.
 //!
 //! Guarantees:
-//! - Keys are 8-byte big-endian LSNs (a record stored whole) or 16-byte LSN + chunk index +
+//! - Keys are 8-byte big-endian LSNs (a record stored whole), 16-byte LSN + chunk index +
 //!   chunk count (a record over [`CHUNK_BYTES`], stored in chunks so sled never takes it to a
-//!   blob file), so sled's byte order is LSN order.
+//!   blob file) or 12-byte first LSN + count (a pack of consecutive small records,
+//!   `crate::pack`), so sled's byte order is LSN order.
+//! - After a truncation through an LSN, no stored value holds records on both sides of it: a
+//!   pack that straddles it is split ([`LogStore::remove_through_except`]).
 //! - [`LogStore::write`] returns only after the batch is durable: sled `apply_batch` (atomic),
 //!   `flush`, then fsync of the blob files sled created and an fdatasync of sled's data file
 //!   (see [`LogStore::sync`] for why sled's own flush is not enough).
@@ -159,8 +162,38 @@ pub(crate) struct LogStore {
     /// The records this store keeps at or below the last checkpoint, as the last truncation
     /// left them; `None` until one has run on this store.
     retained: Mutex<Option<Retained>>,
+    /// The packs [`LogStore::read`] decoded last: a follower reads a pack's records one after
+    /// another, and decoding the pack for each would cost it the whole pack every time.
+    unpacked: Mutex<Unpacked>,
     /// Declared last so it drops after `db`: waits until sled has really let go of the dir.
     _released: WaitForRelease,
+}
+
+/// The last few decoded packs, by first LSN; the oldest goes first. A record's bytes never
+/// change while it is stored, so an entry stays true while the store lives (a split pack
+/// holds the same records under new keys).
+#[derive(Debug, Default)]
+struct Unpacked {
+    packs: std::collections::VecDeque<(Lsn, Vec<Vec<u8>>)>,
+}
+
+impl Unpacked {
+    /// Followers of a few sheets read side by side.
+    const PACKS: usize = 8;
+
+    fn get(&self, lsn: Lsn) -> Option<Vec<u8>> {
+        self.packs.iter().find_map(|(first, records)| {
+            let at = usize::try_from(lsn.checked_sub(*first)?).ok()?;
+            records.get(at).cloned()
+        })
+    }
+
+    fn insert(&mut self, first: Lsn, records: Vec<Vec<u8>>) {
+        if self.packs.len() == Self::PACKS {
+            self.packs.pop_front();
+        }
+        self.packs.push_back((first, records));
+    }
 }
 
 /// Every record a truncation kept at or below its LSN, in LSN order.
@@ -175,23 +208,43 @@ struct Retained {
     records: Vec<Kept>,
 }
 
-/// A kept record: its LSN, its chunk count (0: stored whole) and its stored bytes.
+/// A kept entry: its first LSN, its chunk count (0: not chunked), how many records it packs
+/// (0: not a pack, one record) and its stored bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Kept {
     pub(crate) lsn: Lsn,
     pub(crate) chunks: u32,
+    pub(crate) packed: u32,
     pub(crate) bytes: u64,
 }
 
 impl Kept {
-    /// The entry for a record stored under `parts` (its keys, in order, and their values).
+    /// The entry for the records stored under `parts` (its keys, in order, and their values).
     pub(crate) fn of(lsn: Lsn, parts: &[Part]) -> Kept {
-        let chunks = parts.first().and_then(|(_, chunk, _)| *chunk).map_or(0, |(_, count)| count);
-        Kept { lsn, chunks, bytes: parts.iter().map(|(_, _, v)| v.len() as u64).sum() }
+        let (chunks, packed) = match parts.first().map(|(_, layout, _)| *layout) {
+            Some(Layout::Chunk { count, .. }) => (count, 0),
+            Some(Layout::Pack { count }) => (0, count),
+            _ => (0, 0),
+        };
+        Kept { lsn, chunks, packed, bytes: parts.iter().map(|(_, _, v)| v.len() as u64).sum() }
     }
 
-    /// Adds the removal of every key of this record to `batch`; returns how many.
+    /// How many records the entry holds.
+    pub(crate) fn records(&self) -> u32 {
+        self.packed.max(1)
+    }
+
+    /// The LSN of its last record.
+    pub(crate) fn last(&self) -> Lsn {
+        self.lsn + Lsn::from(self.records()) - 1
+    }
+
+    /// Adds the removal of every key of this entry to `batch`; returns how many.
     fn remove(&self, batch: &mut sled::Batch) -> u64 {
+        if self.packed > 0 {
+            batch.remove(&pack_key(self.lsn, self.packed)[..]);
+            return 1;
+        }
         if self.chunks == 0 {
             batch.remove(&key(self.lsn)[..]);
             return 1;
@@ -203,30 +256,38 @@ impl Kept {
     }
 }
 
-/// One stored value of a record: its key, the chunk `(index, count)` the key names (none for a
-/// record stored whole), and the framed bytes.
-pub(crate) type Part = (sled::IVec, Option<(u32, u32)>, sled::IVec);
+/// One stored value: its key, what the key says it holds, and the framed bytes.
+pub(crate) type Part = (sled::IVec, Layout, sled::IVec);
 
-/// The stored values of the next record in `items`: one, or its chunks (they sort together);
-/// `None` at the end.
-pub(crate) fn next_record(
+/// The stored values of the next entry in `items`: one record or pack, or a record's chunks
+/// (they sort together); `None` at the end.
+pub(crate) fn next_entry(
     items: &mut std::iter::Peekable<impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>>,
 ) -> Result<Option<Vec<Part>>> {
     let Some(item) = items.next() else {
         return Ok(None);
     };
     let (k, stored) = item?;
-    let (lsn, chunk) = parse_key(&k)?;
-    let mut parts = vec![(k, chunk, stored)];
+    let (lsn, layout) = parse_key(&k)?;
+    let mut parts = vec![(k, layout, stored)];
     while let Some(Ok((next, _))) = items.peek() {
         if lsn_of(next).ok() != Some(lsn) {
             break;
         }
         let (k, stored) = items.next().expect("peeked")?;
-        let chunk = parse_key(&k)?.1;
-        parts.push((k, chunk, stored));
+        let layout = parse_key(&k)?.1;
+        parts.push((k, layout, stored));
     }
     Ok(Some(parts))
+}
+
+/// The first and last LSN of the records an entry's `parts` hold.
+pub(crate) fn span(parts: &[Part]) -> Result<(Lsn, Lsn)> {
+    let first = lsn_of(&parts[0].0)?;
+    match parts[0].1 {
+        Layout::Pack { count } => Ok((first, first + Lsn::from(count) - 1)),
+        _ => Ok((first, first)),
+    }
 }
 
 /// Blocks, on drop, until sled's lock on the data file is gone.
@@ -292,37 +353,66 @@ pub(crate) fn chunk_key(lsn: Lsn, index: u32, count: u32) -> [u8; 16] {
     k
 }
 
-/// What a sled key names: a whole record, or one chunk `(index, count)` of one.
-pub(crate) type KeyParts = (Lsn, Option<(u32, u32)>);
+/// The sled key for the pack of `count` records from `first`: the LSN, then the count,
+/// big-endian. It sorts where `first`'s own key would.
+pub(crate) fn pack_key(first: Lsn, count: u32) -> [u8; 12] {
+    let mut k = [0u8; 12];
+    k[..8].copy_from_slice(&first.to_be_bytes());
+    k[8..].copy_from_slice(&count.to_be_bytes());
+    k
+}
 
-/// The LSN (and chunk, if any) a sled key names.
+/// What a stored value holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// One record, whole.
+    Whole,
+    /// Chunk `index` of the `count` chunks of one record.
+    Chunk { index: u32, count: u32 },
+    /// `count` (two or more) consecutive records from the key's LSN.
+    Pack { count: u32 },
+}
+
+/// What a sled key names: its (first) LSN and the layout of its value.
+pub(crate) type KeyParts = (Lsn, Layout);
+
+/// The LSN and layout a sled key names.
 ///
 /// # Errors
-/// [`Corruption::BadKey`] if the key is neither 8 nor 16 bytes, or names LSN 0 (never
-/// assigned).
+/// [`Corruption::BadKey`] if the key is not 8, 12 or 16 bytes, names LSN 0 (never assigned),
+/// or a pack of fewer than two records or past the last LSN.
 pub(crate) fn parse_key(key: &[u8]) -> Result<KeyParts> {
     let word = |at: usize| u32::from_be_bytes(key[at..at + 4].try_into().expect("4 bytes"));
-    let (lsn, chunk) = match key.len() {
-        8 => (Lsn::from_be_bytes(key.try_into().expect("8 bytes")), None),
-        16 => {
-            (Lsn::from_be_bytes(key[..8].try_into().expect("8 bytes")), Some((word(8), word(12))))
-        }
+    let bad = |detail: String| Err(Corruption::BadKey { detail }.into());
+    let (lsn, layout) = match key.len() {
+        8 => (Lsn::from_be_bytes(key.try_into().expect("8 bytes")), Layout::Whole),
+        12 => (
+            Lsn::from_be_bytes(key[..8].try_into().expect("8 bytes")),
+            Layout::Pack { count: word(8) },
+        ),
+        16 => (
+            Lsn::from_be_bytes(key[..8].try_into().expect("8 bytes")),
+            Layout::Chunk { index: word(8), count: word(12) },
+        ),
         n => {
-            return Err(Corruption::BadKey {
-                detail: format!(
-                    "{n} bytes where an 8-byte LSN or a 16-byte chunk key was expected"
-                ),
-            }
-            .into())
+            return bad(format!(
+                "{n} bytes where an 8-byte LSN, a 12-byte pack key or a 16-byte chunk key was \
+                 expected"
+            ))
         }
     };
     if lsn == 0 {
-        return Err(Corruption::BadKey { detail: "LSN 0 is never assigned".to_owned() }.into());
+        return bad("LSN 0 is never assigned".to_owned());
     }
-    Ok((lsn, chunk))
+    if let Layout::Pack { count } = layout {
+        if count < 2 || lsn.checked_add(Lsn::from(count) - 1).is_none() {
+            return bad(format!("a pack of {count} records from LSN {lsn}"));
+        }
+    }
+    Ok((lsn, layout))
 }
 
-/// The LSN a sled key names.
+/// The (first) LSN a sled key names.
 ///
 /// # Errors
 /// As [`parse_key`].
@@ -331,16 +421,75 @@ pub(crate) fn lsn_of(key: &[u8]) -> Result<Lsn> {
 }
 
 /// Adds the record `payload` at `lsn` to `batch`: one framed value, or one framed value per
-/// [`CHUNK_BYTES`] of payload.
-pub(crate) fn put_record(batch: &mut sled::Batch, lsn: Lsn, payload: &[u8]) -> Result<()> {
+/// [`CHUNK_BYTES`] of payload. Returns the entry it stored.
+pub(crate) fn put_record(batch: &mut sled::Batch, lsn: Lsn, payload: &[u8]) -> Result<Kept> {
     if payload.len() <= CHUNK_BYTES {
-        batch.insert(&key(lsn)[..], frame::encode(payload)?);
-        return Ok(());
+        let framed = frame::encode(payload)?;
+        let bytes = framed.len() as u64;
+        batch.insert(&key(lsn)[..], framed);
+        return Ok(Kept { lsn, chunks: 0, packed: 0, bytes });
     }
     let count = u32::try_from(payload.len().div_ceil(CHUNK_BYTES))
         .map_err(|_| Error::RecordTooLarge { len: payload.len() })?;
+    let mut bytes = 0;
     for (index, chunk) in (0..count).zip(payload.chunks(CHUNK_BYTES)) {
-        batch.insert(&chunk_key(lsn, index, count)[..], frame::encode(chunk)?);
+        let framed = frame::encode(chunk)?;
+        bytes += framed.len() as u64;
+        batch.insert(&chunk_key(lsn, index, count)[..], framed);
+    }
+    Ok(Kept { lsn, chunks: count, packed: 0, bytes })
+}
+
+/// Adds the consecutive records `payloads`, the first at `first`, to `batch`: runs of small
+/// ones as packs (`crate::pack`), every other record as [`put_record`] stores it. Returns the
+/// entries it stored, in LSN order.
+pub(crate) fn put_records<'a>(
+    batch: &mut sled::Batch,
+    first: Lsn,
+    payloads: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<Vec<Kept>> {
+    let mut stored = Vec::new();
+    // The run of small records not stored yet: its first LSN and payloads.
+    let mut run: (Lsn, Vec<&[u8]>, usize) = (first, Vec::new(), 0);
+    for (lsn, payload) in (first..).zip(payloads) {
+        if payload.len() > crate::pack::RECORD_MAX {
+            put_run(batch, &mut run, &mut stored)?;
+            stored.push(put_record(batch, lsn, payload)?);
+            run.0 = lsn + 1;
+            continue;
+        }
+        run.1.push(payload);
+        run.2 += 4 + payload.len();
+        if run.2 >= crate::pack::RAW_TARGET {
+            put_run(batch, &mut run, &mut stored)?;
+            run.0 = lsn + 1;
+        }
+    }
+    put_run(batch, &mut run, &mut stored)?;
+    Ok(stored)
+}
+
+/// Stores a run of small records (one pack, or each alone when it is one record or does not
+/// compress into a pack) and empties it.
+fn put_run(
+    batch: &mut sled::Batch,
+    run: &mut (Lsn, Vec<&[u8]>, usize),
+    stored: &mut Vec<Kept>,
+) -> Result<()> {
+    let (first, records, raw) = run;
+    *raw = 0;
+    if records.len() >= 2 {
+        if let Some(body) = crate::pack::encode(records) {
+            let count = u32::try_from(records.len()).expect("a run is at most 16 KiB");
+            let framed = frame::encode(&body)?;
+            stored.push(Kept { lsn: *first, chunks: 0, packed: count, bytes: framed.len() as u64 });
+            batch.insert(&pack_key(*first, count)[..], framed);
+            records.clear();
+            return Ok(());
+        }
+    }
+    for (lsn, payload) in (*first..).zip(records.drain(..)) {
+        stored.push(put_record(batch, lsn, payload)?);
     }
     Ok(())
 }
@@ -398,6 +547,7 @@ impl LogStore {
             data_file,
             synced_blobs: Mutex::new(HashSet::new()),
             retained: Mutex::new(None),
+            unpacked: Mutex::new(Unpacked::default()),
             _released: WaitForRelease { data_path },
         })
     }
@@ -495,7 +645,7 @@ impl LogStore {
         let walk_from = match known {
             Some(known) if known.through <= lsn => {
                 for record in known.records {
-                    if retain(record.lsn) {
+                    if (record.lsn..=record.last()).any(retain) {
                         kept.push(record);
                     } else {
                         removed += record.remove(&mut batch);
@@ -510,10 +660,21 @@ impl LogStore {
             None => self.db.range(key(walk_from)..),
         }
         .peekable();
-        while let Some(parts) = next_record(&mut items)? {
-            let at = lsn_of(&parts[0].0)?;
-            if retain(at) {
-                kept.push(Kept::of(at, &parts));
+        while let Some(parts) = next_entry(&mut items)? {
+            let (first, last) = span(&parts)?;
+            if last > lsn {
+                // A pack across the checkpoint: only its records after it must stay.
+                let records = crate::recovery::records_of(&parts)
+                    .map_err(|defect| Corruption::Record { lsn: first, defect })?;
+                let (below, above) = records.split_at((lsn - first + 1) as usize);
+                batch.remove(&parts[0].0);
+                removed += 1;
+                if (first..=lsn).any(retain) {
+                    kept.extend(put_records(&mut batch, first, below.iter().map(Vec::as_slice))?);
+                }
+                put_records(&mut batch, lsn + 1, above.iter().map(Vec::as_slice))?;
+            } else if (first..=last).any(retain) {
+                kept.push(Kept::of(first, &parts));
             } else {
                 removed += parts.len() as u64;
                 for (k, _, _) in parts {
@@ -542,31 +703,49 @@ impl LogStore {
         f(retained.as_ref().map_or(&[][..], |r| &r.records[..]))
     }
 
-    /// The payload of the record at `lsn`: its one frame, or its chunks in order.
+    /// The payload of the record at `lsn`: its one frame, its chunks in order, or its place in
+    /// a pack.
     pub(crate) fn read(&self, lsn: Lsn) -> Result<Option<Vec<u8>>> {
-        // Most records are stored whole under their 8-byte key: one lookup, no range scan.
+        if let Some(payload) = self.unpacked.lock().unwrap_or_else(PoisonError::into_inner).get(lsn)
+        {
+            return Ok(Some(payload));
+        }
+        // A record stored whole: one lookup, no range scan.
         if let Some(stored) = self.db.get(key(lsn))? {
             return match crate::frame::decode(&stored) {
                 Ok(payload) => Ok(Some(payload.to_vec())),
                 Err(defect) => Err(crate::error::Corruption::Record { lsn, defect }.into()),
             };
         }
-        let end = match lsn.checked_add(1) {
-            Some(next) => std::ops::Bound::Excluded(key(next).to_vec()),
-            None => std::ops::Bound::Unbounded,
+        // Otherwise the record's last chunk or its pack has the greatest key below `lsn + 1`.
+        let last = match lsn.checked_add(1) {
+            Some(next) => self.db.range(..key(next)).next_back(),
+            None => self.db.iter().next_back(),
         };
-        let mut parts = Vec::new();
-        for item in self.db.range((std::ops::Bound::Included(key(lsn).to_vec()), end)) {
-            let (k, v) = item?;
-            let (_, chunk) = parse_key(&k)?;
-            parts.push((k, chunk, v));
-        }
-        if parts.is_empty() {
+        let Some((k, stored)) = last.transpose()? else {
             return Ok(None);
-        }
-        match crate::recovery::assemble(&parts) {
-            Ok(payload) => Ok(Some(payload)),
-            Err(defect) => Err(crate::error::Corruption::Record { lsn, defect }.into()),
+        };
+        let damaged = |defect| crate::error::Corruption::Record { lsn, defect };
+        match parse_key(&k)? {
+            (first, Layout::Pack { count }) if lsn - first < Lsn::from(count) => {
+                let payloads = frame::decode(&stored)
+                    .and_then(|body| crate::pack::decode(body, count))
+                    .map_err(damaged)?;
+                let payload = payloads[(lsn - first) as usize].clone();
+                let mut unpacked = self.unpacked.lock().unwrap_or_else(PoisonError::into_inner);
+                unpacked.insert(first, payloads);
+                Ok(Some(payload))
+            }
+            (at, Layout::Chunk { .. }) if at == lsn => {
+                let mut parts = Vec::new();
+                for item in self.db.range(key(lsn).as_slice()..=k.as_ref()) {
+                    let (k, v) = item?;
+                    let (_, layout) = parse_key(&k)?;
+                    parts.push((k, layout, v));
+                }
+                crate::recovery::assemble(&parts).map(Some).map_err(|d| damaged(d).into())
+            }
+            _ => Ok(None),
         }
     }
 

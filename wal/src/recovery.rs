@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 
 use crate::checkpoint::{Checkpoint, Swept};
 use crate::error::{Corruption, Error, FrameDefect, Result};
-use crate::log::{key, lsn_of, next_record, Kept, LogStore, Part};
+use crate::log::{key, lsn_of, next_entry, put_records, span, Kept, Layout, LogStore, Part};
 use crate::{frame, Lsn, RecoveryReport, Replayer};
 
 /// Whether the scan may change the log.
@@ -92,7 +92,8 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
     };
     // Repairs are collected even in read-only mode (cheap); applied only in repair mode, as
     // one atomic batch, so a crash during recovery leaves either the old or the repaired log.
-    let mut tail = Tail { report, sizes: VecDeque::new(), repairs: sled::Batch::default() };
+    let mut tail =
+        Tail { report, sizes: VecDeque::new(), repairs: sled::Batch::default(), split: false };
     let (borrowed, open) = match store {
         Store::Absent => {
             deliver_checkpoint(checkpoint, replayer)?;
@@ -160,20 +161,48 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
         kept = checkpoint_lsn.is_some().then(Vec::new);
         while let Some(Ok((k, _))) = items.peek() {
             let lsn = lsn_of(k)?;
-            if checkpoint_lsn.is_none_or(|c| lsn > c) {
+            let Some(c) = checkpoint_lsn.filter(|&c| lsn <= c) else {
+                break;
+            };
+            let parts = next_entry(&mut items)?.expect("peeked");
+            let (first, last) = span(&parts)?;
+            if last > c {
+                // A pack across the checkpoint (the crash came before its truncation split
+                // it): its records after the checkpoint are the tail's first.
+                let records = records_of(&parts)
+                    .map_err(|defect| Corruption::Record { lsn: first, defect })?;
+                let (below, above) = records.split_at((c - first + 1) as usize);
+                tail.repairs.remove(&parts[0].0);
+                tail.split = true;
+                if (first..=c).any(|lsn| replayer.retains(lsn)) {
+                    let stored =
+                        put_records(&mut tail.repairs, first, below.iter().map(Vec::as_slice))?;
+                    for record in stored {
+                        tail.report.records_retained += u64::from(record.records());
+                        retained_bytes += record.bytes;
+                        kept.iter_mut().for_each(|kept| kept.push(record));
+                    }
+                } else {
+                    tail.report.stale_records_truncated += below.len() as u64;
+                }
+                put_records(&mut tail.repairs, c + 1, above.iter().map(Vec::as_slice))?;
+                let mut batch = Batch::default();
+                for (lsn, payload) in (c + 1..).zip(above.iter().cloned()) {
+                    accept(&mut tail.report, &mut tail.sizes, &mut batch, lsn, payload);
+                }
+                replay_batch(batch, replayer)?;
                 break;
             }
-            let parts = next_record(&mut items)?.expect("peeked");
-            if replayer.retains(lsn) {
-                let record = Kept::of(lsn, &parts);
-                tail.report.records_retained += 1;
+            if (first..=last).any(|lsn| replayer.retains(lsn)) {
+                let record = Kept::of(first, &parts);
+                tail.report.records_retained += u64::from(record.records());
                 retained_bytes += record.bytes;
                 if let Some(kept) = kept.as_mut() {
                     kept.push(record);
                 }
                 continue;
             }
-            tail.report.stale_records_truncated += 1;
+            tail.report.stale_records_truncated += last - first + 1;
             for (k, _, _) in parts {
                 tail.repairs.remove(k);
             }
@@ -186,7 +215,7 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
         replayed?;
         walked?;
     }
-    let Tail { report, sizes, repairs } = tail;
+    let Tail { report, sizes, repairs, split } = tail;
 
     // Step 5.
     if report.stale_records_truncated > 0 {
@@ -199,7 +228,9 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
              this is verify"
         );
     }
-    if mode == Mode::Repair && (report.stale_records_truncated > 0 || report.torn_tail_dropped) {
+    if mode == Mode::Repair
+        && (report.stale_records_truncated > 0 || report.torn_tail_dropped || split)
+    {
         store.write(repairs)?;
     }
     Ok(Scan { report, sizes, retained_bytes, kept, opened })
@@ -252,6 +283,8 @@ struct Tail {
     report: RecoveryReport,
     sizes: VecDeque<u32>,
     repairs: sled::Batch,
+    /// Whether `repairs` splits a pack across the checkpoint.
+    split: bool,
 }
 
 /// Batches queued between the walk and the replay: up to 192 MiB of records read ahead (or
@@ -283,9 +316,9 @@ fn walk_tail(
     tail: &mut Tail,
     sink: &mut dyn FnMut(Batch) -> bool,
 ) -> Result<()> {
-    let Tail { report, sizes, repairs } = tail;
+    let Tail { report, sizes, repairs, .. } = tail;
     let mut batch = Batch::default();
-    while let Some(parts) = next_record(&mut items)? {
+    while let Some(parts) = next_entry(&mut items)? {
         let lsn = lsn_of(&parts[0].0)?;
         // Step 3. Keys ascend, so `lsn` can only be at or beyond the expected one.
         let expected = report.last_lsn + 1;
@@ -298,16 +331,11 @@ fn walk_tail(
             .into());
         }
         // Step 4.
-        match assemble(&parts) {
-            Ok(payload) => {
-                report.records_replayed += 1;
-                report.bytes_replayed += payload.len() as u64;
-                // Counted as the appender counts it: what the record decodes to.
-                let decoded = crate::codec::decoded_len(&payload);
-                sizes.push_back(u32::try_from(decoded).unwrap_or(u32::MAX));
-                report.last_lsn = lsn;
-                batch.bytes += payload.len();
-                batch.records.push((lsn, payload));
+        match records_of(&parts) {
+            Ok(records) => {
+                for (lsn, payload) in (lsn..).zip(records) {
+                    accept(report, sizes, &mut batch, lsn, payload);
+                }
                 let full = batch.records.len() >= Batch::RECORDS || batch.bytes >= Batch::BYTES;
                 // A failed send means the replay stopped on an earlier record: its error is
                 // the one to report.
@@ -351,20 +379,49 @@ fn walk_tail(
     Ok(())
 }
 
+/// Counts a good record after the checkpoint and adds it to the batch for the replay.
+fn accept(
+    report: &mut RecoveryReport,
+    sizes: &mut VecDeque<u32>,
+    batch: &mut Batch,
+    lsn: Lsn,
+    payload: Vec<u8>,
+) {
+    report.records_replayed += 1;
+    report.bytes_replayed += payload.len() as u64;
+    // Counted as the appender counts it: what the record decodes to.
+    let decoded = crate::codec::decoded_len(&payload);
+    sizes.push_back(u32::try_from(decoded).unwrap_or(u32::MAX));
+    report.last_lsn = lsn;
+    batch.bytes += payload.len();
+    batch.records.push((lsn, payload));
+}
+
+/// The payloads of the records one entry's stored values hold, in LSN order: a pack's, or
+/// the one record [`assemble`] puts together.
+pub(crate) fn records_of(parts: &[Part]) -> std::result::Result<Vec<Vec<u8>>, FrameDefect> {
+    match parts {
+        [(_, Layout::Pack { count }, stored)] => {
+            frame::decode(stored).and_then(|body| crate::pack::decode(body, *count))
+        }
+        _ => assemble(parts).map(|payload| vec![payload]),
+    }
+}
+
 /// The payload of one record from its stored values: one whole frame, or chunks `0..count`
 /// in order, each a frame of its own, all announcing the same count.
 pub(crate) fn assemble(parts: &[Part]) -> std::result::Result<Vec<u8>, FrameDefect> {
-    if let [(_, None, stored)] = parts {
+    if let [(_, Layout::Whole, stored)] = parts {
         return frame::decode(stored).map(<[u8]>::to_vec);
     }
     let count = match parts.first() {
-        Some((_, Some((_, count)), _)) => *count,
+        Some((_, Layout::Chunk { count, .. }, _)) => *count,
         _ => 1,
     };
     let mut payload = Vec::new();
-    for (i, (_, chunk, stored)) in parts.iter().enumerate() {
+    for (i, (_, layout, stored)) in parts.iter().enumerate() {
         let index = u32::try_from(i).unwrap_or(u32::MAX);
-        if *chunk != Some((index, count)) {
+        if *layout != (Layout::Chunk { index, count }) {
             return Err(FrameDefect::MissingChunk { index, count });
         }
         payload.extend_from_slice(frame::decode(stored)?);

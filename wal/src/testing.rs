@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::log::{key, lsn_of, LogStore};
+use crate::log::{key, lsn_of, parse_key, Layout, LogStore};
 use crate::{checkpoint, Lsn};
 
 /// Small page cache: these helpers touch a handful of records.
@@ -37,14 +37,15 @@ pub fn tear_last_record(dir: &Path, keep_bytes: usize) -> Result<Lsn> {
     lsn_of(&k)
 }
 
-/// Flips every bit of byte `byte_index` of record `lsn`'s stored frame.
+/// Flips every bit of byte `byte_index` of the frame that stores record `lsn` (its own, or
+/// its pack's).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] if the record does not exist or is shorter than
 /// `byte_index + 1`; [`Error::InUse`] if a `Wal` has the dir open.
 pub fn damage_record(dir: &Path, lsn: Lsn, byte_index: usize) -> Result<()> {
     let store = LogStore::open(dir, CACHE_BYTES)?;
-    let stored = store.db.get(key(lsn))?.ok_or_else(|| {
+    let (k, stored) = holder(&store, lsn)?.ok_or_else(|| {
         Error::invalid(format!("log record {lsn} does not exist in {}", dir.display()))
     })?;
     let mut damaged = stored.to_vec();
@@ -55,8 +56,22 @@ pub fn damage_record(dir: &Path, lsn: Lsn, byte_index: usize) -> Result<()> {
         ))
     })?;
     *byte ^= 0xFF;
-    store.db.insert(key(lsn), damaged)?;
+    store.db.insert(k, damaged)?;
     store.sync()
+}
+
+/// The key and stored frame of the record at `lsn` stored whole, or of the pack holding it.
+fn holder(store: &LogStore, lsn: Lsn) -> Result<Option<(sled::IVec, sled::IVec)>> {
+    if let Some(stored) = store.db.get(key(lsn))? {
+        return Ok(Some((sled::IVec::from(&key(lsn)), stored)));
+    }
+    let Some((k, stored)) = store.db.range(..key(lsn + 1)).next_back().transpose()? else {
+        return Ok(None);
+    };
+    Ok(match parse_key(&k)? {
+        (first, Layout::Pack { count }) if lsn - first < Lsn::from(count) => Some((k, stored)),
+        _ => None,
+    })
 }
 
 /// Length of the highest-LSN record's stored frame (header + payload).
@@ -71,10 +86,16 @@ pub fn last_frame_len(dir: &Path) -> Result<usize> {
 /// Deletes record `lsn` from the log (to simulate a lost record: a gap).
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] if the record does not exist; [`Error::InUse`] if a `Wal` has
-/// the dir open.
+/// [`Error::InvalidArgument`] if the record does not exist or shares a pack with others;
+/// [`Error::InUse`] if a `Wal` has the dir open.
 pub fn remove_record(dir: &Path, lsn: Lsn) -> Result<()> {
     let store = LogStore::open(dir, CACHE_BYTES)?;
+    if let Some((k, _)) = holder(&store, lsn)?.filter(|(k, _)| k.len() != key(lsn).len()) {
+        return Err(Error::invalid(format!(
+            "log record {lsn} is stored in a pack with others (key {k:?}); removing it alone is \
+             not possible"
+        )));
+    }
     if store.db.remove(key(lsn))?.is_none() {
         return Err(Error::invalid(format!(
             "log record {lsn} does not exist in {}",
@@ -85,13 +106,22 @@ pub fn remove_record(dir: &Path, lsn: Lsn) -> Result<()> {
 }
 
 /// LSNs of the records physically present in the log, in order (including records a checkpoint
-/// already covers and damaged ones).
+/// already covers and damaged ones; every record of a pack).
 ///
 /// # Errors
 /// [`Error::InUse`] if a `Wal` has the dir open; sled errors.
 pub fn record_lsns(dir: &Path) -> Result<Vec<Lsn>> {
     let store = LogStore::open(dir, CACHE_BYTES)?;
-    store.db.iter().keys().map(|k| lsn_of(&k?)).collect()
+    let mut lsns = Vec::new();
+    for k in store.db.iter().keys() {
+        match parse_key(&k?)? {
+            (first, Layout::Pack { count }) => lsns.extend(first..first + Lsn::from(count)),
+            // A chunked record is listed once, at its first chunk.
+            (_, Layout::Chunk { index, .. }) if index > 0 => {}
+            (lsn, _) => lsns.push(lsn),
+        }
+    }
+    Ok(lsns)
 }
 
 /// Writes the checkpoint file exactly as [`crate::Wal::checkpoint`] does but does *not*

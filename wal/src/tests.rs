@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::handle::block_on;
 use crate::{
-    fsutil, testing, AppendOptions, Config, Corruption, Error, Lsn, RecoveryReport, Replayer, Wal,
+    fsutil, testing, AppendOptions, Config, Corruption, Error, FrameDefect, Lsn, RecoveryReport,
+    Replayer, Wal,
 };
 
 type ReplayResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -87,6 +88,12 @@ fn payload(seed: u64, len: usize) -> Vec<u8> {
 fn append_all(wal: &Wal, payloads: &[Vec<u8>]) -> Vec<(Lsn, Vec<u8>)> {
     let commits: Vec<_> = payloads.iter().map(|p| wal.append(p.clone()).unwrap()).collect();
     commits.into_iter().zip(payloads).map(|(c, p)| (c.wait().unwrap(), p.clone())).collect()
+}
+
+/// Appends each payload once the one before is durable: one group each, so every record is
+/// stored alone (never in a pack), for tests about one record's bytes.
+fn append_each(wal: &Wal, payloads: &[Vec<u8>]) -> Vec<(Lsn, Vec<u8>)> {
+    payloads.iter().map(|p| (wal.append(p.clone()).unwrap().wait().unwrap(), p.clone())).collect()
 }
 
 /// All files under `dir` with their contents, to prove something did not change.
@@ -237,7 +244,7 @@ fn torn_tail_at_every_byte_offset_is_dropped_and_lsn_reused() {
     let written = {
         let (wal, _, _) = recover(&base);
         let payloads: Vec<_> = (0..N).map(|i| payload(i, 16)).collect();
-        let written = append_all(&wal, &payloads);
+        let written = append_each(&wal, &payloads);
         wal.shutdown().unwrap();
         written
     };
@@ -276,7 +283,7 @@ fn flipped_byte_in_last_record_is_a_torn_tail() {
     let written = {
         let (wal, _, _) = recover(&base);
         let payloads: Vec<_> = (0..N).map(|i| payload(i, 12)).collect();
-        append_all(&wal, &payloads)
+        append_each(&wal, &payloads)
     };
     let frame_len = testing::last_frame_len(&base).unwrap();
     // Version byte, length, CRC and payload bytes.
@@ -297,7 +304,7 @@ fn damage_before_the_end_refuses_to_start_naming_the_lsn() {
     {
         let (wal, _, _) = recover(&base);
         let payloads: Vec<_> = (0..N).map(|i| payload(i, 20)).collect();
-        append_all(&wal, &payloads);
+        append_each(&wal, &payloads);
     }
     for byte in [0, 3, 7, 12, 28] {
         let dir = copy_data_dir(&base, work.path(), &format!("mid-{byte}"));
@@ -453,7 +460,7 @@ fn verify_reports_torn_tail_without_modifying_anything() {
     let dir = tempfile::tempdir().unwrap();
     let written = {
         let (wal, _, _) = recover(dir.path());
-        append_all(&wal, &(0..5).map(|i| payload(i, 40)).collect::<Vec<_>>())
+        append_each(&wal, &(0..5).map(|i| payload(i, 40)).collect::<Vec<_>>())
     };
     testing::tear_last_record(dir.path(), 20).unwrap();
     let before = snapshot_files(dir.path());
@@ -648,9 +655,11 @@ fn a_long_tail_replays_in_order_and_a_failure_in_it_names_its_record() {
         assert_eq!(failing.records, written[..fail_at as usize - 1], "before {fail_at}");
     }
 
-    // Damage the last record's last stored byte: a torn tail after 1999 good records.
+    // Damage the last stored value's last byte: a torn tail. The small records of a group
+    // share packs, so when it is one it takes every record in it along.
     let store = crate::log::LogStore::open(dir.path(), 1 << 20).unwrap();
     let (k, v) = store.db.last().unwrap().unwrap();
+    let first = crate::log::lsn_of(&k).unwrap();
     let mut damaged = v.to_vec();
     *damaged.last_mut().unwrap() ^= 0xff;
     store.db.insert(k, damaged).unwrap();
@@ -658,8 +667,8 @@ fn a_long_tail_replays_in_order_and_a_failure_in_it_names_its_record() {
     drop(store);
     let (_wal, report, collect) = recover(dir.path());
     assert!(report.torn_tail_dropped);
-    assert_eq!(report.last_lsn, 1999);
-    assert_eq!(collect.records, written[..1999]);
+    assert_eq!((report.torn_tail_lsn, report.last_lsn), (Some(first), first - 1));
+    assert_eq!(collect.records, written[..first as usize - 1]);
 }
 
 /// After a checkpoint with its sweep marker, the tail is walked while the checkpoint is
@@ -1011,7 +1020,7 @@ fn a_checkpoint_keeps_retained_records_readable_across_restarts_and_rewrites() {
     // Large ones are stored in chunks: a read must assemble them.
     let payloads: Vec<_> =
         (0..12).map(|i| payload(i, if i % 3 == 0 { 9_000 } else { 40 })).collect();
-    let written = append_all(&wal, &payloads);
+    let written = append_each(&wal, &payloads);
     wal.checkpoint_retaining(8, b"state at 8", &|lsn| lsn % 2 == 0).unwrap();
     for (lsn, bytes) in &written {
         let kept = *lsn > 8 || lsn % 2 == 0;
@@ -1065,7 +1074,7 @@ fn successive_checkpoints_drop_what_retention_let_go_and_count_what_stays() {
     let (wal, _, _) = recover(dir.path());
     let payloads: Vec<_> =
         (0..40).map(|i| payload(i, if i % 7 == 0 { 9_000 } else { 40 + i as usize })).collect();
-    let written = append_all(&wal, &payloads);
+    let written = append_each(&wal, &payloads);
     // Retention moves forward: at each checkpoint the even records from `floor` on are kept.
     let keeps = |floor: Lsn| move |lsn: Lsn| lsn >= floor && lsn % 2 == 0;
     for (checkpoint, floor) in [(10, 1), (20, 6), (20, 8), (30, 15), (40, 29)] {
@@ -1098,7 +1107,7 @@ fn the_first_checkpoint_after_a_start_uses_the_markers_list() {
         let (wal, _, _) = recover(dir.path());
         let payloads: Vec<_> =
             (0..12).map(|i| payload(i, if i % 5 == 0 { 9_000 } else { 40 })).collect();
-        let written = append_all(&wal, &payloads);
+        let written = append_each(&wal, &payloads);
         wal.checkpoint_retaining(8, b"state at 8", &|lsn| lsn % 2 == 0).unwrap();
         written
     };
@@ -1137,7 +1146,7 @@ fn the_first_checkpoint_after_a_start_uses_the_markers_list() {
 fn a_sweep_marker_is_trusted_only_for_its_own_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let (wal, _, _) = recover(dir.path());
-    let written = append_all(&wal, &(0..10).map(|i| payload(i, 30)).collect::<Vec<_>>());
+    let written = append_each(&wal, &(0..10).map(|i| payload(i, 30)).collect::<Vec<_>>());
     // A finished checkpoint at 4 retaining 2 and 4: its marker names 4.
     wal.checkpoint_retaining(4, b"state at 4", &|lsn| lsn % 2 == 0).unwrap();
     drop(wal);
@@ -1217,4 +1226,163 @@ fn stats_name_the_size_of_the_checkpoint_on_disk_before_and_after_a_restart() {
     let (wal, _, collect) = recover(dir.path());
     assert_eq!(collect.checkpoint, Some((2, b"smaller".to_vec())));
     assert_eq!(wal.stats().checkpoint_bytes, 7);
+}
+
+/// Small records of one group are stored as packs: fewer values than records, every record
+/// read back by its LSN (a large one between them stored alone), and replayed in order.
+#[test]
+fn small_records_of_one_group_share_packs_and_read_back_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows: Vec<Vec<u8>> = (0..300u64)
+        .map(|i| {
+            if i == 150 {
+                return payload(i, 9_000);
+            }
+            format!(r#"{{"id":{},"cells":{{"1":"row {i} of a sheet","2":{}}}}}"#, 1000 + i, i * 3)
+                .into_bytes()
+        })
+        .collect();
+    let (wal, _, _) = recover(dir.path());
+    assert_eq!(wal.append_batch(rows.clone()).unwrap().wait().unwrap(), 300);
+    for (lsn, row) in (1..).zip(&rows) {
+        assert_eq!(wal.read(lsn).unwrap().as_deref(), Some(&row[..]), "lsn {lsn}");
+    }
+    assert_eq!(wal.read(301).unwrap(), None);
+    let (values, stored) = wal
+        .core()
+        .with_store(|store| {
+            let values: Vec<_> = store.db.iter().map(|kv| kv.unwrap()).collect();
+            Ok((values.len(), values.iter().map(|(_, v)| v.len()).sum::<usize>()))
+        })
+        .unwrap();
+    let raw: usize = rows.iter().map(Vec::len).sum();
+    assert!(values < 20, "{values} values for 300 records");
+    assert!(stored * 2 < raw, "{stored} bytes stored for {raw}");
+    drop(wal);
+    assert_eq!(testing::record_lsns(dir.path()).unwrap(), (1..=300).collect::<Vec<_>>());
+    let (_wal, report, collect) = recover(dir.path());
+    assert_eq!(report.records_replayed, 300);
+    assert_eq!(collect.records, (1..).zip(rows).collect::<Vec<_>>());
+}
+
+/// A pack that is the last stored value and damaged is a torn tail (all its records were one
+/// group that never became durable); damaged before the end it stops the start, naming its
+/// first record.
+#[test]
+fn a_damaged_pack_is_a_torn_tail_at_the_end_and_refused_before_it() {
+    let work = tempfile::tempdir().unwrap();
+    let base = work.path().join("base");
+    let written: Vec<(Lsn, Vec<u8>)> = {
+        let (wal, _, _) = recover(&base);
+        let mut written = append_each(&wal, &[payload(1, 40)]);
+        for first in [2u64, 12] {
+            let batch: Vec<_> = (first..first + 10).map(|i| payload(i, 40)).collect();
+            wal.append_batch(batch.clone()).unwrap().wait().unwrap();
+            written.extend((first..).zip(batch));
+        }
+        written
+    };
+    let torn = copy_data_dir(&base, work.path(), "torn");
+    testing::damage_record(&torn, 15, 20).unwrap();
+    let (wal, report, collect) = recover(&torn);
+    assert_eq!((report.torn_tail_lsn, report.last_lsn), (Some(12), 11));
+    assert_eq!(collect.records, written[..11]);
+    // LSNs go on from the last good record.
+    assert_eq!(wal.append(payload(99, 8)).unwrap().wait().unwrap(), 12);
+    drop(wal);
+
+    let middle = copy_data_dir(&base, work.path(), "middle");
+    testing::damage_record(&middle, 5, 20).unwrap();
+    let err = try_recover(&middle).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Corrupt(Corruption::Record { lsn: 2, defect: FrameDefect::CrcMismatch { .. } })
+        ),
+        "{err:?}"
+    );
+    assert!(testing::remove_record(&middle, 5).unwrap_err().to_string().contains("pack"));
+}
+
+/// A checkpoint inside a pack splits it: the records after the checkpoint stay (and replay
+/// after a restart), those at or below it stay only with a retained one among them.
+#[test]
+fn a_checkpoint_inside_a_pack_splits_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    let batch: Vec<_> = (1..=10u64).map(|i| payload(i, 40)).collect();
+    wal.append_batch(batch.clone()).unwrap().wait().unwrap();
+    let written: Vec<(Lsn, Vec<u8>)> = (1..).zip(batch).collect();
+    wal.checkpoint_retaining(5, b"state at 5", &|lsn| lsn == 2).unwrap();
+    for (lsn, bytes) in &written {
+        assert_eq!(wal.read(*lsn).unwrap().as_deref(), Some(&bytes[..]), "lsn {lsn}");
+    }
+    let stored_below: u64 = wal
+        .core()
+        .with_store(|store| {
+            let below = store.db.range(..crate::log::key(6));
+            Ok(below.map(|item| item.unwrap().1.len() as u64).sum())
+        })
+        .unwrap();
+    assert_eq!(wal.stats().retained_bytes, stored_below);
+    drop(wal);
+    // Records 1-5 share the pack with the retained 2; 6-10 are a pack of their own.
+    assert_eq!(testing::record_lsns(dir.path()).unwrap(), (1..=10).collect::<Vec<_>>());
+    let keys = {
+        let store = crate::log::LogStore::open(dir.path(), 1 << 20).unwrap();
+        store.db.iter().keys().map(|k| k.unwrap().to_vec()).collect::<Vec<_>>()
+    };
+    assert_eq!(keys, [crate::log::pack_key(1, 5).to_vec(), crate::log::pack_key(6, 5).to_vec()]);
+
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!((report.records_retained, report.records_replayed), (5, 5));
+    assert_eq!(collect.records, written[5..]);
+    // Retention let go: the lower pack goes, the records after the checkpoint stay.
+    wal.checkpoint_retaining(7, b"state at 7", &|_| false).unwrap();
+    drop(wal);
+    assert_eq!(testing::record_lsns(dir.path()).unwrap(), vec![8, 9, 10]);
+    let (_wal, report, collect) = recover(dir.path());
+    assert_eq!((report.records_retained, report.checkpoint_lsn), (0, Some(7)));
+    assert_eq!(collect.records, written[7..]);
+}
+
+/// A crash between a checkpoint inside a pack and its truncation: the start replays the
+/// records after the checkpoint from the pack and splits it, once.
+#[test]
+fn a_crash_before_splitting_a_pack_at_the_checkpoint_is_repaired_at_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = {
+        let (wal, _, _) = recover(dir.path());
+        let batch: Vec<_> = (1..=10u64).map(|i| payload(i, 40)).collect();
+        wal.append_batch(batch.clone()).unwrap().wait().unwrap();
+        (1..).zip(batch).collect::<Vec<(Lsn, Vec<u8>)>>()
+    };
+    testing::write_checkpoint_only(dir.path(), 4, b"state at 4").unwrap();
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!((report.stale_records_truncated, report.records_replayed), (4, 6));
+    assert_eq!(collect.records, written[4..]);
+    assert_eq!(wal.read(3).unwrap(), None);
+    assert_eq!(wal.read(5).unwrap().as_deref(), Some(&written[4].1[..]));
+    drop(wal);
+    assert_eq!(testing::record_lsns(dir.path()).unwrap(), (5..=10).collect::<Vec<_>>());
+    // The start left a marker: the next one trusts it and replays the same records.
+    let (_wal, report, collect) = recover(dir.path());
+    assert_eq!((report.stale_records_truncated, report.records_replayed), (0, 6));
+    assert_eq!(collect.records, written[4..]);
+
+    // Retaining one of them keeps the lower part as a pack.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (wal, _, _) = recover(dir.path());
+        let batch: Vec<_> = (1..=10u64).map(|i| payload(i, 40)).collect();
+        wal.append_batch(batch).unwrap().wait().unwrap();
+    }
+    testing::write_checkpoint_only(dir.path(), 4, b"state at 4").unwrap();
+    let mut even = RetainEven::default();
+    let (wal, report) = Wal::recover(config(dir.path()), &mut even).unwrap();
+    assert_eq!((report.records_retained, report.stale_records_truncated), (4, 0));
+    assert_eq!(even.0.records, written[4..]);
+    assert_eq!(wal.read(2).unwrap().as_deref(), Some(&written[1].1[..]));
+    drop(wal);
+    assert_eq!(testing::record_lsns(dir.path()).unwrap(), (1..=10).collect::<Vec<_>>());
 }
