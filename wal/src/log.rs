@@ -717,36 +717,41 @@ impl LogStore {
                 Err(defect) => Err(crate::error::Corruption::Record { lsn, defect }.into()),
             };
         }
-        // Otherwise the record's last chunk or its pack has the greatest key below `lsn + 1`.
-        let last = match lsn.checked_add(1) {
-            Some(next) => self.db.range(..key(next)).next_back(),
-            None => self.db.iter().next_back(),
-        };
-        let Some((k, stored)) = last.transpose()? else {
-            return Ok(None);
-        };
         let damaged = |defect| crate::error::Corruption::Record { lsn, defect };
-        match parse_key(&k)? {
-            (first, Layout::Pack { count }) if lsn - first < Lsn::from(count) => {
-                let payloads = frame::decode(&stored)
-                    .and_then(|body| crate::pack::decode(body, count))
-                    .map_err(damaged)?;
-                let payload = payloads[(lsn - first) as usize].clone();
-                let mut unpacked = self.unpacked.lock().unwrap_or_else(PoisonError::into_inner);
-                unpacked.insert(first, payloads);
-                Ok(Some(payload))
-            }
-            (at, Layout::Chunk { .. }) if at == lsn => {
-                let mut parts = Vec::new();
-                for item in self.db.range(key(lsn).as_slice()..=k.as_ref()) {
-                    let (k, v) = item?;
-                    let (_, layout) = parse_key(&k)?;
-                    parts.push((k, layout, v));
-                }
-                crate::recovery::assemble(&parts).map(Some).map_err(|d| damaged(d).into())
-            }
-            _ => Ok(None),
+        let end = match lsn.checked_add(1) {
+            Some(next) => std::ops::Bound::Excluded(key(next)),
+            None => std::ops::Bound::Unbounded,
+        };
+        // Its chunks, or the pack it begins: every key from `lsn`'s own to the next LSN's.
+        let mut parts = Vec::new();
+        for item in self.db.range((std::ops::Bound::Included(key(lsn)), end)) {
+            let (k, v) = item?;
+            let (_, layout) = parse_key(&k)?;
+            parts.push((k, layout, v));
         }
+        let (first, count, stored) = match parts.pop() {
+            Some((_, Layout::Pack { count }, stored)) if parts.is_empty() => (lsn, count, stored),
+            Some(last) => {
+                parts.push(last);
+                return crate::recovery::assemble(&parts).map(Some).map_err(|d| damaged(d).into());
+            }
+            // A pack it lies inside: the value with the greatest key below `lsn`'s.
+            None => match self.db.range(..key(lsn)).next_back().transpose()? {
+                Some((k, stored)) => match parse_key(&k)? {
+                    (first, Layout::Pack { count }) if lsn - first < Lsn::from(count) => {
+                        (first, count, stored)
+                    }
+                    _ => return Ok(None),
+                },
+                None => return Ok(None),
+            },
+        };
+        let payloads = frame::decode(&stored)
+            .and_then(|body| crate::pack::decode(body, count))
+            .map_err(damaged)?;
+        let payload = payloads[(lsn - first) as usize].clone();
+        self.unpacked.lock().unwrap_or_else(PoisonError::into_inner).insert(first, payloads);
+        Ok(Some(payload))
     }
 
     /// Removes every record with LSN > `lsn` in one batch and makes that durable. Returns how
