@@ -124,6 +124,15 @@ pub fn record_lsns(dir: &Path) -> Result<Vec<Lsn>> {
     Ok(lsns)
 }
 
+/// How many values the log stores: fewer than its records when some share a pack.
+///
+/// # Errors
+/// [`Error::InUse`] if a `Wal` has the dir open; sled errors.
+pub fn stored_values(dir: &Path) -> Result<usize> {
+    let store = LogStore::open(dir, CACHE_BYTES)?;
+    Ok(store.db.len())
+}
+
 /// Writes the checkpoint file exactly as [`crate::Wal::checkpoint`] does but does *not*
 /// truncate the log: the state a crash between the two steps leaves behind.
 ///
