@@ -469,8 +469,7 @@ pub(crate) fn put_records<'a>(
     Ok(stored)
 }
 
-/// Stores a run of small records (one pack, or each alone when it is one record or does not
-/// compress into a pack) and empties it.
+/// Stores a run of small records and empties it (see [`put_packed`]).
 fn put_run(
     batch: &mut sled::Batch,
     run: &mut (Lsn, Vec<&[u8]>, usize),
@@ -478,18 +477,42 @@ fn put_run(
 ) -> Result<()> {
     let (first, records, raw) = run;
     *raw = 0;
-    if records.len() >= 2 {
-        if let Some(body) = crate::pack::encode(records) {
+    put_packed(batch, *first, records, stored)?;
+    records.clear();
+    Ok(())
+}
+
+/// Stores consecutive small records from `first`: as one pack, or, when they do not compress
+/// into one, as packs of as many of them as should fit (judged by how large the whole came
+/// out), down to records stored alone.
+fn put_packed(
+    batch: &mut sled::Batch,
+    first: Lsn,
+    records: &[&[u8]],
+    stored: &mut Vec<Kept>,
+) -> Result<()> {
+    if let [record] = records {
+        stored.push(put_record(batch, first, record)?);
+        return Ok(());
+    }
+    if records.is_empty() {
+        return Ok(());
+    }
+    let compressed = match crate::pack::encode(records) {
+        Ok(body) => {
             let count = u32::try_from(records.len()).expect("a run is at most 16 KiB");
             let framed = frame::encode(&body)?;
-            stored.push(Kept { lsn: *first, chunks: 0, packed: count, bytes: framed.len() as u64 });
-            batch.insert(&pack_key(*first, count)[..], framed);
-            records.clear();
+            stored.push(Kept { lsn: first, chunks: 0, packed: count, bytes: framed.len() as u64 });
+            batch.insert(&pack_key(first, count)[..], framed);
             return Ok(());
         }
-    }
-    for (lsn, payload) in (*first..).zip(records.drain(..)) {
-        stored.push(put_record(batch, lsn, payload)?);
+        Err(compressed) => compressed,
+    };
+    // Aim a quarter under the bound: records differ in size and in how well they compress.
+    let parts = compressed.div_ceil(crate::pack::STORED_MAX * 3 / 4).clamp(2, records.len());
+    let per = records.len().div_ceil(parts);
+    for (at, part) in (0..).step_by(per).zip(records.chunks(per)) {
+        put_packed(batch, first + at, part, stored)?;
     }
     Ok(())
 }

@@ -18,8 +18,9 @@
 //! what the data dir holds beside its checkpoint.
 //!
 //! Guarantees:
-//! - [`encode`] answers `None` rather than build a body over [`STORED_MAX`] bytes: a pack is
-//!   stored whole like any small record and never reaches sled's blob files.
+//! - [`encode`] refuses (saying how large the body came out) rather than build one over
+//!   [`STORED_MAX`] bytes: a pack is stored whole like any small record and never reaches
+//!   sled's blob files.
 //! - [`decode`] yields exactly `count` payloads or fails with [`FrameDefect::BadPack`]: no
 //!   trailing bytes, no short record, no length past the end.
 
@@ -51,9 +52,10 @@ const ZSTD_LEVEL: i32 = 1;
 /// large allocation.
 const RAW_MAX: usize = RAW_TARGET + 4 + RECORD_MAX;
 
-/// The body of a pack of `records` (two or more, each at most [`RECORD_MAX`] bytes), or
-/// `None` when compressed it would take more than [`STORED_MAX`] bytes (store them alone).
-pub(crate) fn encode(records: &[&[u8]]) -> Option<Vec<u8>> {
+/// The body of a pack of `records` (two or more, each at most [`RECORD_MAX`] bytes), or, when
+/// it would take more than [`STORED_MAX`] bytes, how many it would take (store fewer records
+/// together).
+pub(crate) fn encode(records: &[&[u8]]) -> Result<Vec<u8>, usize> {
     thread_local! {
         // A context per thread (the commit thread, mostly): creating one costs more than
         // compressing a small pack.
@@ -63,23 +65,29 @@ pub(crate) fn encode(records: &[&[u8]]) -> Option<Vec<u8>> {
     let raw_len: usize = records.iter().map(|r| 4 + r.len()).sum();
     let mut raw = Vec::with_capacity(raw_len);
     for record in records {
-        raw.extend_from_slice(&u32::try_from(record.len()).ok()?.to_le_bytes());
+        // Callers pass records of at most RECORD_MAX bytes.
+        raw.extend_from_slice(&u32::try_from(record.len()).map_err(|_| usize::MAX)?.to_le_bytes());
         raw.extend_from_slice(record);
     }
-    let mut body = vec![0u8; STORED_MAX];
-    body[0] = PACK_ZSTD;
-    body[1..HEADER].copy_from_slice(&u32::try_from(raw.len()).ok()?.to_le_bytes());
-    let written = COMPRESSOR.with(|cell| {
+    let frame = COMPRESSOR.with(|cell| {
         let mut slot = cell.borrow_mut();
         let compressor = match slot.as_mut() {
             Some(c) => c,
             None => slot.insert(zstd::bulk::Compressor::new(ZSTD_LEVEL).ok()?),
         };
-        // Fails when the frame does not fit the room left: then the records go alone.
-        compressor.compress_to_buffer(&raw, &mut body[HEADER..]).ok()
-    })?;
-    body.truncate(HEADER + written);
-    Some(body)
+        compressor.compress(&raw).ok()
+    });
+    // zstd failing (out of memory) leaves the records to be stored alone.
+    let frame = frame.ok_or(usize::MAX)?;
+    let len = HEADER + frame.len();
+    if len > STORED_MAX {
+        return Err(len);
+    }
+    let mut body = Vec::with_capacity(len);
+    body.push(PACK_ZSTD);
+    body.extend_from_slice(&u32::try_from(raw.len()).map_err(|_| usize::MAX)?.to_le_bytes());
+    body.extend_from_slice(&frame);
+    Ok(body)
 }
 
 /// The `count` payloads of a pack's body, in LSN order.
@@ -165,7 +173,8 @@ mod tests {
             })
             .collect();
         let refs: Vec<&[u8]> = noise.iter().map(Vec::as_slice).collect();
-        assert_eq!(encode(&refs), None);
+        let too_large = encode(&refs).unwrap_err();
+        assert!(too_large > 8192, "{too_large}");
     }
 
     #[test]

@@ -1390,3 +1390,29 @@ fn a_crash_before_splitting_a_pack_at_the_checkpoint_is_repaired_at_the_start() 
     drop(wal);
     assert_eq!(testing::record_lsns(dir.path()).unwrap(), (1..=10).collect::<Vec<_>>());
 }
+
+/// Records that do not compress into one pack are stored as smaller packs, none beyond a
+/// chunk's size, rather than each alone.
+#[test]
+fn a_run_too_large_for_one_pack_is_stored_as_several() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    // 30 incompressible records of 500 bytes: 15 KiB that zstd cannot shrink.
+    let batch: Vec<_> = (1..=30u64).map(|i| payload(i, 500)).collect();
+    wal.append_batch(batch.clone()).unwrap().wait().unwrap();
+    for (lsn, bytes) in (1..).zip(&batch) {
+        assert_eq!(wal.read(lsn).unwrap().as_deref(), Some(&bytes[..]), "lsn {lsn}");
+    }
+    let sizes: Vec<(usize, usize)> = wal
+        .core()
+        .with_store(|store| {
+            Ok(store.db.iter().map(|kv| kv.unwrap()).map(|(k, v)| (k.len(), v.len())).collect())
+        })
+        .unwrap();
+    assert!(sizes.len() > 1 && sizes.len() < 30, "{sizes:?}");
+    assert!(sizes.iter().all(|&(_, v)| v <= crate::log::CHUNK_BYTES + crate::frame::HEADER_LEN));
+    assert!(sizes.iter().any(|&(k, _)| k == 12), "some are packs: {sizes:?}");
+    drop(wal);
+    let (_wal, _, collect) = recover(dir.path());
+    assert_eq!(collect.records, (1..).zip(batch).collect::<Vec<_>>());
+}
