@@ -564,10 +564,10 @@ pub(crate) fn write_with(
         let mut file =
             fs::File::create(&tmp).map_err(Error::fs(format!("create {}", tmp.display())))?;
         file.write_all(&[0; HEADER_LEN]).map_err(Error::fs(format!("write {}", tmp.display())))?;
-        let mut out = Blocks::new(file, lsn);
+        let mut out = Blocks::new(fsutil::SyncEvery::new(file), lsn);
         snapshot(&mut out)?;
-        let (mut file, len) =
-            out.finish().map_err(Error::fs(format!("write {}", tmp.display())))?;
+        let (file, len) = out.finish().map_err(Error::fs(format!("write {}", tmp.display())))?;
+        let mut file = file.into_inner();
         file.seek(SeekFrom::Start(0))
             .and_then(|_| file.write_all(&header(lsn, len)))
             .map_err(Error::fs(format!("write {}", tmp.display())))?;
