@@ -62,8 +62,9 @@
 //!    never ignored) and hands it to [`Replayer::checkpoint`].
 //! 3. Walks the log in LSN order: records covered by the checkpoint are stale and deleted; the
 //!    rest must be contiguous and pass their frame check, and go to [`Replayer::record`].
-//! 4. A bad frame on the highest LSN is a torn tail: dropped with a warning. A bad frame
-//!    anywhere else, or a gap, stops start-up with [`Error::Corrupt`] naming the LSN.
+//! 4. A bad frame on the highest LSN (or in the highest pack) is a torn tail: dropped with a
+//!    warning. A bad frame anywhere else, or a gap, stops start-up with [`Error::Corrupt`]
+//!    naming the LSN.
 //! 5. Starts the commit thread; the next LSN is the last good one + 1.
 //!
 //! [`Wal::verify`] performs the same replay on a private copy of the log and changes nothing.
@@ -76,8 +77,8 @@
 //!   On disk the log after the checkpoint is contiguous; a hole is corruption.
 //! - After a write, flush or fsync failure the log is failed: pending and later appends get
 //!   [`Error::LogFailed`] until [`Wal::heal`] re-opens it from disk (or a restart recovers it).
-//! - Only the highest record may be dropped at recovery (torn tail); it was never acknowledged,
-//!   because its flush did not complete.
+//! - Only the highest record (or the records of the highest pack, one group's) may be dropped
+//!   at recovery (torn tail); it was never acknowledged, because its flush did not complete.
 //! - Log records are truncated only after the checkpoint replacing them is durable (file fsync,
 //!   rename, directory fsync).
 

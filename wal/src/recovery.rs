@@ -11,10 +11,13 @@
 //!    after the checkpoint's LSN without reading the retained records.
 //! 3. Every other record must carry the next LSN: checkpoint LSN + 1 (or 1) for the first, then
 //!    contiguous. A gap means acknowledged records are missing: [`Corruption::Gap`].
-//! 4. Assemble each record (one frame, or its chunks `0..count` in order, each a frame) and
-//!    check it. A good record goes to the replayer. A bad frame or a missing chunk on the
-//!    *highest* LSN is a torn tail (the only damage a crash can explain): every key of it is
-//!    dropped. Damage anywhere else is [`Corruption::Record`], never silently skipped.
+//! 4. Assemble each stored entry (one frame; a record's chunks `0..count` in order, each a
+//!    frame; or a pack of several records) and check it. Good records go to the replayer. A bad
+//!    frame, pack or missing chunk in the *highest* entry is a torn tail (the only damage a
+//!    crash can explain): every key of it is dropped. Damage anywhere else is
+//!    [`Corruption::Record`] (naming the entry's first LSN), never silently skipped. A pack
+//!    across the checkpoint (a crash before the truncation that splits it) is split: its
+//!    records after the checkpoint are replayed, those below are retained or stale.
 //! 5. In [`Mode::Repair`], delete stale records and the torn tail in one durable batch.
 //!    In [`Mode::ReadOnly`], only report them.
 //!
