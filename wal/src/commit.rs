@@ -6,9 +6,9 @@
 //! One loop iteration is one *group*:
 //! 1. Block for the first queued command, then take whatever else is already queued, up to
 //!    `max_batch_records` records (a single `append_batch` is never split).
-//! 2. Frame every payload (runs of small ones as packs) and put all of them in one
-//!    `sled::Batch`.
-//! 3. [`LogStore::write`](crate::log::LogStore::write): `apply_batch`, `flush`, fsync new blobs, `fdatasync` the data file.
+//! 2. Frame every payload (runs of small ones as packs).
+//! 3. [`LogStore::write_values`](crate::log::LogStore::write_values): one `insert` or one
+//!    `apply_batch`, then `flush`, fsync new blobs, `fdatasync` the data file.
 //! 4. Advance the durable LSN, *then* resolve every waiter of the group. One flush serves
 //!    everyone queued behind it.
 //!
@@ -187,14 +187,14 @@ fn write_group(core: &Core, group: &[Command]) -> crate::Result<()> {
     if core.fail_next_write.swap(false, std::sync::atomic::Ordering::SeqCst) {
         return Err(Error::Io(std::io::Error::other("injected write failure (test)")));
     }
-    let mut batch = sled::Batch::default();
+    let mut values = Vec::new();
     // Commands are consecutive (module docs), so the group is one run of LSNs, and runs of
     // its small records can share a pack whichever command they came in.
     let Some(first) = group.first().map(|c| c.first_lsn) else { return Ok(()) };
     debug_assert!(group.windows(2).all(|w| w[1].first_lsn == w[0].last_lsn() + 1));
     let payloads = group.iter().flat_map(|c| c.payloads.iter().map(Vec::as_slice));
-    put_records(&mut batch, first, payloads)?;
-    core.with_store(|store| store.write(batch))
+    put_records(&mut values, first, payloads)?;
+    core.with_store(|store| store.write_values(values))
 }
 
 /// Answers and empties the group with one shared result.

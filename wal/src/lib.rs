@@ -44,7 +44,8 @@
 //!    command to the commit thread, all under that mutex. LSN order is queue order.
 //! 2. The commit thread blocks for one command, drains whatever else is queued (up to
 //!    [`Config::max_batch_records`]), frames every payload (or each chunk of a large one, or
-//!    a pack of small ones) and writes them with one `sled::Batch`.
+//!    a pack of small ones) and writes them atomically: one sled insert when they make one
+//!    value, else one `sled::Batch` (whose manifest costs sled a buffer write of its own).
 //! 3. It flushes sled, fsyncs new blob files and `fdatasync`s sled's data file: sled's own flush
 //!    does not reach the platter (see `LogStore::sync` in `log.rs`).
 //! 4. It advances the durable LSN ([`Wal::durable_lsn`], [`Wal::wait_durable`]) and then resolves

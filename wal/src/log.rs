@@ -420,13 +420,31 @@ pub(crate) fn lsn_of(key: &[u8]) -> Result<Lsn> {
     parse_key(key).map(|(lsn, _)| lsn)
 }
 
+/// Where [`put_record`] and [`put_records`] put the values they make: a `sled::Batch`, or the
+/// list [`LogStore::write_values`] writes.
+pub(crate) trait Put {
+    fn put(&mut self, key: &[u8], value: Vec<u8>);
+}
+
+impl Put for sled::Batch {
+    fn put(&mut self, key: &[u8], value: Vec<u8>) {
+        self.insert(key, value);
+    }
+}
+
+impl Put for Vec<(Vec<u8>, Vec<u8>)> {
+    fn put(&mut self, key: &[u8], value: Vec<u8>) {
+        self.push((key.to_vec(), value));
+    }
+}
+
 /// Adds the record `payload` at `lsn` to `batch`: one framed value, or one framed value per
 /// [`CHUNK_BYTES`] of payload. Returns the entry it stored.
-pub(crate) fn put_record(batch: &mut sled::Batch, lsn: Lsn, payload: &[u8]) -> Result<Kept> {
+pub(crate) fn put_record(batch: &mut impl Put, lsn: Lsn, payload: &[u8]) -> Result<Kept> {
     if payload.len() <= CHUNK_BYTES {
         let framed = frame::encode(payload)?;
         let bytes = framed.len() as u64;
-        batch.insert(&key(lsn)[..], framed);
+        batch.put(&key(lsn), framed);
         return Ok(Kept { lsn, chunks: 0, packed: 0, bytes });
     }
     let count = u32::try_from(payload.len().div_ceil(CHUNK_BYTES))
@@ -435,7 +453,7 @@ pub(crate) fn put_record(batch: &mut sled::Batch, lsn: Lsn, payload: &[u8]) -> R
     for (index, chunk) in (0..count).zip(payload.chunks(CHUNK_BYTES)) {
         let framed = frame::encode(chunk)?;
         bytes += framed.len() as u64;
-        batch.insert(&chunk_key(lsn, index, count)[..], framed);
+        batch.put(&chunk_key(lsn, index, count), framed);
     }
     Ok(Kept { lsn, chunks: count, packed: 0, bytes })
 }
@@ -444,7 +462,7 @@ pub(crate) fn put_record(batch: &mut sled::Batch, lsn: Lsn, payload: &[u8]) -> R
 /// ones as packs (`crate::pack`), every other record as [`put_record`] stores it. Returns the
 /// entries it stored, in LSN order.
 pub(crate) fn put_records<'a>(
-    batch: &mut sled::Batch,
+    batch: &mut impl Put,
     first: Lsn,
     payloads: impl IntoIterator<Item = &'a [u8]>,
 ) -> Result<Vec<Kept>> {
@@ -471,7 +489,7 @@ pub(crate) fn put_records<'a>(
 
 /// Stores a run of small records and empties it (see [`put_packed`]).
 fn put_run(
-    batch: &mut sled::Batch,
+    batch: &mut impl Put,
     run: &mut (Lsn, Vec<&[u8]>, usize),
     stored: &mut Vec<Kept>,
 ) -> Result<()> {
@@ -485,8 +503,8 @@ fn put_run(
 /// Stores consecutive small records from `first`: as one pack, or, when they do not compress
 /// into one, as packs of as many of them as should fit (judged by how large the whole came
 /// out), down to records stored alone.
-fn put_packed(
-    batch: &mut sled::Batch,
+fn put_packed<P: Put>(
+    batch: &mut P,
     first: Lsn,
     records: &[&[u8]],
     stored: &mut Vec<Kept>,
@@ -503,7 +521,7 @@ fn put_packed(
             let count = u32::try_from(records.len()).expect("a run is at most 16 KiB");
             let framed = frame::encode(&body)?;
             stored.push(Kept { lsn: first, chunks: 0, packed: count, bytes: framed.len() as u64 });
-            batch.insert(&pack_key(first, count)[..], framed);
+            batch.put(&pack_key(first, count), framed);
             return Ok(());
         }
         Err(compressed) => compressed,
@@ -579,6 +597,27 @@ impl LogStore {
     pub(crate) fn write(&self, batch: sled::Batch) -> Result<()> {
         self.db.apply_batch(batch)?;
         self.sync()
+    }
+
+    /// Writes `values` atomically and returns once they are durable: one value as a plain
+    /// insert, several as a batch.
+    ///
+    /// Why not always a batch: sled 0.34 writes a batch's manifest in an I/O buffer of its own
+    /// (`pin_log` rolls the buffer before and after reserving it), so a flush writes and waits
+    /// for two buffers, often one after the other, and a batch takes sled's global write lock.
+    /// A group of one value (one patch, or one pack) needs neither: a single insert is one log
+    /// message, and sled's recovery keeps a message whole or not at all.
+    pub(crate) fn write_values(&self, mut values: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+        if values.len() == 1 {
+            let (key, value) = values.pop().expect("one value");
+            self.db.insert(key, value)?;
+            return self.sync();
+        }
+        let mut batch = sled::Batch::default();
+        for (key, value) in values {
+            batch.insert(key, value);
+        }
+        self.write(batch)
     }
 
     /// Makes everything applied so far durable.
