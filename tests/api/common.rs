@@ -435,3 +435,15 @@ pub fn rss_bytes(pid: u32) -> u64 {
     let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
     line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
 }
+
+/// A metric's value from the Prometheus text of `/admin/v1/metrics` (`admin`: the admin base).
+pub async fn metric(admin: &str, name: &str) -> f64 {
+    let (_, text, _) = send("GET", &format!("{admin}/metrics"), Some(ADMIN_TOKEN), &[], None).await;
+    let prefix = format!("{name} ");
+    text.as_str()
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name}"))
+}

@@ -516,18 +516,6 @@ fn disk_bytes(dir: &Path) -> u64 {
     total
 }
 
-/// A metric's value from the Prometheus text of `/admin/v1/metrics`.
-async fn metric(admin: &str, name: &str) -> f64 {
-    let (_, text, _) = send("GET", &format!("{admin}/metrics"), Some(ADMIN_TOKEN), &[], None).await;
-    let prefix = format!("{name} ");
-    text.as_str()
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("metric {name}"))
-}
-
 /// Mixed writes (patches and bulk updates of the writers' own rows: the sheet keeps its size,
 /// and no delete event piles up in the 7-day outbox) with a checkpoint every 2 seconds, for `SHEETD_SOAK_SECS` (300 under CI, 30
 /// otherwise): every second the data dir stays within twice the checkpoint plus the log's
