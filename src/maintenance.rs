@@ -313,6 +313,11 @@ fn sweep(state: &AppState) {
 mod tests {
     use super::*;
 
+    /// Something was logged: `bytes` in `records` records.
+    fn logged(bytes: u64, records: u64) -> Logged {
+        Logged { any: true, bytes, records }
+    }
+
     const SECS: fn(u64) -> Duration = Duration::from_secs;
 
     #[test]
@@ -329,21 +334,14 @@ mod tests {
     fn size_wins_over_time_and_each_triggers_alone() {
         let p =
             CheckpointPolicy { every_bytes: Some(100), every_records: None, every: Some(SECS(5)) };
-        assert_eq!(
-            p.due(Logged { any: true, bytes: 100, records: 1 }, 0, SECS(60)),
-            Some(Trigger::Size)
-        );
-        assert_eq!(
-            p.due(Logged { any: true, bytes: 99, records: 1 }, 0, SECS(5)),
-            Some(Trigger::Time)
-        );
-        assert_eq!(p.due(Logged { any: true, bytes: 99, records: 1 }, 0, SECS(4)), None);
+        assert_eq!(p.due(logged(100, 1), 0, SECS(60)), Some(Trigger::Size));
+        assert_eq!(p.due(logged(99, 1), 0, SECS(5)), Some(Trigger::Time));
+        assert_eq!(p.due(logged(99, 1), 0, SECS(4)), None);
     }
 
     #[test]
     fn a_count_of_records_is_due_on_its_own_whatever_their_bytes() {
         let p = CheckpointPolicy { every_bytes: Some(100), every_records: Some(10), every: None };
-        let logged = |bytes, records| Logged { any: true, bytes, records };
         assert_eq!(p.due(logged(50, 10), 0, SECS(1)), Some(Trigger::Records));
         assert_eq!(p.due(logged(50, 9), 0, SECS(1)), None);
         // A large checkpoint holds the size rule back, not the count.
@@ -356,24 +354,15 @@ mod tests {
     fn a_large_state_waits_for_half_its_size_before_the_next_checkpoint() {
         let p = CheckpointPolicy { every_bytes: Some(100), every_records: None, every: None };
         // A checkpoint smaller than twice the limit changes nothing.
-        assert_eq!(
-            p.due(Logged { any: true, bytes: 100, records: 1 }, 150, SECS(1)),
-            Some(Trigger::Size)
-        );
+        assert_eq!(p.due(logged(100, 1), 150, SECS(1)), Some(Trigger::Size));
         // A larger one: half its size.
-        assert_eq!(p.due(Logged { any: true, bytes: 100, records: 1 }, 1_000, SECS(1)), None);
-        assert_eq!(p.due(Logged { any: true, bytes: 499, records: 1 }, 1_000, SECS(1)), None);
-        assert_eq!(
-            p.due(Logged { any: true, bytes: 500, records: 1 }, 1_000, SECS(1)),
-            Some(Trigger::Size)
-        );
+        assert_eq!(p.due(logged(100, 1), 1_000, SECS(1)), None);
+        assert_eq!(p.due(logged(499, 1), 1_000, SECS(1)), None);
+        assert_eq!(p.due(logged(500, 1), 1_000, SECS(1)), Some(Trigger::Size));
         // Time still triggers on its own.
         let p =
             CheckpointPolicy { every_bytes: Some(100), every_records: None, every: Some(SECS(5)) };
-        assert_eq!(
-            p.due(Logged { any: true, bytes: 100, records: 1 }, 1_000, SECS(5)),
-            Some(Trigger::Time)
-        );
+        assert_eq!(p.due(logged(100, 1), 1_000, SECS(5)), Some(Trigger::Time));
     }
 
     fn serve_args(flags: &[&str]) -> ServeArgs {
@@ -409,16 +398,9 @@ mod tests {
             p,
             CheckpointPolicy { every_bytes: None, every_records: None, every: Some(SECS(7)) }
         );
-        let all = Logged { any: true, bytes: u64::MAX, records: u64::MAX };
+        let all = logged(u64::MAX, u64::MAX);
         assert_eq!(p.due(all, 0, SECS(6)), None);
         let args = serve_args(&["--checkpoint-every-secs", "0"]);
-        assert_eq!(
-            CheckpointPolicy::from_args(&args).due(
-                Logged { any: true, bytes: 1, records: 1 },
-                0,
-                SECS(u64::MAX)
-            ),
-            None
-        );
+        assert_eq!(CheckpointPolicy::from_args(&args).due(logged(1, 1), 0, SECS(u64::MAX)), None);
     }
 }

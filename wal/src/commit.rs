@@ -187,10 +187,10 @@ fn write_group(core: &Core, group: &[Command]) -> crate::Result<()> {
     if core.fail_next_write.swap(false, std::sync::atomic::Ordering::SeqCst) {
         return Err(Error::Io(std::io::Error::other("injected write failure (test)")));
     }
-    let mut values = Vec::new();
     // Commands are consecutive (module docs), so the group is one run of LSNs, and runs of
     // its small records can share a pack whichever command they came in.
     let Some(first) = group.first().map(|c| c.first_lsn) else { return Ok(()) };
+    let mut values = Vec::new();
     debug_assert!(group.windows(2).all(|w| w[1].first_lsn == w[0].last_lsn() + 1));
     let payloads = group.iter().flat_map(|c| c.payloads.iter().map(Vec::as_slice));
     put_records(&mut values, first, payloads)?;

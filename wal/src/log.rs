@@ -467,37 +467,54 @@ pub(crate) fn put_records<'a>(
     payloads: impl IntoIterator<Item = &'a [u8]>,
 ) -> Result<Vec<Kept>> {
     let mut stored = Vec::new();
-    // The run of small records not stored yet: its first LSN and payloads.
-    let mut run: (Lsn, Vec<&[u8]>, usize) = (first, Vec::new(), 0);
+    // The run of small records not stored yet: its first LSN, the records, their raw bytes.
+    let (mut start, mut run, mut raw) = (first, Vec::new(), 0);
     for (lsn, payload) in (first..).zip(payloads) {
-        if payload.len() > crate::pack::RECORD_MAX {
-            put_run(batch, &mut run, &mut stored)?;
-            stored.push(put_record(batch, lsn, payload)?);
-            run.0 = lsn + 1;
-            continue;
+        let small = payload.len() <= crate::pack::RECORD_MAX;
+        if small {
+            run.push(payload);
+            raw += 4 + payload.len();
         }
-        run.1.push(payload);
-        run.2 += 4 + payload.len();
-        if run.2 >= crate::pack::RAW_TARGET {
-            put_run(batch, &mut run, &mut stored)?;
-            run.0 = lsn + 1;
+        if !small || raw >= crate::pack::RAW_TARGET {
+            put_packed(batch, start, &run, &mut stored)?;
+            (start, raw) = (lsn + 1, 0);
+            run.clear();
+            if !small {
+                stored.push(put_record(batch, lsn, payload)?);
+            }
         }
     }
-    put_run(batch, &mut run, &mut stored)?;
+    put_packed(batch, start, &run, &mut stored)?;
     Ok(stored)
 }
 
-/// Stores a run of small records and empties it (see [`put_packed`]).
-fn put_run(
-    batch: &mut impl Put,
-    run: &mut (Lsn, Vec<&[u8]>, usize),
-    stored: &mut Vec<Kept>,
-) -> Result<()> {
-    let (first, records, raw) = run;
-    *raw = 0;
-    put_packed(batch, *first, records, stored)?;
-    records.clear();
-    Ok(())
+/// Splits the entry `parts` (a pack whose records lie on both sides of `at`) in `batch`: it is
+/// removed, its records after `at` are stored under keys of their own, and so are those up to
+/// `at` when `keep_below` (else they go). Returns the entries stored up to `at` and the
+/// payloads after it, in LSN order.
+///
+/// # Errors
+/// [`Corruption::Record`] when the pack does not decode.
+pub(crate) fn split_entry(
+    batch: &mut sled::Batch,
+    parts: &[Part],
+    at: Lsn,
+    keep_below: bool,
+) -> Result<(Vec<Kept>, Vec<Vec<u8>>)> {
+    let first = lsn_of(&parts[0].0)?;
+    let mut below = crate::recovery::records_of(parts)
+        .map_err(|defect| Corruption::Record { lsn: first, defect })?;
+    let above = below.split_off((at - first + 1) as usize);
+    for (k, _, _) in parts {
+        batch.remove(k);
+    }
+    let kept = if keep_below {
+        put_records(batch, first, below.iter().map(Vec::as_slice))?
+    } else {
+        Vec::new()
+    };
+    put_records(batch, at + 1, above.iter().map(Vec::as_slice))?;
+    Ok((kept, above))
 }
 
 /// Stores consecutive small records from `first`: as one pack, or, when they do not compress
@@ -726,15 +743,8 @@ impl LogStore {
             let (first, last) = span(&parts)?;
             if last > lsn {
                 // A pack across the checkpoint: only its records after it must stay.
-                let records = crate::recovery::records_of(&parts)
-                    .map_err(|defect| Corruption::Record { lsn: first, defect })?;
-                let (below, above) = records.split_at((lsn - first + 1) as usize);
-                batch.remove(&parts[0].0);
                 removed += 1;
-                if (first..=lsn).any(retain) {
-                    kept.extend(put_records(&mut batch, first, below.iter().map(Vec::as_slice))?);
-                }
-                put_records(&mut batch, lsn + 1, above.iter().map(Vec::as_slice))?;
+                kept.extend(split_entry(&mut batch, &parts, lsn, (first..=lsn).any(retain))?.0);
             } else if (first..=last).any(retain) {
                 kept.push(Kept::of(first, &parts));
             } else {

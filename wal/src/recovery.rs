@@ -32,7 +32,7 @@ use std::collections::VecDeque;
 
 use crate::checkpoint::{Checkpoint, Swept};
 use crate::error::{Corruption, Error, FrameDefect, Result};
-use crate::log::{key, lsn_of, next_entry, put_records, span, Kept, Layout, LogStore, Part};
+use crate::log::{key, lsn_of, next_entry, span, split_entry, Kept, Layout, LogStore, Part};
 use crate::{frame, Lsn, RecoveryReport, Replayer};
 
 /// Whether the scan may change the log.
@@ -172,25 +172,19 @@ pub(crate) fn scan<F: std::io::Read + std::io::Seek>(
             if last > c {
                 // A pack across the checkpoint (the crash came before its truncation split
                 // it): its records after the checkpoint are the tail's first.
-                let records = records_of(&parts)
-                    .map_err(|defect| Corruption::Record { lsn: first, defect })?;
-                let (below, above) = records.split_at((c - first + 1) as usize);
-                tail.repairs.remove(&parts[0].0);
+                let retained = (first..=c).any(|lsn| replayer.retains(lsn));
+                let (stored, above) = split_entry(&mut tail.repairs, &parts, c, retained)?;
                 tail.split = true;
-                if (first..=c).any(|lsn| replayer.retains(lsn)) {
-                    let stored =
-                        put_records(&mut tail.repairs, first, below.iter().map(Vec::as_slice))?;
-                    for record in stored {
-                        tail.report.records_retained += u64::from(record.records());
-                        retained_bytes += record.bytes;
-                        kept.iter_mut().for_each(|kept| kept.push(record));
-                    }
-                } else {
-                    tail.report.stale_records_truncated += below.len() as u64;
+                if !retained {
+                    tail.report.stale_records_truncated += c - first + 1;
                 }
-                put_records(&mut tail.repairs, c + 1, above.iter().map(Vec::as_slice))?;
+                for record in stored {
+                    tail.report.records_retained += u64::from(record.records());
+                    retained_bytes += record.bytes;
+                    kept.iter_mut().for_each(|kept| kept.push(record));
+                }
                 let mut batch = Batch::default();
-                for (lsn, payload) in (c + 1..).zip(above.iter().cloned()) {
+                for (lsn, payload) in (c + 1..).zip(above) {
                     accept(&mut tail.report, &mut tail.sizes, &mut batch, lsn, payload);
                 }
                 replay_batch(batch, replayer)?;

@@ -96,6 +96,34 @@ fn append_each(wal: &Wal, payloads: &[Vec<u8>]) -> Vec<(Lsn, Vec<u8>)> {
     payloads.iter().map(|p| (wal.append(p.clone()).unwrap().wait().unwrap(), p.clone())).collect()
 }
 
+/// Appends `payloads` as one batch, so as one group (its small records packed); returns them
+/// with their LSNs.
+fn append_group(wal: &Wal, payloads: Vec<Vec<u8>>) -> Vec<(Lsn, Vec<u8>)> {
+    let last = wal.append_batch(payloads.clone()).unwrap().wait().unwrap();
+    (last + 1 - payloads.len() as Lsn..).zip(payloads).collect()
+}
+
+/// Ten small records of one group: one pack.
+fn ten_packed(wal: &Wal) -> Vec<(Lsn, Vec<u8>)> {
+    append_group(wal, (1..=10u64).map(|i| payload(i, 40)).collect())
+}
+
+/// Every record of `written` reads back from the open log.
+fn assert_reads(wal: &Wal, written: &[(Lsn, Vec<u8>)]) {
+    for (lsn, bytes) in written {
+        assert_eq!(wal.read(*lsn).unwrap().as_deref(), Some(&bytes[..]), "lsn {lsn}");
+    }
+}
+
+/// The key length and stored length of every value in the open log's store, in key order.
+fn stored_values(wal: &Wal) -> Vec<(usize, usize)> {
+    wal.core()
+        .with_store(|store| {
+            Ok(store.db.iter().map(|kv| kv.unwrap()).map(|(k, v)| (k.len(), v.len())).collect())
+        })
+        .unwrap()
+}
+
 /// All files under `dir` with their contents, to prove something did not change.
 fn snapshot_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
@@ -1243,20 +1271,13 @@ fn small_records_of_one_group_share_packs_and_read_back_one_by_one() {
         })
         .collect();
     let (wal, _, _) = recover(dir.path());
-    assert_eq!(wal.append_batch(rows.clone()).unwrap().wait().unwrap(), 300);
-    for (lsn, row) in (1..).zip(&rows) {
-        assert_eq!(wal.read(lsn).unwrap().as_deref(), Some(&row[..]), "lsn {lsn}");
-    }
+    let written = append_group(&wal, rows.clone());
+    assert_reads(&wal, &written);
     assert_eq!(wal.read(301).unwrap(), None);
-    let (values, stored) = wal
-        .core()
-        .with_store(|store| {
-            let values: Vec<_> = store.db.iter().map(|kv| kv.unwrap()).collect();
-            Ok((values.len(), values.iter().map(|(_, v)| v.len()).sum::<usize>()))
-        })
-        .unwrap();
+    let values = stored_values(&wal);
+    let stored: usize = values.iter().map(|(_, v)| v).sum();
     let raw: usize = rows.iter().map(Vec::len).sum();
-    assert!(values < 20, "{values} values for 300 records");
+    assert!(values.len() < 20, "{} values for 300 records", values.len());
     assert!(stored * 2 < raw, "{stored} bytes stored for {raw}");
     drop(wal);
     assert_eq!(testing::record_lsns(dir.path()).unwrap(), (1..=300).collect::<Vec<_>>());
@@ -1266,7 +1287,7 @@ fn small_records_of_one_group_share_packs_and_read_back_one_by_one() {
     for lsn in [77, 2, 300, 151, 150, 1, 149, 76] {
         assert_eq!(wal.read(lsn).unwrap().as_deref(), Some(&rows[lsn as usize - 1][..]), "{lsn}");
     }
-    assert_eq!(collect.records, (1..).zip(rows).collect::<Vec<_>>());
+    assert_eq!(collect.records, written);
 }
 
 /// A pack that is the last stored value and damaged is a torn tail (all its records were one
@@ -1279,11 +1300,8 @@ fn a_damaged_pack_is_a_torn_tail_at_the_end_and_refused_before_it() {
     let written: Vec<(Lsn, Vec<u8>)> = {
         let (wal, _, _) = recover(&base);
         let mut written = append_each(&wal, &[payload(1, 40)]);
-        for first in [2u64, 12] {
-            let batch: Vec<_> = (first..first + 10).map(|i| payload(i, 40)).collect();
-            wal.append_batch(batch.clone()).unwrap().wait().unwrap();
-            written.extend((first..).zip(batch));
-        }
+        written.extend(ten_packed(&wal));
+        written.extend(ten_packed(&wal));
         written
     };
     let torn = copy_data_dir(&base, work.path(), "torn");
@@ -1314,21 +1332,13 @@ fn a_damaged_pack_is_a_torn_tail_at_the_end_and_refused_before_it() {
 fn a_checkpoint_inside_a_pack_splits_it() {
     let dir = tempfile::tempdir().unwrap();
     let (wal, _, _) = recover(dir.path());
-    let batch: Vec<_> = (1..=10u64).map(|i| payload(i, 40)).collect();
-    wal.append_batch(batch.clone()).unwrap().wait().unwrap();
-    let written: Vec<(Lsn, Vec<u8>)> = (1..).zip(batch).collect();
+    let written = ten_packed(&wal);
     wal.checkpoint_retaining(5, b"state at 5", &|lsn| lsn == 2).unwrap();
-    for (lsn, bytes) in &written {
-        assert_eq!(wal.read(*lsn).unwrap().as_deref(), Some(&bytes[..]), "lsn {lsn}");
-    }
-    let stored_below: u64 = wal
-        .core()
-        .with_store(|store| {
-            let below = store.db.range(..crate::log::key(6));
-            Ok(below.map(|item| item.unwrap().1.len() as u64).sum())
-        })
-        .unwrap();
-    assert_eq!(wal.stats().retained_bytes, stored_below);
+    assert_reads(&wal, &written);
+    // Two packs now, the first (1-5) below the checkpoint.
+    let values = stored_values(&wal);
+    assert_eq!(values.iter().map(|(k, _)| k).collect::<Vec<_>>(), [&12, &12]);
+    assert_eq!(wal.stats().retained_bytes, values[0].1 as u64);
     drop(wal);
     // Records 1-5 share the pack with the retained 2; 6-10 are a pack of their own.
     assert_eq!(testing::record_lsns(dir.path()).unwrap(), (1..=10).collect::<Vec<_>>());
@@ -1355,12 +1365,7 @@ fn a_checkpoint_inside_a_pack_splits_it() {
 #[test]
 fn a_crash_before_splitting_a_pack_at_the_checkpoint_is_repaired_at_the_start() {
     let dir = tempfile::tempdir().unwrap();
-    let written = {
-        let (wal, _, _) = recover(dir.path());
-        let batch: Vec<_> = (1..=10u64).map(|i| payload(i, 40)).collect();
-        wal.append_batch(batch.clone()).unwrap().wait().unwrap();
-        (1..).zip(batch).collect::<Vec<(Lsn, Vec<u8>)>>()
-    };
+    let written = ten_packed(&recover(dir.path()).0);
     testing::write_checkpoint_only(dir.path(), 4, b"state at 4").unwrap();
     let (wal, report, collect) = recover(dir.path());
     assert_eq!((report.stale_records_truncated, report.records_replayed), (4, 6));
@@ -1376,11 +1381,7 @@ fn a_crash_before_splitting_a_pack_at_the_checkpoint_is_repaired_at_the_start() 
 
     // Retaining one of them keeps the lower part as a pack.
     let dir = tempfile::tempdir().unwrap();
-    {
-        let (wal, _, _) = recover(dir.path());
-        let batch: Vec<_> = (1..=10u64).map(|i| payload(i, 40)).collect();
-        wal.append_batch(batch).unwrap().wait().unwrap();
-    }
+    ten_packed(&recover(dir.path()).0);
     testing::write_checkpoint_only(dir.path(), 4, b"state at 4").unwrap();
     let mut even = RetainEven::default();
     let (wal, report) = Wal::recover(config(dir.path()), &mut even).unwrap();
@@ -1398,21 +1399,13 @@ fn a_run_too_large_for_one_pack_is_stored_as_several() {
     let dir = tempfile::tempdir().unwrap();
     let (wal, _, _) = recover(dir.path());
     // 30 incompressible records of 500 bytes: 15 KiB that zstd cannot shrink.
-    let batch: Vec<_> = (1..=30u64).map(|i| payload(i, 500)).collect();
-    wal.append_batch(batch.clone()).unwrap().wait().unwrap();
-    for (lsn, bytes) in (1..).zip(&batch) {
-        assert_eq!(wal.read(lsn).unwrap().as_deref(), Some(&bytes[..]), "lsn {lsn}");
-    }
-    let sizes: Vec<(usize, usize)> = wal
-        .core()
-        .with_store(|store| {
-            Ok(store.db.iter().map(|kv| kv.unwrap()).map(|(k, v)| (k.len(), v.len())).collect())
-        })
-        .unwrap();
+    let written = append_group(&wal, (1..=30u64).map(|i| payload(i, 500)).collect());
+    assert_reads(&wal, &written);
+    let sizes = stored_values(&wal);
     assert!(sizes.len() > 1 && sizes.len() < 30, "{sizes:?}");
     assert!(sizes.iter().all(|&(_, v)| v <= crate::log::CHUNK_BYTES + crate::frame::HEADER_LEN));
     assert!(sizes.iter().any(|&(k, _)| k == 12), "some are packs: {sizes:?}");
     drop(wal);
     let (_wal, _, collect) = recover(dir.path());
-    assert_eq!(collect.records, (1..).zip(batch).collect::<Vec<_>>());
+    assert_eq!(collect.records, written);
 }

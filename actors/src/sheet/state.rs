@@ -303,6 +303,12 @@ impl SheetState {
         Ok(coerce_owned_cells(&self.columns, raw)?)
     }
 
+    /// A new row of a bulk write, from its coerced writes, under the next row id.
+    fn new_row(&self, writes: &[(ColumnId, CellWrite)], ids: &RowIds, now: Millis) -> Arc<Row> {
+        let cells = set_values(writes);
+        Arc::new(Row::from_sorted_cells(ids.allocate(), self.id, cells, SOURCE_API, now))
+    }
+
     /// Decide a bulk add: one result per item, in order. Items past `cap` fail with
     /// `capacity_exceeded`; the ones before succeed.
     pub fn bulk_add(
@@ -322,9 +328,7 @@ impl SheetState {
                     return Err(Error::CapacityExceeded { cap });
                 }
                 count += 1;
-                let cells = set_values(&writes);
-                let row = Row::from_sorted_cells(ids.allocate(), self.id, cells, SOURCE_API, now);
-                let row = Arc::new(row);
+                let row = self.new_row(&writes, ids, now);
                 put.push(Arc::clone(&row));
                 Ok(row)
             })
@@ -403,10 +407,7 @@ impl SheetState {
                         return Err(Error::CapacityExceeded { cap });
                     }
                     count += 1;
-                    let cells = set_values(&writes);
-                    let row =
-                        Row::from_sorted_cells(ids.allocate(), self.id, cells, SOURCE_API, now);
-                    let row = Arc::new(row);
+                    let row = self.new_row(&writes, ids, now);
                     created.insert(value, row.id);
                     written.insert(row.id, Arc::clone(&row));
                     put.push(Arc::clone(&row));
