@@ -88,7 +88,7 @@ pub fn storable(status: u16) -> bool {
 /// Whether the outcome of a write the sheet decided is stored for replay: [`storable`], except
 /// a 422 the sheet decides from the request alone, which is request validation (§6) in the
 /// shape of one (an upsert's `keyColumn` that is no key column of the sheet).
-pub fn storable_outcome(status: u16, result: &actors::Result<actors::sheet::WriteOutcome>) -> bool {
+pub fn storable_outcome<T>(status: u16, result: &actors::Result<T>) -> bool {
     storable(status) && !matches!(result, Err(actors::Error::KeyColumn(_)))
 }
 

@@ -8,8 +8,12 @@
 //! - [`coerce`]: cell coercion per column type, and the one RFC 3339 parser (pure).
 //! - [`error`]: the domain's one error type.
 //! - [`record`]: what the domain writes to the log.
+//! - [`log`]: the one seam to the log ([`log::RecordLog`]): append, read back by position,
+//!   checkpoint, replay; [`log::WalLog`] is its one-node implementation on the `wal` crate.
+//! - [`publish`]: the one publisher of durable state ([`publish::Publisher`]), used by the
+//!   sheet and directory actors alike.
 //! - [`shared`]: the clock, the row-id counter, idempotency and event side stores, and the one
-//!   append that changes them.
+//!   append of the domain ([`log::RecordLog::append`] with the side stores' changes).
 //! - [`sheet`]: the [`SheetActor`], the one writer of a sheet's rows.
 //! - [`registry`]: where sheet actors live (spread over one arbiter per core).
 //! - [`directory`]: the directory / key-registry actor, the one access rule, API keys
@@ -17,9 +21,11 @@
 //! - [`report`]: the [`ReportRunner`]: saved report definitions, compiled and run over snapshots.
 //! - [`service`]: recovery, actor start-up and checkpoints; the one way in from above.
 //!
-//! The log (`wal`) is this crate's alone: the server and the CLI reach it only through
-//! [`Service`], whose figures come in the log's own types, re-exported here ([`Lsn`],
-//! [`WalStats`], [`RecoveryReport`], [`FLUSH_LATENCY_BUCKETS_SECONDS`]).
+//! The log is this crate's alone, and inside it every append, read and checkpoint goes through
+//! [`log::RecordLog`]: the server and the CLI reach the log only through [`Service`], whose
+//! figures come in the log's own types, re-exported here ([`Lsn`], [`WalStats`],
+//! [`RecoveryReport`], [`FLUSH_LATENCY_BUCKETS_SECONDS`]). Besides `log`, only the record
+//! format's version checks (`model`) and the error type name the `wal` crate.
 //!
 //! # Guarantees
 //!
@@ -33,7 +39,9 @@
 pub mod coerce;
 pub mod directory;
 pub mod error;
+pub mod log;
 pub mod model;
+pub mod publish;
 pub mod record;
 pub mod registry;
 pub mod report;
@@ -43,7 +51,7 @@ pub mod sheet;
 
 pub use directory::{DirectoryActor, DirectoryState, Target};
 pub use error::{Error, Result};
+pub use log::{Lsn, RecoveryReport, WalStats, FLUSH_LATENCY_BUCKETS_SECONDS};
 pub use report::ReportRunner;
 pub use service::{Service, ServiceConfig};
 pub use sheet::SheetActor;
-pub use wal::{Lsn, RecoveryReport, WalStats, FLUSH_LATENCY_BUCKETS_SECONDS};

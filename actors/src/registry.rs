@@ -5,9 +5,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::log::Lsn;
 use actix::prelude::*;
 use dashmap::DashMap;
-use wal::Lsn;
 
 use crate::model::SheetId;
 use crate::shared::Shared;

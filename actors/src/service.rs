@@ -35,15 +35,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
-use wal::{codec, Lsn, RecoveryReport, Wal, WalStats};
 
 use crate::directory::{
-    CopyDirectoryForCheckpoint, DirectoryActor, DirectoryState, Published, PublishedDirectory,
+    CopyDirectoryForCheckpoint, DirectoryActor, DirectorySnapshot, DirectoryState,
+    PublishedDirectory,
 };
 use crate::error::{Error, Result};
+use crate::log::{
+    codec, encode_snapshot, AppendOptions, Lsn, RecoveryReport, Replay, WalLog, WalLogConfig,
+    WalStats,
+};
 use crate::model::{KeyId, Millis, Row, RowId, SheetId};
+use crate::publish::Published;
 use crate::record::{IdemEntry, Record};
 use crate::registry::SheetRegistry;
 use crate::report::ReportRunner;
@@ -127,12 +131,8 @@ struct Rebuild {
 /// How often a long replay logs its progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
-impl wal::Replayer for Rebuild {
-    fn checkpoint(
-        &mut self,
-        _lsn: Lsn,
-        snapshot: &mut dyn std::io::Read,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+impl Replay for Rebuild {
+    fn checkpoint(&mut self, _lsn: Lsn, snapshot: &mut dyn std::io::Read) -> Result<()> {
         let cp = CheckpointFile::decode(snapshot)?;
         self.directory = cp.directory;
         self.directory_lsn = cp.directory_lsn;
@@ -146,18 +146,14 @@ impl wal::Replayer for Rebuild {
         Ok(())
     }
 
-    fn record(
-        &mut self,
-        lsn: Lsn,
-        payload: &[u8],
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    fn record(&mut self, lsn: Lsn, record: Record) -> Result<()> {
         self.progress.0 += 1;
         // Reading the clock every 1024 records keeps its cost out of the replay.
         if self.progress.0 % 1024 == 0 && self.progress.1.elapsed() >= PROGRESS_EVERY {
             self.progress.1 = std::time::Instant::now();
             tracing::info!(records_replayed = self.progress.0, lsn, "replaying the log");
         }
-        match codec::decode::<Record>(payload)? {
+        match record {
             Record::Import(batch) => {
                 if lsn > self.directory_lsn {
                     self.directory.apply_import(&batch);
@@ -236,7 +232,7 @@ pub struct ServiceConfig {
     pub sheet_threads: usize,
     /// The clock (tests move it).
     pub clock: Clock,
-    /// The log's free-space floor (see [`wal::Config::min_free_bytes`]).
+    /// The log's free-space floor (see [`WalLogConfig::min_free_bytes`]).
     pub min_free_bytes: Option<u64>,
     /// How long each sheet keeps its changes for the feed.
     pub retention: Retention,
@@ -341,13 +337,17 @@ impl Service {
         let row_ids = Arc::new(RowIds::default());
         row_ids.observe(0);
         let mut rebuild = rebuild((&idem, &outbox, &row_ids), config.clock.now());
-        let wal_config = wal::Config {
-            min_free_bytes: config.min_free_bytes,
-            ..wal::Config::default_for(&config.data_dir)
+        let log_config =
+            WalLogConfig { dir: config.data_dir.clone(), min_free_bytes: config.min_free_bytes };
+        let (log, report) = WalLog::open(log_config, &mut rebuild)?;
+        let shared = Shared {
+            log: Arc::new(log),
+            clock: config.clock,
+            row_ids,
+            idem,
+            outbox,
+            retention: config.retention,
         };
-        let (wal, report) = Wal::recover(wal_config, &mut rebuild)?;
-        let shared =
-            Shared { wal, clock: config.clock, row_ids, idem, outbox, retention: config.retention };
 
         let arbiters: Vec<Arbiter> =
             (0..config.sheet_threads.max(1)).map(|_| Arbiter::new()).collect();
@@ -359,7 +359,7 @@ impl Service {
         let mut directory = rebuild.directory;
         directory.reindex();
         let directory = Arc::new(directory);
-        let published = Arc::new(ArcSwap::from_pointee(Published {
+        let published: PublishedDirectory = Arc::new(Published::new(DirectorySnapshot {
             state: directory.clone(),
             lsn: report.last_lsn,
         }));
@@ -387,7 +387,7 @@ impl Service {
         let (outbox, row_ids) = (Arc::new(Outbox::default()), Arc::new(RowIds::default()));
         let mut rebuild =
             rebuild((&idem, &outbox, &row_ids), chrono::Utc::now().timestamp_millis());
-        let report = Wal::verify(wal::Config::default_for(data_dir), &mut rebuild)?;
+        let report = WalLog::verify(data_dir, &mut rebuild)?;
         let d = &rebuild.directory;
         let mut counts = Counts {
             users: d.users.len(),
@@ -408,7 +408,7 @@ impl Service {
 
     /// The directory as of the last durable change.
     pub fn directory(&self) -> Arc<DirectoryState> {
-        self.published.load().state.clone()
+        self.published.load_full().state.clone()
     }
 
     /// The directory actor (for admin changes).
@@ -490,7 +490,7 @@ impl Service {
         span: &ChangeSpan,
         current: &impl Fn(RowId) -> Option<Arc<Row>>,
     ) -> std::result::Result<Arc<[Change]>, ChangesError> {
-        let Some(bytes) = self.shared.wal.read(span.lsn).map_err(Error::from)? else {
+        let Some(record) = self.shared.log.read(span.lsn)? else {
             // Pruned and truncated by a checkpoint since `snapshot` was published.
             let oldest =
                 self.sheets.snapshot(snapshot.state.id).map(|s| s.state.changes.oldest_seq());
@@ -503,13 +503,12 @@ impl Service {
                 .into(),
             });
         };
-        let record: Record = codec::decode(&bytes).map_err(Error::from)?;
         Ok(extract(record, snapshot.state.id, span, current)?.into())
     }
 
     /// Wait until `lsn` is durable (before revealing anything read at it).
     pub async fn visible(&self, lsn: Lsn) -> Result<()> {
-        Ok(self.shared.wal.wait_durable(lsn).await?)
+        self.shared.log.wait_durable(lsn).await
     }
 
     /// Re-opens a failed log from disk so writes resume without a restart; `Ok(None)` when the
@@ -520,10 +519,10 @@ impl Service {
     /// durable state on their next write (the log's epoch tells them).
     pub fn heal(&self) -> Result<Option<Lsn>> {
         let (idem, outbox) = (self.shared.idem.clone(), self.shared.outbox.clone());
-        Ok(self.shared.wal.heal(move |durable| {
+        self.shared.log.heal(&mut |durable| {
             idem.forget_after(durable);
             outbox.forget_after(durable);
-        })?)
+        })
     }
 
     /// Now, by the service clock (tests move it forward).
@@ -547,17 +546,16 @@ impl Service {
     /// Store an answer decided before any sheet was reached (a 404 or 403 of an idempotent
     /// write) in a record of its own; resolves once it is durable, so the answer can leave.
     pub async fn store_answer(&self, entry: IdemEntry) -> Result<()> {
-        let commit = self
-            .shared
-            .append_with_side_effects(&Record::Idempotency(entry), Default::default())?;
-        commit.await?;
+        let appended =
+            self.shared.append(&Record::Idempotency(entry), AppendOptions::default(), |_| {})?;
+        appended.await?;
         Ok(())
     }
 
     /// Up to `limit` events after sequence number `after`, only those whose record is durable
     /// (a reader never sees an event a crash could take back).
     pub fn events(&self, after: u64, limit: usize) -> Vec<Event> {
-        self.shared.outbox.read(after, limit, self.shared.wal.durable_lsn())
+        self.shared.outbox.read(after, limit, self.shared.log.durable_lsn())
     }
 
     /// Drop idempotency records past their window and events past [`EVENT_RETENTION`].
@@ -576,43 +574,43 @@ impl Service {
 
     /// The log's counters (LSNs, group commits, sizes, free space); atomics and short locks.
     pub fn log_stats(&self) -> WalStats {
-        self.shared.wal.stats()
+        self.shared.log.stats()
     }
 
     /// The highest LSN known durable.
     pub fn durable_lsn(&self) -> Lsn {
-        self.shared.wal.durable_lsn()
+        self.shared.log.durable_lsn()
     }
 
     /// Measure the data dir's free space again, so the free-space floor, its log lines and
     /// [`Service::unwritable_reason`] stay current while nothing is written.
     pub fn refresh_free_space(&self) -> Result<()> {
-        Ok(self.shared.wal.refresh_space()?)
+        self.shared.log.refresh_space()
     }
 
     /// Whether the log has failed (a write, flush or fsync error) and takes nothing until
     /// [`Service::heal`] re-opens it.
     pub fn storage_failed(&self) -> bool {
-        self.shared.wal.is_failed()
+        self.shared.log.is_failed()
     }
 
     /// Why the data dir takes no writes now, as a sentence; `None` while it does.
     pub fn unwritable_reason(&self) -> Option<String> {
-        self.shared.wal.unwritable_reason()
+        self.shared.log.unwritable_reason()
     }
 
     /// Close the log: drain what is queued, flush, stop the commit thread. Writes after this
     /// fail; a later call is a no-op.
     pub fn close(&self) -> Result<()> {
-        Ok(self.shared.wal.shutdown()?)
+        self.shared.log.shutdown()
     }
 
     /// Test hook: hold the log's commit thread, so nothing becomes durable until the guard is
     /// dropped.
     #[cfg(feature = "testing")]
     #[doc(hidden)]
-    pub fn hold_commits(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.shared.wal.hold_commits()
+    pub fn hold_commits(&self) -> Box<dyn std::fmt::Debug + '_> {
+        self.shared.log.hold_commits()
     }
 
     /// Take a checkpoint and truncate the log behind it.
@@ -625,17 +623,16 @@ impl Service {
         }
         let (idem, outbox) = (self.shared.idem.clone(), self.shared.outbox.clone());
         let mut side = None;
-        let marker = codec::encode(&Record::Marker)?;
         // The marker may use the reserve below the free-space floor: a checkpoint is what
         // lets the log shrink.
-        let reserve = wal::AppendOptions { reserve: true, epoch: None };
-        let commit = self.shared.wal.append_with_options(reserve, |_| {
+        let reserve = AppendOptions { reserve: true, epoch: None };
+        let appended = self.shared.append(&Record::Marker, reserve, |_| {
             side = Some((idem.snapshot(), outbox.snapshot()));
-            marker
         })?;
-        let side_lsn = commit.lsn();
-        commit.await?;
-        let (idem, (events, last_event_seq)) = side.expect("set inside append_with");
+        let side_lsn = appended.await?;
+        let Some((idem, (events, last_event_seq))) = side else {
+            unreachable!("an append that succeeded ran its callback")
+        };
         let lsn = sheets
             .iter()
             .map(|(_, l)| *l)
@@ -657,16 +654,16 @@ impl Service {
             checkpoint.sheets.iter().flat_map(|(s, _)| s.changes.lsns()).collect();
         let changes = checkpoint.sheets.iter().map(|(s, _)| (s.id, s.changes.clone())).collect();
         let file = CheckpointFile { checkpoint, changes };
-        let wal = self.shared.wal.clone();
+        let log = Arc::clone(&self.shared.log);
         // Encoded on a blocking thread straight into the file: a large state takes a while,
         // and would otherwise need a buffer of its whole size.
         let size = tokio::task::spawn_blocking(move || {
             let mut size = 0;
             let mut encode = |out: &mut dyn std::io::Write| {
-                size = codec::encode_to(&file, &mut &mut *out)?;
+                size = encode_snapshot(&file, out)?;
                 Ok(())
             };
-            wal.checkpoint_streamed(lsn, &mut encode, &|lsn| retained.contains(&lsn)).map(|()| size)
+            log.checkpoint(lsn, &mut encode, &|lsn| retained.contains(&lsn)).map(|()| size)
         })
         .await
         .map_err(|_| Error::Unavailable("checkpoint"))??;

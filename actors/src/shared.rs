@@ -1,36 +1,35 @@
-//! What every actor shares: the log, the clock, the global row-id counter, and the two side
+//! What every actor shares: the log seam, the clock, the global row-id counter, and the two side
 //! stores written by many sheets (idempotency responses and the event outbox).
 //!
-//! The log handle stays inside this crate: the HTTP layer reaches the log only through the
-//! narrow operations of [`crate::Service`], so every record and every side-store change has
-//! its owner here.
+//! The log stays inside this crate: the HTTP layer reaches it only through the narrow
+//! operations of [`crate::Service`], so every record and every side-store change has its owner
+//! here.
 //!
-//! # Why the side stores change inside the append lock
+//! # Why the side stores change in log order
 //!
 //! The side stores are global while their records come from many actors. Each change to them is
-//! made inside [`wal::Wal::append_with`], whose closure runs under the log's append lock, so the
-//! order of changes equals the order of LSNs. That gives two guarantees cheaply:
-//! a checkpoint copies them at an exact LSN by appending a [`crate::record::Record::Marker`]
-//! and copying inside that closure, and a reader that only trusts entries at or below the
-//! durable LSN sees a gap-free prefix (event sequence numbers follow LSN order).
+//! made in the `at` callback of [`RecordLog::append`], which runs in log order, so the order of
+//! changes equals the order of LSNs. That gives two guarantees cheaply: a checkpoint copies them
+//! at an exact LSN by appending a [`crate::record::Record::Marker`] and copying in that
+//! callback, and a reader that only trusts entries at or below the durable LSN sees a gap-free
+//! prefix (event sequence numbers follow LSN order).
 //!
-//! `Shared::append_with_side_effects` is the one place that happens for writes: a sheet
-//! write's record carries its own stored response and deletions, and an answer decided before
-//! any sheet was reached gets a [`Record::Idempotency`] of its own through the same call.
+//! [`Shared::append`] is the one append of the domain: a sheet write's record carries its own
+//! stored response and deletions, an answer decided before any sheet was reached gets a
+//! [`Record::Idempotency`] of its own, and directory records and markers pass through it too.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::error::Result;
+use crate::log::{AppendOptions, Appended, Lsn, RecordLog};
+use crate::model::{KeyId, Millis, RowId, SheetId};
+use crate::record::{IdemEntry, Record};
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
-use wal::{codec, AppendOptions, Commit, Lsn, Wal};
-
-use crate::error::Result;
-use crate::model::{KeyId, Millis, RowId, SheetId};
-use crate::record::{IdemEntry, Record};
 
 /// The service clock: system time plus an offset, so tests can move time forward (for the
 /// idempotency window) without sleeping.
@@ -159,7 +158,7 @@ impl IdemStore {
     }
 
     /// Drop the responses stored by records above `lsn`: a failed log lost those records
-    /// (see `wal::Wal::heal`), so their requests were never answered and may run again.
+    /// (see [`RecordLog::heal`]), so their requests were never answered and may run again.
     pub fn forget_after(&self, lsn: Lsn) {
         self.slots.retain(|_, s| !matches!(s, Slot::Done { lsn: at, .. } if *at > lsn));
     }
@@ -307,8 +306,8 @@ impl Default for Retention {
 /// Everything the actors share. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Shared {
-    /// The write-ahead log.
-    pub(crate) wal: Wal,
+    /// The log: every append of the domain goes through [`Shared::append`].
+    pub(crate) log: Arc<dyn RecordLog>,
     /// The service clock.
     pub(crate) clock: Clock,
     /// The global row-id allocator.
@@ -322,35 +321,39 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// Append a record that may change the side stores, and make those changes inside the
-    /// log's append lock at the record's LSN: the stored response of a [`Record::Sheet`] or a
-    /// [`Record::Idempotency`] goes to the idempotency store, a sheet write's deletions to the
-    /// outbox. Other records change no side store and pass through unchanged.
+    /// Append a record, and make the side-store changes it carries in log order, at its LSN:
+    /// the stored response of a [`Record::Sheet`] or a [`Record::Idempotency`] goes to the
+    /// idempotency store, a sheet write's deletions to the outbox; then `also` runs with the
+    /// LSN (a checkpoint copies the side stores there). Other records change no side store.
     ///
     /// # Errors
-    /// The log refuses the record (no space, failed, shut down) or it cannot be encoded; then
-    /// no side store changed.
-    pub(crate) fn append_with_side_effects(
+    /// The log refuses the record (no space, failed, shut down, an older epoch) or it cannot
+    /// be encoded; then no side store changed and `also` did not run.
+    pub(crate) fn append(
         &self,
         record: &Record,
         options: AppendOptions,
-    ) -> Result<Commit> {
-        let bytes = codec::encode(record)?;
+        also: impl FnOnce(Lsn),
+    ) -> Result<Appended> {
         let (answer, deleted) = match record {
-            Record::Sheet(w) => (w.idem.clone(), Some((w.sheet_id, w.deleted.clone(), w.at))),
-            Record::Idempotency(entry) => (Some(entry.clone()), None),
+            Record::Sheet(w) => (w.idem.as_ref(), Some((w.sheet_id, &w.deleted, w.at))),
+            Record::Idempotency(entry) => (Some(entry), None),
             Record::Import(_) | Record::Directory(_) | Record::Marker => (None, None),
         };
-        let (idem, outbox) = (self.idem.clone(), self.outbox.clone());
-        Ok(self.wal.append_with_options(options, move |lsn| {
-            if let Some(entry) = answer {
-                idem.complete(entry, lsn);
+        // Copied before the log's ordering is taken: every appender waits on it.
+        let mut answer = answer.cloned();
+        let mut also = Some(also);
+        self.log.append(record, options, &mut |lsn| {
+            if let Some(entry) = answer.take() {
+                self.idem.complete(entry, lsn);
             }
             if let Some((sheet_id, rows, at)) = deleted {
-                outbox.row_deleted(sheet_id, &rows, at, lsn);
+                self.outbox.row_deleted(sheet_id, rows, at, lsn);
             }
-            bytes
-        })?)
+            if let Some(also) = also.take() {
+                also(lsn);
+            }
+        })
     }
 }
 

@@ -11,12 +11,14 @@
 
 use actix::{Handler, Message};
 use actix_web::{web, HttpRequest, HttpResponse};
-use actors::model::{Column, Row};
+use std::sync::Arc;
+
+use actors::model::{Column, Row, RowId};
 use actors::report::compile::{compile_sheet_filter, SheetFilter};
 use actors::sheet::SheetState;
 use actors::sheet::{
-    BulkAdd, BulkUpdate, BulkUpsert, DeleteRow, IdemRequest, Patch, PatchItem, UpdateItem,
-    WriteOutcome, WriteReply,
+    BulkAdd, BulkUpdate, BulkUpsert, DeleteRow, IdemRequest, Patch, PatchItem, RowResults,
+    UpdateItem, UpsertResults, WriteReply,
 };
 use actors::SheetActor;
 use serde::Deserialize;
@@ -285,34 +287,32 @@ pub async fn get_row(
     })
 }
 
-/// Renders an outcome as `(status, body)`; the same function serves the live answer and the
-/// stored one, so a replay is byte-identical.
-type RenderFn = fn(&actors::Result<WriteOutcome>, &str) -> (u16, Vec<u8>);
+/// Renders a write's outcome as `(status, body)`; the same function serves the live answer and
+/// the stored one, so a replay is byte-identical. Errors render through [`render_error`]. An
+/// `Err` is a response that could not be made: answered as a logged 500, never stored.
+type RenderFn<T> = fn(&T, &str) -> Result<(u16, Vec<u8>), ApiError>;
 
 fn render_error(e: &actors::Error, request_id: &str) -> (u16, Vec<u8>) {
     let api = ApiError::from(e);
     (api.code.status().as_u16(), api.body(request_id))
 }
 
-fn render_bulk(result: &actors::Result<WriteOutcome>, request_id: &str) -> (u16, Vec<u8>) {
-    match result {
-        Ok(WriteOutcome::Bulk(items)) => {
-            bulk_body(items.iter().map(|r| r.as_ref().map(|row| (&**row, None))), request_id)
-        }
-        Ok(WriteOutcome::Upserted(items)) => bulk_body(
-            items.iter().map(|r| r.as_ref().map(|u| (&*u.row, Some(u.action.as_str())))),
-            request_id,
-        ),
-        Ok(_) => (500, Vec::new()),
-        Err(e) => render_error(e, request_id),
-    }
+fn render_rows(items: &RowResults, request_id: &str) -> Result<(u16, Vec<u8>), ApiError> {
+    bulk_body(items.iter().map(|r| r.as_ref().map(|row| (&**row, None))), request_id)
+}
+
+fn render_upserted(items: &UpsertResults, request_id: &str) -> Result<(u16, Vec<u8>), ApiError> {
+    bulk_body(
+        items.iter().map(|r| r.as_ref().map(|u| (&*u.row, Some(u.action.as_str())))),
+        request_id,
+    )
 }
 
 /// A BulkWriteResponse: one result per item, in order; an upsert's items carry their action.
 fn bulk_body<'a>(
     items: impl Iterator<Item = Result<(&'a Row, Option<&'static str>), &'a actors::Error>>,
     request_id: &str,
-) -> (u16, Vec<u8>) {
+) -> Result<(u16, Vec<u8>), ApiError> {
     let results: Vec<BulkResultItemView> = items
         .enumerate()
         .map(|(index, r)| match r {
@@ -343,40 +343,31 @@ fn bulk_body<'a>(
         request_id: request_id.to_owned(),
     };
     let mut body = Vec::with_capacity(size + 128);
-    match serde_json::to_writer(&mut body, &view) {
-        Ok(()) => (200, body),
-        Err(_) => (200, Vec::new()),
-    }
+    serde_json::to_writer(&mut body, &view).map_err(ApiError::internal)?;
+    Ok((200, body))
 }
 
-fn render_row(result: &actors::Result<WriteOutcome>, request_id: &str) -> (u16, Vec<u8>) {
-    match result {
-        Ok(WriteOutcome::Row(row)) => (200, row_response(row, request_id)),
-        Ok(_) => (500, Vec::new()),
-        Err(e) => render_error(e, request_id),
-    }
+fn render_row(row: &Arc<Row>, request_id: &str) -> Result<(u16, Vec<u8>), ApiError> {
+    Ok((200, row_response(row, request_id)))
 }
 
-fn render_deleted(result: &actors::Result<WriteOutcome>, request_id: &str) -> (u16, Vec<u8>) {
-    match result {
-        Ok(WriteOutcome::Deleted(_)) => (204, Vec::new()),
-        Ok(_) => (500, Vec::new()),
-        Err(e) => render_error(e, request_id),
-    }
+fn render_deleted(_: &Vec<RowId>, _: &str) -> Result<(u16, Vec<u8>), ApiError> {
+    Ok((204, Vec::new()))
 }
 
 /// The one write path shared by the five row writes.
-async fn run_write<M>(
+async fn run_write<M, T>(
     state: &web::Data<AppState>,
     req: &HttpRequest,
     caller: &Caller,
     sheet_id: u64,
     body: &[u8],
-    render: RenderFn,
-    make: impl FnOnce(Option<IdemRequest>, u64) -> M,
+    render: RenderFn<T>,
+    make: impl FnOnce(Option<IdemRequest<T>>, u64) -> M,
 ) -> Result<HttpResponse, ApiError>
 where
-    M: Message<Result = WriteReply> + Send + 'static,
+    M: Message<Result = WriteReply<T>> + Send + 'static,
+    T: Send + 'static,
     SheetActor: Handler<M>,
 {
     let claim = match idempotency::begin(state, req, caller, body).await? {
@@ -401,7 +392,10 @@ where
             fingerprint: c.fingerprint,
             request_id: rid.clone(),
             render: Box::new(move |result| {
-                let (status, body) = render(result, &rid);
+                let (status, body) = match result {
+                    Ok(outcome) => render(outcome, &rid).ok()?,
+                    Err(e) => render_error(e, &rid),
+                };
                 storable_outcome(status, result).then_some((status, body))
             }),
         }
@@ -419,16 +413,20 @@ where
     if reply.stored.is_none() {
         idempotency::release(state, handed);
     }
-    let (status, body) = match reply.stored {
-        Some(stored) => stored,
-        None => render(&reply.result, &request_id),
-    };
-    if status >= 500 {
-        return Err(match reply.result {
-            Err(e) => ApiError::from(e),
-            Ok(_) => ApiError::internal("a write produced an unexpected outcome"),
-        });
+    if let Some((status, body)) = reply.stored {
+        return Ok(respond(status, body));
     }
+    let (status, body) = match reply.result {
+        Ok(outcome) => render(&outcome, &request_id)?,
+        Err(e) => {
+            let api = ApiError::from(e);
+            if api.code.status().is_server_error() {
+                // Answered by the error path, with its headers (a 503's `Retry-After`).
+                return Err(api);
+            }
+            (api.code.status().as_u16(), api.body(&request_id))
+        }
+    };
     Ok(respond(status, body))
 }
 
@@ -479,7 +477,7 @@ pub async fn bulk_add_rows(
     let parsed: BulkAddRequest = json_body(&body)?;
     check_count(parsed.rows.len())?;
     let items = parsed.rows.into_iter().map(|r| r.cells).collect();
-    run_write(&state, &req, &caller, sheet_id, &body, render_bulk, |idem, cap| BulkAdd {
+    run_write(&state, &req, &caller, sheet_id, &body, render_rows, |idem, cap| BulkAdd {
         items,
         cap,
         idem,
@@ -537,7 +535,7 @@ pub async fn bulk_update_rows(
             base_cells: r.base_cells,
         })
         .collect();
-    run_write(&state, &req, &caller, sheet_id, &body, render_bulk, |idem, _| BulkUpdate {
+    run_write(&state, &req, &caller, sheet_id, &body, render_rows, |idem, _| BulkUpdate {
         items,
         idem,
     })
@@ -595,7 +593,7 @@ pub async fn bulk_upsert_rows(
     let items = parsed.rows.into_iter().map(|r| r.cells).collect();
     // The key column is checked by the sheet's actor, against the columns, after access: a
     // sheet the key cannot reach stays a 404 whatever the body names.
-    run_write(&state, &req, &caller, sheet_id, &body, render_bulk, |idem, cap| BulkUpsert {
+    run_write(&state, &req, &caller, sheet_id, &body, render_upserted, |idem, cap| BulkUpsert {
         key_column: parsed.key_column,
         items,
         cap,

@@ -25,13 +25,13 @@ mod state;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use arc_swap::ArcSwap;
-use wal::{codec, Lsn};
 
 use self::fixture::{Fixture, IssuedSecret};
 use self::keys::GrantSpec;
 use crate::error::{Error, Result};
+use crate::log::{AppendOptions, Lsn};
 use crate::model::{ApiKey, KeyId, Millis, Plan, Role, ScopeType, Share, UserId};
+use crate::publish::{AtPosition, Published, Publisher};
 use crate::record::{DirectoryChange, Record};
 use crate::registry::SheetRegistry;
 use crate::shared::Shared;
@@ -40,15 +40,21 @@ pub use state::{DirectoryState, Target};
 
 /// The directory as readers see it.
 #[derive(Debug, Default)]
-pub struct Published {
+pub struct DirectorySnapshot {
     /// The state.
     pub state: Arc<DirectoryState>,
     /// The LSN of the last record it reflects.
     pub lsn: Lsn,
 }
 
+impl AtPosition for DirectorySnapshot {
+    fn lsn(&self) -> Lsn {
+        self.lsn
+    }
+}
+
 /// Where readers find the published directory.
-pub type PublishedDirectory = Arc<ArcSwap<Published>>;
+pub type PublishedDirectory = Arc<Published<DirectorySnapshot>>;
 
 /// What an import added.
 #[derive(Clone, Debug, Default)]
@@ -117,48 +123,36 @@ pub struct CopyDirectoryForCheckpoint;
 pub struct DirectoryActor {
     /// The latest applied state (may be ahead of the published one until its flush).
     state: Arc<DirectoryState>,
-    published: PublishedDirectory,
+    /// Publishes the directory to readers once a change is durable, and keeps what a re-sync
+    /// after a lost log tail goes back to.
+    publisher: Publisher<DirectorySnapshot>,
     shared: Shared,
     sheets: SheetRegistry,
-    /// The log's epoch `state` is consistent with (see [`DirectoryActor::commit`]).
-    epoch: u64,
-    /// States of changes appended but not yet seen durable, oldest first: what a re-sync after
-    /// a heal returns to, since a durable change's own future may not have published it yet.
-    pending: std::collections::VecDeque<Arc<Published>>,
 }
 
 impl DirectoryActor {
-    /// An actor over recovered state, already published at `lsn`.
+    /// An actor over recovered state, already published.
     pub(crate) fn new(
         state: Arc<DirectoryState>,
         published: PublishedDirectory,
         shared: Shared,
         sheets: SheetRegistry,
     ) -> Self {
-        let epoch = shared.wal.epoch();
-        DirectoryActor { state, published, shared, sheets, epoch, pending: Default::default() }
+        let publisher = Publisher::new(published, shared.log.epoch());
+        DirectoryActor { state, publisher, shared, sheets }
     }
 
-    /// Returns the working state to the durable one after the log was re-opened
-    /// (`wal::Wal::heal`): changes applied here whose records the failed log lost are dropped.
-    fn resync(&mut self, epoch: u64) {
-        let durable = self.shared.wal.durable_lsn();
-        let published = self.published.load_full();
-        let newest = self.pending.iter().rev().find(|p| p.lsn <= durable).cloned();
-        let target = match newest {
-            Some(p) if p.lsn > published.lsn => {
-                self.published.store(Arc::clone(&p));
-                p
-            }
-            _ => published,
-        };
-        tracing::info!(
-            lsn = target.lsn,
-            "the log was re-opened: the directory goes on from its durable state"
-        );
-        self.state = Arc::clone(&target.state);
-        self.pending.clear();
-        self.epoch = epoch;
+    /// Returns the working state to the durable one if the log's epoch moved on (see
+    /// [`Publisher::resync`]): changes applied here whose records the log lost are dropped.
+    fn resync(&mut self) {
+        let epoch = self.shared.log.epoch();
+        if let Some(target) = self.publisher.resync(epoch, self.shared.log.durable_lsn()) {
+            tracing::info!(
+                lsn = target.lsn,
+                "the log was re-opened: the directory goes on from its durable state"
+            );
+            self.state = Arc::clone(&target.state);
+        }
     }
 
     /// Log `record`, apply `change` to a copy of the state, and publish the copy once durable.
@@ -172,39 +166,24 @@ impl DirectoryActor {
         // key or a share must work while row writes are refused for lack of space. The epoch
         // refuses a change decided on state the log may have lost since (a heal): the first
         // change after a heal re-syncs and answers 503, and its retry decides afresh.
-        let options = wal::AppendOptions { reserve: true, epoch: Some(self.epoch) };
-        let appended = codec::encode(&record)
-            .map_err(Error::from)
-            .and_then(|b| Ok(self.shared.wal.append_with_options(options, move |_| b)?));
-        let commit = match appended {
-            Ok(c) => c,
+        let options = AppendOptions { reserve: true, epoch: Some(self.publisher.epoch()) };
+        let appended = match self.shared.append(&record, options, |_| {}) {
+            Ok(appended) => appended,
             Err(e) => {
-                if let Error::Wal(wal::Error::Reopened { epoch }) = e {
-                    self.resync(epoch);
-                }
+                self.resync();
                 return Box::pin(async move { Err(e) });
             }
         };
         let mut next = (*self.state).clone();
         change(&mut next);
         self.state = Arc::new(next);
-        let lsn = commit.lsn();
-        let durable = self.shared.wal.durable_lsn();
-        while self.pending.get(1).is_some_and(|p| p.lsn <= durable) {
-            self.pending.pop_front();
-        }
-        self.pending.push_back(Arc::new(Published { state: self.state.clone(), lsn }));
-        let (state, published) = (self.state.clone(), self.published.clone());
+        let snapshot =
+            Arc::new(DirectorySnapshot { state: self.state.clone(), lsn: appended.lsn() });
+        self.publisher.keep(Arc::clone(&snapshot), self.shared.log.durable_lsn());
+        let published = Arc::clone(self.publisher.published());
         Box::pin(async move {
-            commit.await?;
-            // Flushes complete in LSN order, but the futures may be polled out of order.
-            published.rcu(|cur| {
-                if cur.lsn < lsn {
-                    Arc::new(Published { state: state.clone(), lsn })
-                } else {
-                    cur.clone()
-                }
-            });
+            appended.await?;
+            published.publish(&snapshot);
             Ok(reply)
         })
     }
@@ -250,13 +229,13 @@ impl Handler<Import> for DirectoryActor {
             })
             .collect();
         let applied = batch.clone();
-        let before = self.pending.back().map(|p| p.lsn);
+        let before = self.publisher.newest_pending();
         let fut =
             self.commit(Record::Import(Box::new(batch)), |d| d.apply_import(&applied), report);
         // The sheets' actors exist before the directory publishes them: no request can reach
         // a sheet the registry does not know. A refused import (no new pending state) starts
         // none.
-        let appended = self.pending.back().map(|p| p.lsn).filter(|&lsn| Some(lsn) != before);
+        let appended = self.publisher.newest_pending().filter(|&lsn| Some(lsn) != before);
         if let Some(lsn) = appended {
             for mut state in sheets {
                 state.record_import(lsn);
@@ -367,6 +346,6 @@ impl Handler<CopyDirectoryForCheckpoint> for DirectoryActor {
     fn handle(&mut self, _: CopyDirectoryForCheckpoint, _: &mut Self::Context) -> Self::Result {
         // Every directory record is appended and applied inside one handler of this actor, so
         // all of them up to the log's last LSN are in `state`.
-        MessageResult((self.state.clone(), self.shared.wal.last_lsn()))
+        MessageResult((self.state.clone(), self.shared.log.last_lsn()))
     }
 }

@@ -61,10 +61,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::log::Lsn;
 use actix::prelude::*;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use wal::Lsn;
 
 use crate::error::{Error, ReportErrorKind, Result};
 use crate::model::{KeyId, ReportId, SheetId};

@@ -7,7 +7,7 @@
 //! [`ChangeLog`] is an index of *spans*, one per record that changed the sheet's rows (its
 //! LSN, its time, its first `seq` and how many changes it holds). A page of the feed reads
 //! those records back from the log ([`extract`]). The records a span names stay in the log past
-//! checkpoints for as long as the span is retained (`wal::Wal::checkpoint_retaining`), and the
+//! checkpoints for as long as the span is retained ([`crate::log::RecordLog::checkpoint`]), and the
 //! index itself travels in the checkpoint. [`SpanCache`] keeps the decoded changes of records
 //! that pages stopped inside, so paging through a large record decodes it once.
 //!
@@ -26,9 +26,9 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::log::Lsn;
 use imbl::Vector;
 use serde::{Deserialize, Serialize};
-use wal::Lsn;
 
 use crate::error::{Error, Result};
 use crate::model::{Millis, Row, RowId, SheetId};

@@ -116,8 +116,8 @@ mod tests {
     fn a_large_sheet_decodes_to_the_same_rows_in_order() {
         let sheet = big_sheet();
         let mut bytes = Vec::new();
-        wal::codec::encode_to(&sheet, &mut bytes).unwrap();
-        let back: SheetState = wal::codec::decode(&bytes).unwrap();
+        crate::log::codec::encode_to(&sheet, &mut bytes).unwrap();
+        let back: SheetState = crate::log::codec::decode(&bytes).unwrap();
         assert_eq!(back.rows.len(), sheet.rows.len());
         assert!(sheet.rows.len() > super::PARALLEL_FROM);
         for ((id, row), (back_id, back_row)) in sheet.rows.iter().zip(back.rows.iter()) {
@@ -130,7 +130,7 @@ mod tests {
     fn a_cut_short_sheet_fails_the_decode_wherever_it_ends() {
         let sheet = big_sheet();
         let mut bytes = Vec::new();
-        wal::codec::encode_to(&sheet, &mut bytes).unwrap();
+        crate::log::codec::encode_to(&sheet, &mut bytes).unwrap();
         // End the bytes inside one row's JSON: in the first chunk, in a middle one while the
         // worker is busy with earlier chunks, and in the last, partial chunk.
         let last = sheet.rows.len();
@@ -140,7 +140,7 @@ mod tests {
                 .windows(needle.len())
                 .position(|w| w == needle.as_bytes())
                 .unwrap_or_else(|| panic!("row {id}'s JSON is in the encoding"));
-            let err = wal::codec::decode::<SheetState>(&bytes[..at]).unwrap_err();
+            let err = crate::log::codec::decode::<SheetState>(&bytes[..at]).unwrap_err();
             // The bytes end inside a length-prefixed string: bincode runs out of input.
             assert!(
                 matches!(&err, wal::Error::Codec(wal::CodecError::Decode(_)))
@@ -149,7 +149,7 @@ mod tests {
             );
         }
         // The whole bytes still decode: the test cut what it meant to.
-        let back: SheetState = wal::codec::decode(&bytes).unwrap();
+        let back: SheetState = crate::log::codec::decode(&bytes).unwrap();
         assert_eq!(back.rows.get(&1).map(Arc::clone), sheet.rows.get(&1).map(Arc::clone));
     }
 }

@@ -25,17 +25,16 @@ pub mod keys;
 mod load;
 mod state;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use arc_swap::ArcSwap;
 use serde_json::{Map, Value};
-use tokio::sync::watch;
-use wal::{AppendOptions, Lsn};
 
 use crate::error::Result;
+use crate::log::{AppendOptions, Lsn};
 use crate::model::{Row, RowId, SheetId};
+pub use crate::publish::Published;
+use crate::publish::{AtPosition, Publisher};
 use crate::record::{IdemEntry, Record, SheetWrite};
 pub use crate::shared::Retention;
 use crate::shared::Shared;
@@ -44,11 +43,12 @@ use keys::KeyIndexes;
 pub use state::{IfMatch, PatchItem, SheetState, UpdateItem, UpsertAction, Upserted};
 
 /// Renders the response of an idempotent write so it can be stored in the write's own record.
-/// Returns `None` when the outcome must not be stored (server errors).
-pub type Render = Box<dyn FnOnce(&Result<WriteOutcome>) -> Option<(u16, Vec<u8>)> + Send>;
+/// Returns `None` when the outcome must not be stored (server errors, or a response that could
+/// not be rendered).
+pub type Render<T> = Box<dyn FnOnce(&Result<T>) -> Option<(u16, Vec<u8>)> + Send>;
 
-/// The idempotency part of a write message.
-pub struct IdemRequest {
+/// The idempotency part of a write message whose outcome is a `T`.
+pub struct IdemRequest<T> {
     /// The key's namespace (API key id).
     pub key_id: u64,
     /// The `Idempotency-Key` header.
@@ -58,27 +58,21 @@ pub struct IdemRequest {
     /// The request id that the stored body carries.
     pub request_id: String,
     /// Renders the stored response.
-    pub render: Render,
+    pub render: Render<T>,
 }
 
-/// What a write did.
-#[derive(Debug)]
-pub enum WriteOutcome {
-    /// Bulk writes: one result per item, in request order.
-    Bulk(Vec<Result<Arc<Row>>>),
-    /// A patch: the row after the write.
-    Row(Arc<Row>),
-    /// A delete: the rows removed (the row and its subtree).
-    Deleted(Vec<RowId>),
-    /// A bulk upsert: one result per item, in request order, with what each did.
-    Upserted(Vec<Result<Upserted>>),
-}
+/// The outcome of a bulk add or a bulk update: one result per item, in request order.
+pub type RowResults = Vec<Result<Arc<Row>>>;
 
-/// The reply to a write: the outcome, and the stored response when the write was idempotent.
+/// The outcome of a bulk upsert: one result per item, in request order, with what each did.
+pub type UpsertResults = Vec<Result<Upserted>>;
+
+/// The reply to a write whose outcome is a `T`: the outcome, and the stored response when the
+/// write was idempotent.
 #[derive(Debug)]
-pub struct WriteReply {
+pub struct WriteReply<T> {
     /// The outcome.
-    pub result: Result<WriteOutcome>,
+    pub result: Result<T>,
     /// `(status, body)` as stored for replay; the handler sends exactly these bytes.
     pub stored: Option<(u16, Vec<u8>)>,
 }
@@ -97,54 +91,15 @@ pub struct SheetSnapshot {
     pub lsn: Lsn,
 }
 
+impl AtPosition for SheetSnapshot {
+    fn lsn(&self) -> Lsn {
+        self.lsn
+    }
+}
+
 /// Where a sheet's latest [`SheetSnapshot`] is published: shared by its actor (the one writer)
 /// and every reader.
-pub type PublishedSheet = Arc<Published>;
-
-/// A sheet's latest durable snapshot, and a signal for readers waiting for the next one.
-#[derive(Debug)]
-pub struct Published {
-    current: ArcSwap<SheetSnapshot>,
-    /// The LSN of the newest published snapshot: a change-feed long-poll waits on it, so a
-    /// caught-up follower wakes exactly when a durable write lands, never on a timer.
-    lsn: watch::Sender<Lsn>,
-}
-
-impl Published {
-    /// Publishes the first snapshot.
-    pub(crate) fn new(snapshot: SheetSnapshot) -> Self {
-        let (lsn, _) = watch::channel(snapshot.lsn);
-        Published { current: ArcSwap::from_pointee(snapshot), lsn }
-    }
-
-    /// The sheet as of its last durable write.
-    pub fn load_full(&self) -> Arc<SheetSnapshot> {
-        self.current.load_full()
-    }
-
-    /// A receiver that sees every later publication ([`watch::Receiver::changed`]).
-    pub fn subscribe(&self) -> watch::Receiver<Lsn> {
-        self.lsn.subscribe()
-    }
-}
-
-/// Publishes `snapshot` unless a newer one is already out (the futures of one sheet's writes
-/// may resolve out of order; the published LSN only moves forward), then wakes the waiting
-/// readers.
-fn publish(published: &PublishedSheet, snapshot: &Arc<SheetSnapshot>) {
-    published.current.rcu(|current| {
-        if current.lsn < snapshot.lsn {
-            Arc::clone(snapshot)
-        } else {
-            Arc::clone(current)
-        }
-    });
-    published.lsn.send_if_modified(|lsn| {
-        let newer = *lsn < snapshot.lsn;
-        *lsn = (*lsn).max(snapshot.lsn);
-        newer
-    });
-}
+pub type PublishedSheet = Arc<Published<SheetSnapshot>>;
 
 /// The whole state of a sheet for a checkpoint.
 #[derive(Clone, Debug, MessageResponse)]
@@ -162,19 +117,19 @@ pub struct CopyForCheckpoint;
 
 /// Add rows.
 #[derive(Message)]
-#[rtype(result = "WriteReply")]
+#[rtype(result = "WriteReply<RowResults>")]
 pub struct BulkAdd {
     /// Cells of each new row, raw.
     pub items: Vec<Map<String, Value>>,
     /// The sheet's row cap under its owner's plan.
     pub cap: u64,
     /// Idempotency, when the request carried a key.
-    pub idem: Option<IdemRequest>,
+    pub idem: Option<IdemRequest<RowResults>>,
 }
 
 /// Create or merge rows by the value of a key column.
 #[derive(Message)]
-#[rtype(result = "WriteReply")]
+#[rtype(result = "WriteReply<UpsertResults>")]
 pub struct BulkUpsert {
     /// The key column as the request names it (checked here, against the sheet's columns).
     pub key_column: String,
@@ -183,41 +138,41 @@ pub struct BulkUpsert {
     /// The sheet's row cap under its owner's plan.
     pub cap: u64,
     /// Idempotency, when the request carried a key.
-    pub idem: Option<IdemRequest>,
+    pub idem: Option<IdemRequest<UpsertResults>>,
 }
 
 /// Replace the cells of rows, each at an expected version.
 #[derive(Message)]
-#[rtype(result = "WriteReply")]
+#[rtype(result = "WriteReply<RowResults>")]
 pub struct BulkUpdate {
     /// The items, in request order.
     pub items: Vec<UpdateItem>,
     /// Idempotency, when the request carried a key.
-    pub idem: Option<IdemRequest>,
+    pub idem: Option<IdemRequest<RowResults>>,
 }
 
 /// Merge cells into one row at an expected version.
 #[derive(Message)]
-#[rtype(result = "WriteReply")]
+#[rtype(result = "WriteReply<Arc<Row>>")]
 pub struct Patch {
     /// The row.
     pub row_id: RowId,
     /// The change.
     pub item: PatchItem,
     /// Idempotency, when the request carried a key.
-    pub idem: Option<IdemRequest>,
+    pub idem: Option<IdemRequest<Arc<Row>>>,
 }
 
 /// Delete a row and its subtree.
 #[derive(Message)]
-#[rtype(result = "WriteReply")]
+#[rtype(result = "WriteReply<Vec<RowId>>")]
 pub struct DeleteRow {
     /// The row.
     pub row_id: RowId,
     /// The request's precondition on the row's version, if any.
     pub if_match: Option<IfMatch>,
     /// Idempotency, when the request carried a key.
-    pub idem: Option<IdemRequest>,
+    pub idem: Option<IdemRequest<Vec<RowId>>>,
 }
 
 /// The one writer of a sheet's rows.
@@ -226,14 +181,9 @@ pub struct SheetActor {
     shared: Shared,
     /// LSN of the last record applied to `state`.
     applied_lsn: Lsn,
-    /// Where readers find the sheet as of its last durable write.
-    published: PublishedSheet,
-    /// The log's epoch `state` is consistent with (see [`SheetActor::sync_with_log`]).
-    epoch: u64,
-    /// Snapshots of writes appended but not yet seen durable, oldest first (only the newest
-    /// one at or below the durable LSN is kept once it is): what a re-sync after a heal
-    /// returns to, since a durable write's own future may not have published it yet.
-    pending: VecDeque<Arc<SheetSnapshot>>,
+    /// Publishes the sheet to readers as of its last durable write, and keeps what a re-sync
+    /// after a lost log tail goes back to.
+    publisher: Publisher<SheetSnapshot>,
     /// The key indexes of upserts over `state`: built on demand, kept in step by `commit`.
     keys: KeyIndexes,
 }
@@ -247,35 +197,17 @@ impl SheetActor {
         applied_lsn: Lsn,
         published: PublishedSheet,
     ) -> Self {
-        let epoch = shared.wal.epoch();
-        SheetActor {
-            state,
-            shared,
-            applied_lsn,
-            published,
-            epoch,
-            pending: VecDeque::new(),
-            keys: KeyIndexes::default(),
-        }
+        let publisher = Publisher::new(published, shared.log.epoch());
+        SheetActor { state, shared, applied_lsn, publisher, keys: KeyIndexes::default() }
     }
 
-    /// Returns the working state to the durable one if the log was re-opened since it was
-    /// last in step (`wal::Wal::heal`): writes applied here whose records the failed log
+    /// Returns the working state to the durable one if the log's epoch moved on since it was
+    /// last in step (see [`Publisher::resync`]): writes applied here whose records the log
     /// lost must not be decided upon, and must never reach a reader.
     fn sync_with_log(&mut self) {
-        let epoch = self.shared.wal.epoch();
-        if epoch == self.epoch {
+        let epoch = self.shared.log.epoch();
+        let Some(snapshot) = self.publisher.resync(epoch, self.shared.log.durable_lsn()) else {
             return;
-        }
-        let durable = self.shared.wal.durable_lsn();
-        let published = self.published.load_full();
-        let newest = self.pending.iter().rev().find(|s| s.lsn <= durable).cloned();
-        let snapshot = match newest {
-            Some(s) if s.lsn > published.lsn => {
-                publish(&self.published, &s);
-                s
-            }
-            _ => published,
         };
         tracing::info!(
             sheet = self.state.id,
@@ -287,18 +219,6 @@ impl SheetActor {
         // Built over the state just dropped; the next upsert builds them again.
         self.keys.clear();
         self.applied_lsn = snapshot.lsn;
-        self.pending.clear();
-        self.epoch = epoch;
-    }
-
-    /// Keeps `snapshot` for [`SheetActor::sync_with_log`] and forgets the ones it can no longer
-    /// need.
-    fn keep_pending(&mut self, snapshot: Arc<SheetSnapshot>) {
-        let durable = self.shared.wal.durable_lsn();
-        while self.pending.get(1).is_some_and(|s| s.lsn <= durable) {
-            self.pending.pop_front();
-        }
-        self.pending.push_back(snapshot);
     }
 
     /// The sheet's id.
@@ -308,13 +228,13 @@ impl SheetActor {
 
     /// Apply a decided write to memory, log it with its side effects, and return a reply that
     /// resolves once the record is durable.
-    fn commit(
+    fn commit<T: Send + 'static>(
         &mut self,
         put: Vec<Arc<Row>>,
         deleted: Vec<RowId>,
-        result: Result<WriteOutcome>,
-        idem: Option<IdemRequest>,
-    ) -> ResponseFuture<WriteReply> {
+        result: Result<T>,
+        idem: Option<IdemRequest<T>>,
+    ) -> ResponseFuture<WriteReply<T>> {
         let at = self.shared.clock.now();
         let mut stored = None;
         let entry = idem.and_then(|i| {
@@ -333,51 +253,49 @@ impl SheetActor {
         if put.is_empty() && deleted.is_empty() && entry.is_none() {
             // Nothing changed and nothing to store, but the answer may rest on earlier writes
             // (a conflict shows the current row): wait for those to be durable.
-            let wait = self.shared.wal.wait_durable(self.applied_lsn);
+            let wait = self.shared.log.wait_durable(self.applied_lsn);
             return Box::pin(async move {
                 match wait.await {
                     Ok(()) => WriteReply { result, stored },
-                    Err(e) => WriteReply { result: Err(e.into()), stored: None },
+                    Err(e) => WriteReply { result: Err(e), stored: None },
                 }
             });
         }
         let sheet_id = self.state.id;
         let record = Record::Sheet(SheetWrite { sheet_id, at, put, deleted, idem: entry });
-        let options = AppendOptions { reserve: false, epoch: Some(self.epoch) };
-        let appended = self.shared.append_with_side_effects(&record, options);
-        match (appended, record) {
-            (Ok(commit), Record::Sheet(write)) => {
-                // Applied only once the log has taken the record: a refused append (no space,
-                // a failed log) leaves memory as it was, so no reader ever sees that write.
-                // The indexes first: `state` still holds the rows the write replaces.
-                self.keys.before_apply(&self.state, &write);
-                self.state.apply(&write, commit.lsn());
-                self.state.changes.prune(at, self.shared.retention);
-                self.applied_lsn = commit.lsn();
-                let snapshot =
-                    Arc::new(SheetSnapshot { state: self.state.clone(), lsn: commit.lsn() });
-                self.keep_pending(Arc::clone(&snapshot));
-                let published = Arc::clone(&self.published);
-                Box::pin(async move {
-                    match commit.await {
-                        Ok(_) => {
-                            // Before the reply leaves: a client that saw its write acknowledged
-                            // reads it back.
-                            publish(&published, &snapshot);
-                            WriteReply { result, stored }
-                        }
-                        Err(e) => WriteReply { result: Err(e.into()), stored: None },
-                    }
-                })
-            }
-            (Ok(_), _) => unreachable!("built as a sheet record"),
-            (Err(e), _) => {
+        let options = AppendOptions { reserve: false, epoch: Some(self.publisher.epoch()) };
+        let appended = match self.shared.append(&record, options, |_| {}) {
+            Ok(appended) => appended,
+            Err(e) => {
                 tracing::warn!(sheet = sheet_id, error = %e, "the log refused a write; it is not acknowledged");
-                // Re-opened between this message's decision and its append.
+                // The log may have lost records since this message's decision.
                 self.sync_with_log();
-                Box::pin(async move { WriteReply { result: Err(e), stored: None } })
+                return Box::pin(async move { WriteReply { result: Err(e), stored: None } });
             }
-        }
+        };
+        let Record::Sheet(write) = record else { unreachable!("built as a sheet record") };
+        // Applied only once the log has taken the record: a refused append (no space, a failed
+        // log) leaves memory as it was, so no reader ever sees that write. The indexes first:
+        // `state` still holds the rows the write replaces.
+        let lsn = appended.lsn();
+        self.keys.before_apply(&self.state, &write);
+        self.state.apply(&write, lsn);
+        self.state.changes.prune(at, self.shared.retention);
+        self.applied_lsn = lsn;
+        let snapshot = Arc::new(SheetSnapshot { state: self.state.clone(), lsn });
+        self.publisher.keep(Arc::clone(&snapshot), self.shared.log.durable_lsn());
+        let published = Arc::clone(self.publisher.published());
+        Box::pin(async move {
+            match appended.await {
+                Ok(_) => {
+                    // Before the reply leaves: a client that saw its write acknowledged reads
+                    // it back.
+                    published.publish(&snapshot);
+                    WriteReply { result, stored }
+                }
+                Err(e) => WriteReply { result: Err(e), stored: None },
+            }
+        })
     }
 }
 
@@ -396,23 +314,23 @@ impl Handler<CopyForCheckpoint> for SheetActor {
     fn handle(&mut self, _: CopyForCheckpoint, _: &mut Self::Context) -> CheckpointCopy {
         // This actor appends (and applies) every record touching its sheet inside its own
         // handlers, so all of them up to the log's last LSN are in `state` now.
-        CheckpointCopy { state: self.state.clone(), as_of: self.shared.wal.last_lsn() }
+        CheckpointCopy { state: self.state.clone(), as_of: self.shared.log.last_lsn() }
     }
 }
 
 impl Handler<BulkAdd> for SheetActor {
-    type Result = ResponseFuture<WriteReply>;
+    type Result = ResponseFuture<WriteReply<RowResults>>;
 
     fn handle(&mut self, msg: BulkAdd, _: &mut Self::Context) -> Self::Result {
         self.sync_with_log();
         let now = self.shared.clock.now();
         let (results, put) = self.state.bulk_add(msg.items, msg.cap, now, &self.shared.row_ids);
-        self.commit(put, Vec::new(), Ok(WriteOutcome::Bulk(results)), msg.idem)
+        self.commit(put, Vec::new(), Ok(results), msg.idem)
     }
 }
 
 impl Handler<BulkUpsert> for SheetActor {
-    type Result = ResponseFuture<WriteReply>;
+    type Result = ResponseFuture<WriteReply<UpsertResults>>;
 
     fn handle(&mut self, msg: BulkUpsert, _: &mut Self::Context) -> Self::Result {
         self.sync_with_log();
@@ -424,48 +342,41 @@ impl Handler<BulkUpsert> for SheetActor {
         let index = self.keys.get_or_build(&self.state, key);
         let (results, put) =
             self.state.bulk_upsert(key, msg.items, msg.cap, now, &self.shared.row_ids, index);
-        self.commit(put, Vec::new(), Ok(WriteOutcome::Upserted(results)), msg.idem)
+        self.commit(put, Vec::new(), Ok(results), msg.idem)
     }
 }
 
 impl Handler<BulkUpdate> for SheetActor {
-    type Result = ResponseFuture<WriteReply>;
+    type Result = ResponseFuture<WriteReply<RowResults>>;
 
     fn handle(&mut self, msg: BulkUpdate, _: &mut Self::Context) -> Self::Result {
         self.sync_with_log();
         let now = self.shared.clock.now();
         let (results, put) = self.state.bulk_update(&msg.items, now);
-        self.commit(put, Vec::new(), Ok(WriteOutcome::Bulk(results)), msg.idem)
+        self.commit(put, Vec::new(), Ok(results), msg.idem)
     }
 }
 
 impl Handler<Patch> for SheetActor {
-    type Result = ResponseFuture<WriteReply>;
+    type Result = ResponseFuture<WriteReply<Arc<Row>>>;
 
     fn handle(&mut self, msg: Patch, _: &mut Self::Context) -> Self::Result {
         self.sync_with_log();
         let now = self.shared.clock.now();
         match self.state.patch(msg.row_id, &msg.item, now) {
-            Ok(row) => self.commit(
-                vec![Arc::clone(&row)],
-                Vec::new(),
-                Ok(WriteOutcome::Row(row)),
-                msg.idem,
-            ),
+            Ok(row) => self.commit(vec![Arc::clone(&row)], Vec::new(), Ok(row), msg.idem),
             Err(e) => self.commit(Vec::new(), Vec::new(), Err(e), msg.idem),
         }
     }
 }
 
 impl Handler<DeleteRow> for SheetActor {
-    type Result = ResponseFuture<WriteReply>;
+    type Result = ResponseFuture<WriteReply<Vec<RowId>>>;
 
     fn handle(&mut self, msg: DeleteRow, _: &mut Self::Context) -> Self::Result {
         self.sync_with_log();
         match self.state.delete(msg.row_id, msg.if_match.as_ref()) {
-            Ok(ids) => {
-                self.commit(Vec::new(), ids.clone(), Ok(WriteOutcome::Deleted(ids)), msg.idem)
-            }
+            Ok(ids) => self.commit(Vec::new(), ids.clone(), Ok(ids), msg.idem),
             Err(e) => self.commit(Vec::new(), Vec::new(), Err(e), msg.idem),
         }
     }

@@ -19,10 +19,10 @@ use crate::coerce::{
     CellWrite, CoerceError,
 };
 use crate::error::{Error, Result};
+use crate::log::Lsn;
 use crate::model::{Column, ColumnId, Millis, Row, RowId, SheetId, SOURCE_API};
 use crate::record::SheetWrite;
 use crate::shared::RowIds;
-use wal::Lsn;
 
 /// One item of a bulk update.
 #[derive(Clone, Debug)]
@@ -867,8 +867,8 @@ mod props {
                         }
                     }
                     Op::Restart => {
-                        let bytes = wal::codec::encode(&s).unwrap();
-                        s = wal::codec::decode(&bytes).unwrap();
+                        let bytes = crate::log::codec::encode(&s).unwrap();
+                        s = crate::log::codec::decode(&bytes).unwrap();
                         s.reindex();
                     }
                 }
