@@ -12,8 +12,8 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde_json::{json, Value};
 
-/// Every error code of the API (the 11 of the spec, the three report codes, and the
-/// extensions' codes).
+/// Every error code of the API (the 11 of docs/spec/api-v1.md, the three report codes, and
+/// those of docs/spec/extensions.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Code {
     /// Missing, malformed, revoked or expired key.

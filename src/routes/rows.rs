@@ -1,5 +1,5 @@
 //! Rows: `GET /sheets/{sheet_id}/rows`, `GET /sheets/{sheet_id}/rows/{row_id}`, bulk add,
-//! bulk update, bulk upsert (extensions X5), patch and delete.
+//! bulk update, bulk upsert (docs/spec/extensions.md X5), patch and delete.
 //!
 //! The reads answer from the sheet's published snapshot, with an `ETag` and 304 on a matching
 //! `If-None-Match` ([`crate::conditional`]).
