@@ -290,7 +290,7 @@ pub fn bulk_status_schema() -> Schema {
     string_enum(&["succeeded", "failed"])
 }
 
-/// `type` of a change.
+/// `type` of a change: `row.created`, `row.updated` or `row.deleted`.
 pub fn change_type_schema() -> Schema {
     string_enum(&["row.created", "row.updated", "row.deleted"])
 }
@@ -473,7 +473,7 @@ pub struct ValidationErrorEnvelope {
 /// One problem with a malformed path, query, header or body.
 #[derive(ToSchema)]
 pub struct ValidationProblem {
-    /// Where.
+    /// Where the problem is: `path`, `query`, `header` or `body`, then names and indexes.
     #[schema(schema_with = loc_schema)]
     pub loc: Vec<Value>,
     /// What is wrong, for people.
@@ -487,7 +487,7 @@ pub struct ValidationProblem {
 /// item's key value held by more than one row).
 #[derive(ToSchema)]
 pub struct CellProblem {
-    /// The column.
+    /// The column id as an integer, or the cell key as sent (a string) when it is no column id.
     #[schema(schema_with = cell_key_schema)]
     pub column_id: Value,
     /// Why the value was refused.
