@@ -26,7 +26,7 @@ use crate::error::{ApiError, Code};
 use crate::routes::respond;
 use crate::server::AppState;
 
-/// The header.
+/// The request header that carries an idempotency key (`Idempotency-Key`).
 pub const HEADER: &str = "idempotency-key";
 
 /// A claimed idempotency key; released on drop unless its response was stored or the write
