@@ -53,7 +53,6 @@ use crate::model::{Column, ColumnId, ColumnType, Row, RowId, SheetId};
 /// One readable source: a copy of a sheet's columns and rows.
 #[derive(Clone, Debug)]
 pub struct Source {
-    /// The sheet.
     pub sheet_id: SheetId,
     /// Its columns, by position.
     pub columns: Arc<[Column]>,
