@@ -3,8 +3,8 @@
 # from its own /api/v1/openapi.json and runs every check it has: any 5xx, any response that does
 # not match the documented schema, status code, content type or required headers, invalid data
 # accepted or valid data refused, a missing required header, authentication or resources that
-# behave inconsistently. All but `unsupported_method`, which expects 405 for a method a path
-# does not document: decisions §9 answers an unknown method with the 404 envelope. The one
+# behave inconsistently. All but `unsupported_method`, which expects 405 for a method a path does
+# not document: docs/spec/decisions.md §9 answers an unknown method with the 404 envelope. The one
 # expected exception to a check is in .ci/schemathesis.toml, with its reason.
 #
 # Bounded: --max-examples per operation, and `timeout` around the whole run (about 5 minutes at

@@ -3,7 +3,8 @@
 //! (parse, compile, cap check, scan, filter, sort or group, aggregate).
 //!
 //! The sheet is built with the actors crate's own [`SheetState`], so the rows sit in the same
-//! persistent map a sheet actor's `Snapshot` hands out. Run: `cargo bench --bench report_run`
+//! persistent map a published `actors::sheet::SheetSnapshot` holds, and the runner's [`Source`]
+//! is made from it as the runner makes one. Run: `cargo bench --bench report_run`
 //! (quick check: `cargo bench --bench report_run -- --test`).
 
 use std::hint::black_box;

@@ -81,11 +81,11 @@ pub enum Need {
 /// An authenticated caller.
 #[derive(Clone)]
 pub struct Caller {
-    /// The key.
+    /// The key that authenticated the request; its grants and owner decide access.
     pub key: ApiKey,
     /// The directory this request decides by.
     pub directory: Arc<DirectoryState>,
-    /// The request id.
+    /// The request's id (`X-Request-Id`), for error bodies and log lines.
     pub request_id: String,
 }
 

@@ -1,4 +1,5 @@
-//! Content codings: compressed responses and compressed request bodies (extensions X7).
+//! Content codings: compressed responses and compressed request bodies
+//! (docs/spec/extensions.md X7).
 //!
 //! # Responses
 //!

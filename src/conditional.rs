@@ -1,12 +1,12 @@
-//! Conditional requests (extensions X2): the `ETag` of the reads, `If-None-Match` answered with
-//! 304 on them, and `If-Match` on patchRow and deleteRow turned into the sheet actor's
-//! [`IfMatch`]. The format of every tag is made and read here only.
+//! Conditional requests (docs/spec/extensions.md X2): the `ETag` of the reads, `If-None-Match`
+//! answered with 304 on them, and `If-Match` on patchRow and deleteRow turned into the sheet
+//! actor's [`IfMatch`]. The format of every tag is made and read here only.
 //!
 //! # Validators
 //!
-//! - A row (getRow): `"<rowId>.<version>"`, strong. Row ids are never reused and every write
-//!   of a row adds 1 to its version (decisions §4), so the pair names one content; it is also
-//!   what `If-Match` is compared with.
+//! - A row (getRow): `"<rowId>.<version>"`, strong. Row ids are never reused and every write of a
+//!   row adds 1 to its version (docs/spec/decisions.md §4), so the pair names one content; it is
+//!   also what `If-Match` is compared with.
 //! - A sheet read (getSheet, listColumns, listRows): `"<sheetId>.<lsn>.<query>"`, strong. `lsn`
 //!   is the LSN of the sheet's published snapshot (the last durable record applied to the
 //!   sheet), and `query` a short hash of the operation and its normalized query (the clamped

@@ -13,12 +13,12 @@ use crate::bench::workload::{Mix, Workload};
 #[derive(Debug, Parser)]
 #[command(name = "sheetd", version, about)]
 pub struct Cli {
-    /// What to do.
+    /// The subcommand; a bare `sheetd` prints the help instead.
     #[command(subcommand)]
     pub command: Command,
 }
 
-/// Subcommands.
+/// One subcommand per kind of run: serve, check a data dir, manage keys, load-test.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the service.
@@ -26,7 +26,7 @@ pub enum Command {
     /// Verify a data dir that no server holds open: replay the log, print counts, exit non-zero
     /// on damage.
     Check {
-        /// The data dir.
+        /// The data dir to check (no server may hold it).
         #[arg(long, env = "SHEETD_DATA_DIR", default_value = "./sheetd-data")]
         data_dir: PathBuf,
     },
@@ -45,7 +45,7 @@ pub enum Command {
 pub enum KeyCommand {
     /// Create a key and print its secret once.
     Create {
-        /// The data dir.
+        /// The data dir to add the key to (no server may hold it).
         #[arg(long, env = "SHEETD_DATA_DIR", default_value = "./sheetd-data")]
         data_dir: PathBuf,
         /// The user whose access the key carries.
@@ -63,16 +63,16 @@ pub enum KeyCommand {
     },
     /// Revoke a key (immediate and irreversible).
     Revoke {
-        /// The data dir.
+        /// The data dir holding the key (no server may hold it).
         #[arg(long, env = "SHEETD_DATA_DIR", default_value = "./sheetd-data")]
         data_dir: PathBuf,
-        /// The key id.
+        /// The id of the key to revoke, as `sheetd key list` shows it.
         #[arg(long)]
         id: u64,
     },
     /// List keys (never their secrets).
     List {
-        /// The data dir.
+        /// The data dir whose keys to list (no server may hold it).
         #[arg(long, env = "SHEETD_DATA_DIR", default_value = "./sheetd-data")]
         data_dir: PathBuf,
         /// Only this owner's keys.
@@ -87,7 +87,7 @@ pub struct ServeArgs {
     /// Public API address (served under /api/v1).
     #[arg(long, env = "SHEETD_ADDR", default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
-    /// Admin API address.
+    /// Admin API address (served under /admin/v1, behind the admin token).
     #[arg(long, env = "SHEETD_ADMIN_ADDR", default_value = "127.0.0.1:8081")]
     pub admin_addr: SocketAddr,
     /// Where the log, checkpoints and demo keys live.

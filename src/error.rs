@@ -12,8 +12,8 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde_json::{json, Value};
 
-/// Every error code of the API (the 11 of the spec, the three report codes, and the
-/// extensions' codes).
+/// Every error code of the API (the 11 of docs/spec/api-v1.md, the three report codes, and
+/// those of docs/spec/extensions.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Code {
     /// Missing, malformed, revoked or expired key.
@@ -22,21 +22,21 @@ pub enum Code {
     Forbidden,
     /// Missing or out of reach (identical either way).
     NotFound,
-    /// Bad input.
+    /// 422: a malformed request, or a value the contract refuses (a cell, a grant).
     ValidationFailed,
-    /// Stale row version.
+    /// 409: the write names a row version that is no longer current.
     VersionConflict,
     /// A capacity limit was reached.
     CapacityExceeded,
-    /// Too many requests.
+    /// 429: the key's (or client IP's) rolling minute is used up.
     RateLimitExceeded,
     /// Idempotency key reused for another request.
     IdempotencyKeyReused,
     /// Idempotency key still in use by a running request.
     IdempotencyInProgress,
-    /// Body too large.
+    /// 413: a body over `--max-body-bytes`, counted decompressed.
     PayloadTooLarge,
-    /// The server failed.
+    /// 500: a fault of the server, never of the request.
     InternalError,
     /// Report owner not on a paid plan.
     PaymentRequired,
@@ -77,7 +77,7 @@ impl Code {
         }
     }
 
-    /// The HTTP status.
+    /// The HTTP status of every answer with this code.
     pub fn status(self) -> StatusCode {
         self.parts().0
     }
@@ -94,7 +94,7 @@ pub type Loc = Vec<Value>;
 /// An API error: code, a sentence for people, and machine-readable detail.
 #[derive(Clone, Debug)]
 pub struct ApiError {
-    /// The code.
+    /// Decides the answer's status and its `errorCode`.
     pub code: Code,
     /// A sentence naming the thing.
     pub message: String,
@@ -110,7 +110,7 @@ impl ApiError {
         ApiError { code, message: message.into(), detail: Value::Null, headers: Vec::new() }
     }
 
-    /// Add detail.
+    /// Set the envelope's `detail`, replacing what it held.
     pub fn with_detail(mut self, detail: Value) -> Self {
         self.detail = detail;
         self

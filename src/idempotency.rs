@@ -1,10 +1,10 @@
-//! `Idempotency-Key` on the four row writes (decisions §8).
+//! `Idempotency-Key` on the four row writes (docs/spec/decisions.md §8).
 //!
 //! 1. The header is checked (1 to 255 visible ASCII characters, else 422) and the request is
 //!    fingerprinted: SHA-256 of method, path, query and body bytes, and of `If-Match` when the
 //!    request sends one. A precondition changes what the write does, so the same key with
 //!    another `If-Match` is another request (409 `idempotency_key_reused`), not a replay;
-//!    without the header the fingerprint is exactly what decisions §8 names.
+//!    without the header the fingerprint is exactly what docs/spec/decisions.md §8 names.
 //! 2. The key is claimed in the idempotency store, namespaced by API key: a completed request
 //!    with the same fingerprint is replayed byte for byte (after its record is durable), a
 //!    different request under the same key is 409 `idempotency_key_reused`, a running one 409
@@ -26,7 +26,7 @@ use crate::error::{ApiError, Code};
 use crate::routes::respond;
 use crate::server::AppState;
 
-/// The header.
+/// The request header that carries an idempotency key (`Idempotency-Key`).
 pub const HEADER: &str = "idempotency-key";
 
 /// A claimed idempotency key; released on drop unless its response was stored or the write

@@ -169,7 +169,7 @@ pub struct RowQuery {
 }
 
 /// Parse `fields` (comma-separated column ids; empty: no cells) and `filter` (a filter in the
-/// shape of decisions §7 as JSON, its `column`s column ids) of a listRows request.
+/// shape of docs/spec/decisions.md §7 as JSON, its `column`s column ids) of a listRows request.
 pub fn row_query(req: &HttpRequest) -> Result<RowQuery, ApiError> {
     let mut query = RowQuery::default();
     let mut filter_json = None;

@@ -141,7 +141,7 @@ pub struct Logged {
     pub any: bool,
     /// Payload bytes, as they decode.
     pub bytes: u64,
-    /// Records.
+    /// Records, whatever their size (what `--checkpoint-every-records` counts).
     pub records: u64,
 }
 

@@ -6,10 +6,10 @@
 //!    parameters, request body and every status it can answer), and every view and request
 //!    body derives [`ToSchema`]. A handler or view cannot change shape without the document
 //!    changing with it.
-//! 2. [`ApiDoc`] gathers every operation (api-v1's twelve and the extensions'). Error answers
-//!    are the reusable responses defined here, one per status ([`Unauthorized`], [`NotFound`],
-//!    ...), each with the error envelope, and [`NotModified`] is the bodiless 304; handlers
-//!    name the ones they can produce.
+//! 2. [`ApiDoc`] gathers every operation (the twelve of docs/spec/api-v1.md and those of
+//!    docs/spec/extensions.md). Error answers are the reusable responses defined here, one per
+//!    status ([`Unauthorized`], [`NotFound`], ...), each with the error envelope, and
+//!    [`NotModified`] is the bodiless 304; handlers name the ones they can produce.
 //! 3. [`BearerAuth`] adds the `bearerAuth` scheme, applied to every operation.
 //! 4. [`document`] renders the JSON once and adds the response headers the middleware sets on
 //!    every answer ([`ALWAYS`]), `Retry-After` on 429, `WWW-Authenticate` on 401,
@@ -21,8 +21,8 @@
 //!    links, which utoipa 5 writes in snake_case (`fix_links`), and drops the `int64` format
 //!    of `limit`, which is clamped at any size (`unbound_limit`).
 //!
-//! Paths are relative to the one server URL, `/api/v1`, as the spec's paths are relative to
-//! `{base_url}`. The document and the interactive reference are served by
+//! Paths are relative to the one server URL, `/api/v1`, as docs/spec/api-v1.md's paths are
+//! relative to `{base_url}`. The document and the interactive reference are served by
 //! [`crate::routes::docs`].
 
 use std::sync::OnceLock;
@@ -290,7 +290,7 @@ pub fn bulk_status_schema() -> Schema {
     string_enum(&["succeeded", "failed"])
 }
 
-/// `type` of a change.
+/// `type` of a change: `row.created`, `row.updated` or `row.deleted`.
 pub fn change_type_schema() -> Schema {
     string_enum(&["row.created", "row.updated", "row.deleted"])
 }
@@ -473,7 +473,7 @@ pub struct ValidationErrorEnvelope {
 /// One problem with a malformed path, query, header or body.
 #[derive(ToSchema)]
 pub struct ValidationProblem {
-    /// Where.
+    /// Where the problem is: `path`, `query`, `header` or `body`, then names and indexes.
     #[schema(schema_with = loc_schema)]
     pub loc: Vec<Value>,
     /// What is wrong, for people.
@@ -487,7 +487,7 @@ pub struct ValidationProblem {
 /// item's key value held by more than one row).
 #[derive(ToSchema)]
 pub struct CellProblem {
-    /// The column.
+    /// The column id as an integer, or the cell key as sent (a string) when it is no column id.
     #[schema(schema_with = cell_key_schema)]
     pub column_id: Value,
     /// Why the value was refused.
@@ -770,7 +770,8 @@ pub const WRITES: [&str; 5] =
 /// The reads that carry an `ETag` and answer `If-None-Match` with 304.
 pub const CONDITIONAL_READS: [&str; 4] = ["getRow", "getSheet", "listColumns", "listRows"];
 
-/// Statuses a replayed write can carry besides its success: stored answers of §8.
+/// Statuses a replayed write can carry besides its success: stored answers of
+/// docs/spec/decisions.md §8.
 const REPLAYABLE_ERRORS: [&str; 5] =
     ["Forbidden", "NotFound", "Conflict", "PreconditionFailed", "ValidationFailed"];
 

@@ -36,7 +36,7 @@ pub struct Decision {
     pub reset_after: u64,
 }
 
-/// The limiter.
+/// Rolling-minute windows: per subject, the times of its allowed requests in the last minute.
 #[derive(Debug)]
 pub struct RateLimiter {
     per_minute: u64,

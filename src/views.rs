@@ -21,34 +21,34 @@ use utoipa::ToSchema;
 /// RFC 3339 UTC with milliseconds (the one formatter, shared with the rows' JSON).
 pub use actors::model::timestamp;
 
-/// A list page.
+/// The list envelope: one page of items and the cursor that continues it.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListView<T> {
-    /// Items.
+    /// This page's items, in the list's order.
     pub data: Vec<T>,
     /// Cursor of the next page, null on the last.
     pub next_cursor: Option<String>,
-    /// Request id.
+    /// The request's id, the same as the `X-Request-Id` header.
     pub request_id: String,
 }
 
-/// SheetV1.
+/// A sheet (SheetV1): its identity and kept counters; never its folder or members.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = SheetV1)]
 pub struct SheetView {
-    /// Id.
+    /// The sheet's id, as its paths name it (`/sheets/{sheet_id}`).
     pub id: u64,
-    /// Name.
+    /// Display name, as the sheet was created with.
     pub name: String,
-    /// Project.
+    /// The project holding the sheet; access flows down from it.
     pub project_id: u64,
-    /// Columns.
+    /// How many columns the sheet has (a kept counter: reading it costs O(1)).
     pub column_count: u64,
-    /// Rows.
+    /// How many rows the sheet holds, child rows included (a kept counter).
     pub row_count: u64,
-    /// Created.
+    /// When the sheet was created (RFC 3339, UTC, milliseconds).
     pub created_at: Option<String>,
     /// Last row write.
     pub updated_at: Option<String>,
@@ -80,7 +80,7 @@ pub struct RowsPage<'a> {
     pub next_cursor: Option<String>,
 }
 
-/// SheetV1WithChildren.
+/// getSheet's body (SheetV1WithChildren): the sheet, its columns and its first rows.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = SheetV1WithChildren)]
@@ -92,30 +92,30 @@ pub struct SheetWithChildrenView<'a> {
     pub columns: Vec<ColumnView>,
     /// First page of rows.
     pub rows: RowsPage<'a>,
-    /// Request id.
+    /// The request's id, the same as the `X-Request-Id` header.
     pub request_id: String,
 }
 
-/// ColumnV1.
+/// A column (ColumnV1): its type decides how the cells written to it are coerced.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = ColumnV1)]
 pub struct ColumnView {
-    /// Id.
+    /// The column's id: the key of its cell in a row's `cells`.
     pub id: u64,
-    /// Sheet.
+    /// The sheet the column belongs to.
     pub sheet_id: u64,
-    /// Name.
+    /// Display name; report definitions name columns by it.
     pub name: String,
-    /// Type.
+    /// One of the nine column types (`text`, `number`, ..., `symbol`).
     #[serde(rename = "type")]
     pub ty: &'static str,
-    /// Position.
+    /// Columns are listed by position, lowest first.
     pub position: i64,
     /// Options (option-bearing types only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub options: Option<Vec<String>>,
-    /// Primary column.
+    /// True for the sheet's primary column; a client may read a missing value as false.
     #[schema(required = false, default = false)]
     pub primary: bool,
 }
@@ -134,31 +134,31 @@ impl From<&Column> for ColumnView {
     }
 }
 
-/// `updatedBy`.
+/// Who made a row's last write (`updatedBy`): its source only, never a user.
 #[derive(Serialize, ToSchema)]
 pub struct UpdatedBy {
     /// `api` for rows written through this API.
     pub source: String,
 }
 
-/// RowV1.
+/// A row (RowV1): its cells by column id, and the version a write must name.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = RowV1)]
 pub struct RowView {
-    /// Id.
+    /// Global and strictly increasing across the service; never reused.
     pub id: u64,
-    /// Sheet.
+    /// The sheet the row belongs to.
     pub sheet_id: u64,
-    /// Version.
+    /// 1 when the row is created, plus 1 for every write of it.
     #[schema(minimum = 1)]
     pub version: u64,
     /// Cells by column id, stored values verbatim.
     #[schema(schema_with = crate::openapi::cells_schema)]
     pub cells: Map<String, Value>,
-    /// Created.
+    /// When the row was created (RFC 3339, UTC, milliseconds).
     pub created_at: Option<String>,
-    /// Last write.
+    /// When the row was last written (RFC 3339, UTC, milliseconds).
     pub updated_at: Option<String>,
     /// Where the last write came from.
     pub updated_by: UpdatedBy,
@@ -237,7 +237,7 @@ pub struct ChangeView<'a> {
     #[serde(rename = "type")]
     #[schema(schema_with = crate::openapi::change_type_schema)]
     pub kind: &'static str,
-    /// The row.
+    /// The row changed; a subtree's delete gives one change per row.
     pub row_id: u64,
     /// The row's version after the change; for `row.deleted` its last version.
     #[schema(minimum = 1)]
@@ -278,7 +278,7 @@ pub struct ChangesView<'a> {
     /// The position after the last change returned (the same position when none was): never
     /// null. Store it and pass it back as `cursor`.
     pub next_cursor: String,
-    /// Request id.
+    /// The request's id, the same as the `X-Request-Id` header.
     pub request_id: String,
 }
 
@@ -290,19 +290,19 @@ pub fn write_row_json(out: &mut Vec<u8>, row: &Row, fields: Option<&BTreeSet<u64
     }
 }
 
-/// ReportSummaryV1.
+/// A saved report (ReportSummaryV1); its definition is never shown.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = ReportSummaryV1)]
 pub struct ReportSummaryView {
-    /// Id.
+    /// The report's id, as its paths name it (`/reports/{report_id}`).
     pub id: u64,
-    /// Name.
+    /// Display name; a run shows it as `reportName`.
     pub name: String,
     /// `row` or `summary`.
     #[serde(rename = "type")]
     pub ty: String,
-    /// Project.
+    /// The project holding the report; who may see it follows the project.
     pub project_id: u64,
 }
 
@@ -317,7 +317,7 @@ impl From<&Report> for ReportSummaryView {
     }
 }
 
-/// ScopeGrant.
+/// One grant of an API key (ScopeGrant): a verb on a scope.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = ScopeGrant)]
@@ -338,7 +338,7 @@ impl From<&Grant> for GrantView {
     }
 }
 
-/// RateLimit.
+/// The calling key's rate-limit window (RateLimit), as the rate-limit headers show it.
 #[derive(Serialize, ToSchema, Clone, Copy, Debug)]
 #[schema(as = RateLimit)]
 pub struct RateLimitView {
@@ -350,24 +350,24 @@ pub struct RateLimitView {
     pub reset: i64,
 }
 
-/// MeResponseV1.
+/// getMe's body (MeResponseV1): the calling key, its owner's id, grants and window.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = MeResponseV1)]
 pub struct MeView {
-    /// Key id.
+    /// The calling key's id.
     pub key_id: u64,
-    /// Owner id.
+    /// The user whose access the key carries: the only owner data shown.
     pub owner_id: u64,
-    /// Grants.
+    /// The key's grants: it can do at most what they allow and its owner can do now.
     pub scopes: Vec<GrantView>,
     /// Current window.
     pub rate_limit: RateLimitView,
-    /// Request id.
+    /// The request's id, the same as the `X-Request-Id` header.
     pub request_id: String,
 }
 
-/// BulkResultItem.
+/// The outcome of one item of a bulk write (BulkResultItem).
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = BulkResultItem)]
@@ -390,18 +390,18 @@ pub struct BulkResultItemView<'a> {
     pub action: Option<&'static str>,
 }
 
-/// BulkWriteResponse.
+/// The body of every bulk write (BulkWriteResponse): one result per item, in order.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = BulkWriteResponse)]
 pub struct BulkWriteView<'a> {
     /// One per input row, in order.
     pub results: Vec<BulkResultItemView<'a>>,
-    /// Succeeded items.
+    /// Items written (or, for an upsert, found `unchanged`).
     pub succeeded_count: usize,
-    /// Failed items.
+    /// Items refused; the others still took effect.
     pub failed_count: usize,
-    /// Request id.
+    /// The request's id, the same as the `X-Request-Id` header.
     pub request_id: String,
 }
 
@@ -410,10 +410,10 @@ pub struct BulkWriteView<'a> {
 #[serde(rename_all = "camelCase")]
 #[schema(as = RowResponse)]
 pub struct RowResponseView {
-    /// The row.
+    /// The row's own fields, flattened into the body.
     #[serde(flatten)]
     pub row: RowView,
-    /// Request id.
+    /// The request's id, the same as the `X-Request-Id` header.
     pub request_id: String,
 }
 
@@ -422,10 +422,10 @@ pub struct RowResponseView {
 #[serde(rename_all = "camelCase")]
 #[schema(as = ReportSummaryResponse)]
 pub struct ReportResponseView {
-    /// The report.
+    /// The report summary's fields, flattened into the body.
     #[serde(flatten)]
     pub report: ReportSummaryView,
-    /// Request id.
+    /// The request's id, the same as the `X-Request-Id` header.
     pub request_id: String,
 }
 
@@ -451,14 +451,14 @@ pub struct ReportRowView {
     pub cells: Map<String, Value>,
 }
 
-/// ReportRun.
+/// One page of a report run (ReportRun): a flat or aggregated grid.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = ReportRun)]
 pub struct ReportRunDataView {
-    /// The report.
+    /// The id of the report run.
     pub report_id: u64,
-    /// Its name.
+    /// The report's name at the time of the run.
     pub report_name: String,
     /// `flat` (row reports) or `aggregated` (summary reports).
     #[schema(schema_with = crate::openapi::report_mode_schema)]
@@ -510,11 +510,11 @@ impl ReportRunDataView {
 #[serde(rename_all = "camelCase")]
 #[schema(as = ReportRunEnvelopeV1)]
 pub struct ReportRunView {
-    /// The run.
+    /// This page of the run.
     pub data: ReportRunDataView,
     /// Cursor of the next page, null on the last.
     pub next_cursor: Option<String>,
-    /// Request id.
+    /// The request's id, the same as the `X-Request-Id` header.
     pub request_id: String,
 }
 
@@ -526,7 +526,7 @@ pub struct ReportRunView {
 /// A list on the admin API: `{"data": [...]}`, no paging cursor.
 #[derive(Serialize)]
 pub struct AdminListView<T> {
-    /// Items.
+    /// Every item: admin lists are not paged.
     pub data: Vec<T>,
 }
 
@@ -571,13 +571,13 @@ impl From<&ImportReport> for ImportView {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IssuedKeyView {
-    /// Key id.
+    /// The id of the key the import created.
     pub key_id: u64,
-    /// Name.
+    /// The key's name, as the fixture gave it.
     pub name: String,
-    /// Owner.
+    /// The user whose access the key carries.
     pub owner_id: u64,
-    /// The secret.
+    /// The whole secret, shown in this answer only: only its hash is kept.
     pub secret: String,
 }
 
@@ -598,11 +598,11 @@ impl From<&IssuedSecret> for IssuedKeyView {
 pub struct CreatedKeyView {
     /// Expiry, null for never.
     pub expires_at: Option<String>,
-    /// Key id.
+    /// The new key's id.
     pub key_id: u64,
     /// `svc_live_` and the first characters of the secret.
     pub prefix: String,
-    /// The secret.
+    /// The whole secret, shown in this answer only: only its hash is kept.
     pub secret: String,
 }
 
@@ -622,15 +622,15 @@ impl CreatedKeyView {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyView {
-    /// Key id.
+    /// The key's id (`keyId` on the public API).
     pub key_id: u64,
-    /// Owner.
+    /// The user whose access the key carries.
     pub owner_id: UserId,
-    /// Name.
+    /// The name given at creation: a label for people, not a credential.
     pub name: String,
     /// `svc_live_` and the first characters of the secret.
     pub prefix: String,
-    /// Grants.
+    /// The key's grants, as `GET /api/v1/me` shows them to the key.
     pub grants: Vec<GrantView>,
     /// `active`, `revoked` or `expired`.
     pub state: &'static str,
@@ -662,7 +662,7 @@ impl KeyView {
 pub struct PlanView {
     /// The plan now.
     pub plan: Plan,
-    /// The user.
+    /// The user whose plan was set.
     pub user_id: UserId,
 }
 
@@ -705,13 +705,13 @@ pub struct StatsView {
     pub attachments: u64,
     /// API keys, in any state.
     pub keys: usize,
-    /// Projects.
+    /// Projects, of every owner.
     pub projects: usize,
     /// Rows in every sheet.
     pub rows: u64,
-    /// Sheets.
+    /// Sheets, of every project.
     pub sheets: usize,
-    /// Users.
+    /// Users, on any plan.
     pub users: usize,
     /// The last durable LSN.
     pub wal_lsn: u64,

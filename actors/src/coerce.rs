@@ -1,5 +1,5 @@
-//! Cell coercion: the rules (decisions §3) that turn a raw JSON cell value written through the
-//! API, a fixture or an import into the value a row stores, or refuse it with a reason.
+//! Cell coercion: the rules (docs/spec/decisions.md §3) that turn a raw JSON cell value written
+//! through the API, a fixture or an import into the value a row stores, or refuse it with a reason.
 //!
 //! This module owns the whole contract of §3: `null` clears a cell; a scalar (or, for
 //! `multi_select`, a list) is coerced by the column's type; the two wrapper forms
@@ -64,10 +64,10 @@ pub struct CoerceError {
     pub reason: String,
 }
 
-/// The cell a refusal names, as the error's `detail.column_id` shows it: a column id (an
-/// integer, as decisions §3 has it), or, for a cell key that is no column id written as a
-/// decimal integer, that key as sent (a string). Any stand-in integer (such as `0`) would name
-/// a column the client never sent.
+/// The cell a refusal names, as the error's `detail.column_id` shows it: a column id (an integer,
+/// as docs/spec/decisions.md §3 has it), or, for a cell key that is no column id written as a
+/// decimal integer, that key as sent (a string). Any stand-in integer (such as `0`) would name a
+/// column the client never sent.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(untagged)]
 pub enum CellKey {

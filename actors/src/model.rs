@@ -29,7 +29,7 @@ pub type ColumnId = u64;
 pub type RowId = u64;
 /// A saved report.
 pub type ReportId = u64;
-/// An API key.
+/// An API key (shown as `keyId`).
 pub type KeyId = u64;
 /// Milliseconds since the Unix epoch, UTC.
 pub type Millis = i64;
@@ -227,7 +227,7 @@ pub struct Grant {
     pub scope_id: Option<u64>,
 }
 
-/// A user.
+/// A user: owns projects, keys and reports, and receives shares.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct User {
     /// Caller-chosen id.
@@ -243,7 +243,7 @@ pub struct User {
 pub struct Project {
     /// Caller-chosen id.
     pub id: ProjectId,
-    /// Name.
+    /// Display name (never exposed by the public API).
     pub name: String,
     /// The owning user.
     pub owner_id: UserId,
@@ -256,7 +256,7 @@ pub struct Folder {
     pub id: FolderId,
     /// The project holding it.
     pub project_id: ProjectId,
-    /// Name.
+    /// Display name (never exposed: the public API shows no folders).
     pub name: String,
 }
 
@@ -269,7 +269,7 @@ pub struct SheetMeta {
     pub project_id: ProjectId,
     /// The folder holding it, if any (never exposed).
     pub folder_id: Option<FolderId>,
-    /// Name.
+    /// Display name, shown as the sheet's `name`.
     pub name: String,
     /// When it was created.
     pub created_at: Millis,
@@ -297,7 +297,7 @@ pub struct Report {
     pub project_id: ProjectId,
     /// The user who saved it; their plan decides whether it may run.
     pub owner_id: UserId,
-    /// Name.
+    /// Display name, shown as the report's `name` and a run's `reportName`.
     pub name: String,
     /// The definition as saved (possibly invalid: that fails at run time, not at save time).
     pub definition: Json,
@@ -419,7 +419,7 @@ pub struct Column {
     pub position: i64,
     /// Option keys, for option-bearing types only.
     pub options: Option<Vec<String>>,
-    /// The primary column.
+    /// Whether this is the sheet's primary column (shown as `primary`).
     pub primary: bool,
 }
 

@@ -46,17 +46,12 @@ pub enum Record {
 pub struct ImportBatch {
     /// Row caps per plan, when the fixture sets them.
     pub plan_caps: Option<PlanCaps>,
-    /// New users.
     pub users: Vec<User>,
-    /// New projects.
     pub projects: Vec<Project>,
-    /// New folders.
     pub folders: Vec<Folder>,
     /// New sheets with their columns and rows.
     pub sheets: Vec<SheetImport>,
-    /// New shares.
     pub shares: Vec<Share>,
-    /// New reports.
     pub reports: Vec<Report>,
     /// New keys (hashes only; secrets never reach the log).
     pub keys: Vec<ApiKey>,
@@ -69,9 +64,7 @@ pub struct ImportBatch {
 pub struct SheetImport {
     /// Identity and place.
     pub meta: SheetMeta,
-    /// Its columns.
     pub columns: Vec<Column>,
-    /// Its rows.
     pub rows: Vec<Row>,
 }
 
@@ -100,7 +93,7 @@ impl PlanCaps {
     }
 }
 
-/// A change to the directory.
+/// A change to the directory other than an import: keys, shares and plans.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum DirectoryChange {
     /// A key was created.

@@ -64,7 +64,7 @@ pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 /// Everything needed to rebuild the domain, as one checkpoint.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Checkpoint {
-    /// The directory.
+    /// Users, projects, folders, sheet identities, shares, reports and keys.
     pub directory: DirectoryState,
     /// LSN the directory reflects.
     pub directory_lsn: Lsn,
@@ -78,7 +78,7 @@ pub struct Checkpoint {
     pub events: Vec<Event>,
     /// The outbox's last sequence number.
     pub last_event_seq: u64,
-    /// The next row id.
+    /// The next row id to issue: above every row id ever seen, so none is reused.
     pub next_row_id: RowId,
 }
 
@@ -264,21 +264,16 @@ pub struct CheckpointReport {
 /// Counts of a data dir's contents, for `sheetd check` and the stats endpoint.
 #[derive(Clone, Debug, Default)]
 pub struct Counts {
-    /// Users.
     pub users: usize,
-    /// Projects.
     pub projects: usize,
-    /// Sheets.
     pub sheets: usize,
-    /// Rows.
+    /// Rows in every sheet, child rows included.
     pub rows: u64,
-    /// Attachments.
+    /// Attachments of live rows (a delete frees its rows').
     pub attachments: u64,
-    /// Bytes of attachments.
     pub attachment_bytes: u64,
-    /// Keys.
+    /// API keys, in any state.
     pub keys: usize,
-    /// Reports.
     pub reports: usize,
 }
 

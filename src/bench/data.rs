@@ -26,7 +26,6 @@ pub struct ColumnInfo {
 pub struct SheetInfo {
     /// Sheet id.
     pub id: u64,
-    /// Its columns.
     pub columns: Vec<ColumnInfo>,
 }
 

@@ -64,7 +64,7 @@ pub struct LevelPlan {
 /// What a level measured.
 #[derive(Debug)]
 pub struct LevelResult {
-    /// The plan.
+    /// The plan the level ran: concurrency, budget, warm-up and rate.
     pub plan: LevelPlan,
     /// From the end of the warm-up to the last answer.
     pub elapsed: Duration,

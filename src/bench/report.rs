@@ -75,7 +75,7 @@ pub struct WorkloadView {
 pub struct MixEntry {
     /// Request kind.
     pub op: &'static str,
-    /// Weight.
+    /// Its relative weight in the mix (`--mix kind=weight`).
     pub weight: u32,
 }
 
@@ -94,7 +94,7 @@ pub struct LoadView {
     pub requests: Option<u64>,
     /// Uncounted seconds before each level.
     pub warmup_seconds: f64,
-    /// Client threads.
+    /// Threads the clients ran on (`--client-threads`; default the cores, half with own server).
     pub client_threads: usize,
 }
 
@@ -110,7 +110,7 @@ pub struct LevelView {
     pub requests: u64,
     /// Of those, 2xx.
     pub ok_requests: u64,
-    /// Requests per second.
+    /// `requests` over `elapsedSeconds`.
     pub requests_per_second: f64,
     /// Rows read (pages, report rows).
     pub rows_read: u64,

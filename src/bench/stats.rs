@@ -47,7 +47,7 @@ pub struct Stats {
     pub requests: u64,
     /// Of those, 2xx answers.
     pub ok: u64,
-    /// Rows read.
+    /// Rows read: rows of pages and of report runs.
     pub rows_read: u64,
     /// Rows written and acknowledged.
     pub rows_written: u64,
@@ -145,7 +145,7 @@ pub struct Latency {
     pub max: f64,
     /// Smallest.
     pub min: f64,
-    /// Mean.
+    /// The arithmetic mean, which the slowest requests pull up (unlike `p50`).
     pub mean: f64,
 }
 

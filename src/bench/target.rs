@@ -122,7 +122,7 @@ struct OwnServer {
 pub struct Target {
     /// `http://host:port/api/v1`.
     pub base: String,
-    /// The API key.
+    /// The key's secret, sent as `Authorization: Bearer`.
     pub key: String,
     /// Admin base URL and token, when known.
     pub admin: Option<(String, String)>,

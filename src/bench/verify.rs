@@ -43,7 +43,7 @@ pub struct Expect {
 pub enum Expected {
     /// The row exists with this version; cells as canonical JSON (absent when not tracked).
     Row {
-        /// Version.
+        /// The version the last acknowledged write gave the row.
         version: u64,
         /// The cells as the acknowledgement rendered them, as canonical JSON.
         cells: Option<Box<str>>,
@@ -120,9 +120,9 @@ impl Ledger {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Finding {
-    /// Sheet.
+    /// The sheet the row is in.
     pub sheet_id: u64,
-    /// Row.
+    /// The row's id, as its write was acknowledged.
     pub row_id: u64,
     /// `lost`, `wrong` or `not_deleted`.
     pub problem: &'static str,

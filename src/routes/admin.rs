@@ -170,13 +170,13 @@ pub async fn revoke_key(
 pub enum ShareRole {
     /// Remove the share.
     None,
-    /// Viewer.
+    /// May read.
     Viewer,
-    /// Editor.
+    /// May read and write rows.
     Editor,
-    /// Admin.
+    /// Administers the object (no extra API power in v1).
     Admin,
-    /// Owner.
+    /// Holds every right on the object.
     Owner,
 }
 
@@ -196,11 +196,11 @@ impl ShareRole {
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ShareRequest {
-    /// The user.
+    /// The user given the role; every key of theirs feels it from the next request.
     pub user_id: UserId,
     /// `project`, `folder` or `sheet`.
     pub scope_type: ScopeType,
-    /// The object.
+    /// The id of the project, folder or sheet.
     pub scope_id: u64,
     /// The role, or `none`.
     pub role: ShareRole,

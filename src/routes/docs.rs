@@ -3,12 +3,12 @@
 //! # Access
 //!
 //! Both are public: no handler here takes the [`crate::auth::Caller`] extractor, so no key is
-//! needed. They still pass through [`crate::middleware::request_context`] like every request
-//! under `/api/`, so they carry `X-Request-Id` and the rate-limit headers, and they count
-//! against the limit: the key's when a usable key is sent, otherwise the client IP's
-//! (decisions §9: every endpoint, every status). A view of the reference is five requests
-//! (page, stylesheet, bundle, initializer, document), far below the 600 a minute, and no path
-//! under `/api/` is left unthrottled for anonymous clients.
+//! needed. They still pass through [`crate::middleware::request_context`] like every request under
+//! `/api/`, so they carry `X-Request-Id` and the rate-limit headers, and they count against the
+//! limit: the key's when a usable key is sent, otherwise the client IP's (docs/spec/decisions.md
+//! §9: every endpoint, every status). A view of the reference is five requests (page, stylesheet,
+//! bundle, initializer, document), far below the 600 a minute, and no path under `/api/` is left
+//! unthrottled for anonymous clients.
 //!
 //! # Assets
 //!

@@ -1,5 +1,6 @@
 //! The public API's routes under `/api/v1`, one file per resource. Every `GET` route also
-//! answers `HEAD` ([`read`]); any other unknown method is the 404 envelope (decisions §9).
+//! answers `HEAD` ([`read`]); any other unknown method is the 404 envelope
+//! (docs/spec/decisions.md §9).
 
 pub mod admin;
 pub mod changes;

@@ -1,5 +1,5 @@
 //! Rows: `GET /sheets/{sheet_id}/rows`, `GET /sheets/{sheet_id}/rows/{row_id}`, bulk add,
-//! bulk update, bulk upsert (extensions X5), patch and delete.
+//! bulk update, bulk upsert (docs/spec/extensions.md X5), patch and delete.
 //!
 //! The reads answer from the sheet's published snapshot, with an `ETag` and 304 on a matching
 //! `If-None-Match` ([`crate::conditional`]).
@@ -50,7 +50,7 @@ pub const MAX_BULK_ROWS: usize = 2000;
 /// walk a whole 500,000-row sheet. A page may so end short, even empty, with a cursor.
 pub const MAX_EXAMINED_ROWS: usize = 100_000;
 
-/// BulkAddRequest.
+/// bulkAddRows' body (BulkAddRequest): rows to add, each on its own.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"rows": [{"cells": {"100": "Try sheetd", "101": "Open", "102": 1.5}}]}))]
@@ -60,7 +60,7 @@ pub struct BulkAddRequest {
     rows: Vec<RowAddItem>,
 }
 
-/// RowAddItem.
+/// One row to add (RowAddItem): cells keyed by column id, coerced by their columns.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RowAddItem {
@@ -70,7 +70,7 @@ pub struct RowAddItem {
     cells: Map<String, Value>,
 }
 
-/// BulkUpsertRequest.
+/// bulkUpsertRows' body (BulkUpsertRequest): a key column and the items it matches.
 #[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(example = json!({"keyColumn": "100", "rows": [{"cells": {"100": "Try sheetd", "101": "Done"}}]}))]
@@ -86,7 +86,7 @@ pub struct BulkUpsertRequest {
     rows: Vec<RowAddItem>,
 }
 
-/// BulkUpdateRequest.
+/// bulkUpdateRows' body (BulkUpdateRequest): rows to overwrite, each on its own.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"rows": [{"id": 1003, "version": 1, "cells": {"100": "Build the API", "101": "Done"}}]}))]
@@ -96,11 +96,11 @@ pub struct BulkUpdateRequest {
     rows: Vec<RowUpdateItem>,
 }
 
-/// RowUpdateItem.
+/// One row to overwrite (RowUpdateItem), at the version last read.
 #[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RowUpdateItem {
-    /// The row.
+    /// The row's id; one that is no row of the path's sheet fails the item (`not_found`).
     #[serde(deserialize_with = "integer")]
     id: u64,
     /// The version last read; a stale one fails the item with `version_conflict`.
@@ -117,7 +117,7 @@ pub struct RowUpdateItem {
     base_cells: Option<Map<String, Value>>,
 }
 
-/// RowPatch.
+/// patchRow's body (RowPatch): only the changed cells, merged into the row.
 #[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(example = json!({"version": 1, "cells": {"101": "Done"}}))]

@@ -1,4 +1,4 @@
-//! Compressed responses and compressed request bodies (extensions X7).
+//! Compressed responses and compressed request bodies (docs/spec/extensions.md X7).
 
 use std::io::{Read, Write};
 use std::time::Duration;

@@ -1,6 +1,6 @@
-//! getRow and conditional requests (extensions X1, X2): `ETag` on the reads, `If-None-Match`
-//! answered with 304, `If-Match` answered with 412 on patchRow and deleteRow, and a 412 stored
-//! under an `Idempotency-Key` like a 409.
+//! getRow and conditional requests (docs/spec/extensions.md X1, X2): `ETag` on the reads,
+//! `If-None-Match` answered with 304, `If-Match` answered with 412 on patchRow and deleteRow, and a
+//! 412 stored under an `Idempotency-Key` like a 409.
 
 use std::time::Duration;
 

@@ -33,10 +33,10 @@ const OPERATIONS: [(&str, &str, &str); 16] = [
 const WRITES: [&str; 5] =
     ["bulkAddRows", "bulkUpdateRows", "bulkUpsertRows", "patchRow", "deleteRow"];
 
-/// The reads with an `ETag` and 304 (extensions X2).
+/// The reads with an `ETag` and 304 (docs/spec/extensions.md X2).
 const CONDITIONAL_READS: [&str; 4] = ["getRow", "getSheet", "listColumns", "listRows"];
 
-/// The writes that take `If-Match` and may answer 412 (extensions X2).
+/// The writes that take `If-Match` and may answer 412 (docs/spec/extensions.md X2).
 const PRECONDITIONED: [&str; 2] = ["patchRow", "deleteRow"];
 
 /// Fetch the document without a key.
@@ -160,10 +160,10 @@ async fn openapi_document_is_3_1_and_lists_exactly_its_operations() {
             .collect();
         let expected_query: &[&str] = match id.as_str() {
             "listSheets" | "listReports" | "runReport" => &["cursor", "limit"],
-            // Extensions X6: the leaner reads.
+            // docs/spec/extensions.md X6: the leaner reads.
             "listRows" => &["cursor", "fields", "filter", "limit"],
             "getSheet" => &["limit"],
-            // Extensions X3 and X4.
+            // docs/spec/extensions.md X3 and X4.
             "listChanges" => &["cursor", "limit", "wait"],
             "exportRows" => &["fields", "filter", "format"],
             _ => &[],

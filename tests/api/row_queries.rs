@@ -1,4 +1,4 @@
-//! `fields` and `filter` on listRows (extensions X6).
+//! `fields` and `filter` on listRows (docs/spec/extensions.md X6).
 
 use serde_json::{json, Value};
 

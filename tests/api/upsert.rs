@@ -1,6 +1,7 @@
-//! bulkUpsertRows (extensions X5) through the real server: actions and versions, items that see
-//! the items before them, ambiguous and missing keys, key columns, coerced key equality, the key
-//! index following every other kind of write, capacity, access, idempotent replay and restarts.
+//! bulkUpsertRows (docs/spec/extensions.md X5) through the real server: actions and versions, items
+//! that see the items before them, ambiguous and missing keys, key columns, coerced key equality,
+//! the key index following every other kind of write, capacity, access, idempotent replay and
+//! restarts.
 
 use std::time::Duration;
 
@@ -471,8 +472,8 @@ async fn an_idempotent_retry_replays_the_same_bytes_and_writes_nothing() {
     let (status, reused, _) = post_idem(&s, path, "u-1", &other).await;
     let reused: Value = serde_json::from_slice(&reused).unwrap();
     assert_eq!((status, &reused["errorCode"]), (409, &json!("idempotency_key_reused")));
-    // A key column that is no key column of the sheet is request validation (decisions §6,
-    // §8): not stored, so the key stays free for the corrected request.
+    // A key column that is no key column of the sheet is request validation (docs/spec/decisions.md
+    // §6, §8): not stored, so the key stays free for the corrected request.
     let bad = json!({"keyColumn": "999", "rows": [{"cells": {"110": "x"}}]});
     let (status, _, _) = post_idem(&s, path, "u-2", &bad).await;
     let (again_status, _, replayed) = post_idem(&s, path, "u-2", &bad).await;

@@ -327,7 +327,7 @@ pub enum FrameDefect {
     ShortHeader {
         /// Bytes present.
         len: usize,
-        /// Header size.
+        /// The frame header's size: 9 bytes (version, length, CRC).
         header: usize,
     },
     /// The header promises more payload than is stored.

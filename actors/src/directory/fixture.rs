@@ -33,31 +33,31 @@ pub struct Fixture {
     /// Row caps per plan.
     #[serde(default)]
     pub plans: Option<FixturePlans>,
-    /// Users.
+    /// Users to add; ids must be new (not twice in the fixture, not in the directory).
     #[serde(default)]
     pub users: Vec<FixtureUser>,
-    /// Projects.
+    /// Projects to add, each owned by a user of the fixture or the directory.
     #[serde(default)]
     pub projects: Vec<FixtureProject>,
-    /// Folders.
+    /// Folders to add, each in a project of the fixture or the directory.
     #[serde(default)]
     pub folders: Vec<FixtureFolder>,
-    /// Sheets.
+    /// Sheets to add; a `folderId` must name a folder of the same project.
     #[serde(default)]
     pub sheets: Vec<FixtureSheet>,
-    /// Columns.
+    /// Columns of the fixture's own sheets.
     #[serde(default)]
     pub columns: Vec<FixtureColumn>,
-    /// Rows.
+    /// Rows of the fixture's own sheets, cell-coerced as API writes are.
     #[serde(default)]
     pub rows: Vec<FixtureRow>,
-    /// Shares.
+    /// Shares on a project, folder or sheet (never `account`), for users that exist.
     #[serde(default)]
     pub shares: Vec<FixtureShare>,
-    /// Reports.
+    /// Reports to add; a definition is saved unchecked and compiled when the report runs.
     #[serde(default)]
     pub reports: Vec<FixtureReport>,
-    /// API keys.
+    /// API keys; each needs at least one grant, and one without `secret` gets a generated one.
     #[serde(default)]
     pub keys: Vec<FixtureKey>,
 }
@@ -76,79 +76,79 @@ pub struct FixturePlans {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FixturePlan {
-    /// Rows per sheet.
+    /// The plan's row cap per sheet (bulk adds beyond it fail with `capacity_exceeded`).
     pub max_rows_per_sheet: u64,
 }
 
-/// A user.
+/// An entry of `users`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FixtureUser {
-    /// Id.
+    /// Chosen by the fixture; taken by no user yet.
     pub id: UserId,
-    /// Name.
+    /// Display name; the public API never shows it.
     pub name: String,
     /// Plan (default `free`).
     #[serde(default)]
     pub plan: Option<Plan>,
 }
 
-/// A project.
+/// An entry of `projects`: its owner holds `owner` on it and everything in it.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FixtureProject {
-    /// Id.
+    /// Chosen by the fixture; taken by no project yet.
     pub id: ProjectId,
-    /// Name.
+    /// Display name; the public API never shows it.
     pub name: String,
-    /// Owner.
+    /// A user of the fixture or the directory.
     pub owner_id: UserId,
 }
 
-/// A folder.
+/// An entry of `folders`: shares on it reach its sheets.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FixtureFolder {
-    /// Id.
+    /// Chosen by the fixture; taken by no folder yet.
     pub id: FolderId,
-    /// Project.
+    /// A project of the fixture or the directory.
     pub project_id: ProjectId,
-    /// Name.
+    /// Display name; the public API never shows folders.
     pub name: String,
 }
 
-/// A sheet.
+/// An entry of `sheets`; its columns and rows come in `columns` and `rows`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FixtureSheet {
-    /// Id.
+    /// Chosen by the fixture; taken by no sheet yet.
     pub id: SheetId,
-    /// Project.
+    /// A project of the fixture or the directory.
     pub project_id: ProjectId,
     /// Folder, if any.
     #[serde(default)]
     pub folder_id: Option<FolderId>,
-    /// Name.
+    /// Shown as the sheet's `name`.
     pub name: String,
 }
 
-/// A column.
+/// An entry of `columns`, for a sheet of the same fixture.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FixtureColumn {
-    /// Id.
+    /// Chosen by the fixture, once in it; rows key their cells by it.
     pub id: ColumnId,
-    /// Sheet.
+    /// A sheet of the same fixture.
     pub sheet_id: SheetId,
-    /// Name.
+    /// Shown as the column's `name`; report definitions name columns by it.
     pub name: String,
-    /// Type.
+    /// One of the nine column types; it decides how the rows' cells are coerced.
     #[serde(rename = "type")]
     pub ty: ColumnType,
     /// Position (default: order of appearance).
     #[serde(default)]
     pub position: Option<i64>,
-    /// Primary column.
+    /// Shown as the column's `primary` (default false).
     #[serde(default)]
     pub primary: bool,
     /// Options (option-bearing types only).
@@ -156,81 +156,81 @@ pub struct FixtureColumn {
     pub options: Option<Vec<String>>,
 }
 
-/// A row.
+/// An entry of `rows`, for a sheet of the same fixture.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FixtureRow {
-    /// Id.
+    /// At least the service's next row id: row ids are never reused.
     pub id: RowId,
-    /// Sheet.
+    /// A sheet of the same fixture.
     pub sheet_id: SheetId,
-    /// Parent row.
+    /// A row of the same sheet (no cycles); deleting the parent deletes this row too.
     #[serde(default)]
     pub parent_id: Option<RowId>,
     /// Raw cells by column id.
     #[serde(default)]
     pub cells: Map<String, Value>,
-    /// Attachments.
+    /// Only counted (stats, freed by a delete); no content is stored.
     #[serde(default)]
     pub attachments: Vec<FixtureAttachment>,
 }
 
-/// An attachment.
+/// An attachment: its name and size, nothing more.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FixtureAttachment {
-    /// Name.
+    /// File name.
     pub name: String,
-    /// Size.
+    /// Size in bytes, counted in the stats' `attachmentBytes`.
     pub bytes: u64,
 }
 
-/// A share.
+/// An entry of `shares`: a role on a project, folder or sheet that flows down.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FixtureShare {
-    /// User.
+    /// A user of the fixture or the directory.
     pub user_id: UserId,
     /// `project`, `folder` or `sheet`.
     pub scope_type: ScopeType,
-    /// Object id.
+    /// The id of the project, folder or sheet.
     pub scope_id: u64,
-    /// Role.
+    /// `viewer`, `editor`, `admin` or `owner`.
     pub role: Role,
 }
 
-/// A report.
+/// An entry of `reports`; who may see it follows its project.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FixtureReport {
-    /// Id.
+    /// Chosen by the fixture; taken by no report yet.
     pub id: ReportId,
-    /// Project.
+    /// A project of the fixture or the directory.
     pub project_id: ProjectId,
     /// The user who saved it.
     pub owner_id: UserId,
-    /// Name.
+    /// Shown as the report's `name`.
     pub name: String,
     /// Definition (saved as is; checked when run).
     #[serde(default)]
     pub definition: Value,
 }
 
-/// A key.
+/// An entry of `keys`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FixtureKey {
     /// Id (default: the next free one).
     #[serde(default)]
     pub id: Option<KeyId>,
-    /// Owner.
+    /// A user of the fixture or the directory: the key acts with that user's access.
     pub owner_id: UserId,
-    /// Name.
+    /// A label for people, not a credential.
     pub name: String,
     /// The secret; generated (and reported once) when absent.
     #[serde(default)]
     pub secret: Option<String>,
-    /// Grants.
+    /// At least one; each on an object that exists.
     pub grants: Vec<GrantSpec>,
     /// Expiry (RFC 3339); default one year from now.
     #[serde(default)]
@@ -240,13 +240,11 @@ pub struct FixtureKey {
 /// A key secret generated by an import, to be shown exactly once.
 #[derive(Clone, Debug)]
 pub struct IssuedSecret {
-    /// The key.
+    /// The key's id, as given or assigned.
     pub key_id: KeyId,
-    /// Its name.
     pub name: String,
-    /// Its owner.
     pub owner_id: UserId,
-    /// The secret.
+    /// The whole secret, to be shown once: only its hash is kept.
     pub secret: String,
 }
 

@@ -55,7 +55,7 @@ pub const MAX_KEY_NAME_CHARS: usize = 200;
 pub struct GrantSpec {
     /// `read` or `write`.
     pub verb: Verb,
-    /// Scope type.
+    /// `account`, `project`, `folder` or `sheet`.
     pub scope_type: ScopeType,
     /// Scope id (null for `account`).
     #[serde(default)]

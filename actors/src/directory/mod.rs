@@ -70,13 +70,13 @@ pub struct ImportReport {
 #[rtype(result = "Result<ImportReport>")]
 pub struct Import(pub Fixture);
 
-/// Create a key.
+/// Create a key after the grant and over-grant checks; answers the key and its secret.
 #[derive(Message)]
 #[rtype(result = "Result<(ApiKey, String)>")]
 pub struct CreateKey {
-    /// The owner.
+    /// The user whose access the key carries; must exist.
     pub owner_id: UserId,
-    /// The name.
+    /// A label for people: 1 to 200 characters once trimmed.
     pub name: String,
     /// The grants asked for.
     pub grants: Vec<GrantSpec>,
@@ -84,7 +84,7 @@ pub struct CreateKey {
     pub expires_at: Option<Millis>,
 }
 
-/// Revoke a key.
+/// Revoke a key at once and for good; answers the key.
 #[derive(Message)]
 #[rtype(result = "Result<ApiKey>")]
 pub struct RevokeKey(pub KeyId);
@@ -93,7 +93,7 @@ pub struct RevokeKey(pub KeyId);
 #[derive(Message)]
 #[rtype(result = "Result<()>")]
 pub struct SetShare {
-    /// The user.
+    /// The user given the role.
     pub user_id: UserId,
     /// Project, folder or sheet.
     pub scope_type: ScopeType,
@@ -107,9 +107,8 @@ pub struct SetShare {
 #[derive(Message)]
 #[rtype(result = "Result<()>")]
 pub struct SetPlan {
-    /// The user.
     pub user_id: UserId,
-    /// The plan.
+    /// The user's new plan: it sets their sheets' row cap and whether their reports run.
     pub plan: Plan,
 }
 

@@ -26,9 +26,9 @@ use crate::record::{DirectoryChange, ImportBatch, PlanCaps};
 pub enum Target {
     /// A project (reports are reached through their project).
     Project(ProjectId),
-    /// A folder.
+    /// A folder: shares on it and on its project reach it.
     Folder(FolderId),
-    /// A sheet.
+    /// A sheet: shares on it, its folder and its project reach it.
     Sheet(SheetId),
 }
 

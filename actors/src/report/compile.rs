@@ -21,11 +21,11 @@
 //!   else `text`. `count`, `sum` and `avg` are `number`; `min` and `max` take their column's
 //!   type (the least of a date column is a date).
 //! - `sum` and `avg` need a `number` column in every readable source that has it.
-//! - Filter operands are coerced exactly as a cell of their column is (decisions §3, through
-//!   [`coerce_operand`]) when the readable sources agree on the column's type: `"5.0"` becomes
-//!   the number `5.0` for a `number` column, `"true"` the boolean for a `checkbox`, a datetime
-//!   with an offset its UTC form, a lone option a list of one for a `multi_select`. A column
-//!   that several sources have is coerced against each until one accepts (their option lists
+//! - Filter operands are coerced exactly as a cell of their column is (docs/spec/decisions.md §3,
+//!   through [`coerce_operand`]) when the readable sources agree on the column's type: `"5.0"`
+//!   becomes the number `5.0` for a `number` column, `"true"` the boolean for a `checkbox`, a
+//!   datetime with an offset its UTC form, a lone option a list of one for a `multi_select`. A
+//!   column that several sources have is coerced against each until one accepts (their option lists
 //!   may differ). Each item of an `in` list is such an operand. An operand a cell of the column
 //!   could not hold (`"abc"` or `" 2.5 "` against a number, an option the column lacks, an
 //!   impossible date) is refused, naming the column, the operator and the reason.
@@ -53,7 +53,6 @@ use crate::model::{Column, ColumnId, ColumnType, Row, RowId, SheetId};
 /// One readable source: a copy of a sheet's columns and rows.
 #[derive(Clone, Debug)]
 pub struct Source {
-    /// The sheet.
     pub sheet_id: SheetId,
     /// Its columns, by position.
     pub columns: Arc<[Column]>,

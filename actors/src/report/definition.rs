@@ -175,7 +175,7 @@ pub enum Op {
     In,
     /// Missing, null, empty string or empty list.
     IsBlank,
-    /// Not blank.
+    /// A value present: not missing, null, an empty string or an empty list.
     NotBlank,
 }
 
@@ -219,7 +219,6 @@ pub enum Direction {
 pub struct SortKey {
     /// The column: any source column for row reports, an output column for summary reports.
     pub column: Named,
-    /// The direction.
     pub direction: Direction,
 }
 

@@ -148,7 +148,7 @@ pub type CanRead = Box<dyn Fn(SheetId) -> bool + Send>;
 #[derive(Message)]
 #[rtype(result = "Result<RunPage>")]
 pub struct RunReport {
-    /// The report.
+    /// The report's id: part of the result cache's key.
     pub report_id: ReportId,
     /// Its saved definition.
     pub definition: Value,

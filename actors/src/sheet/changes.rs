@@ -96,13 +96,13 @@ pub struct Change {
     pub seq: u64,
     /// What happened.
     pub kind: ChangeKind,
-    /// The row.
+    /// The row changed; a subtree's removal gives one change per row.
     pub row_id: RowId,
     /// The row's version after the change (its last one for a removal).
     pub version: u64,
     /// The row after the change; `None` for a removal.
     pub row: Option<Arc<Row>>,
-    /// When.
+    /// When the write was made, as its record says (so a replay gives the same time).
     pub at: Millis,
 }
 

@@ -1,6 +1,6 @@
-//! The key indexes of upserts (extensions X5): for a column a `bulkUpsert` names as its key,
-//! which rows hold each key value, so finding an item's row costs the same on a sheet of ten
-//! rows and of half a million.
+//! The key indexes of upserts (docs/spec/extensions.md X5): for a column a `bulkUpsert` names as
+//! its key, which rows hold each key value, so finding an item's row costs the same on a sheet of
+//! ten rows and of half a million.
 //!
 //! This module owns what a key *is* ([`KeyValue::of`]: the stored cell read as its value, in one
 //! canonical form) and the indexes themselves ([`KeyIndexes`]). The sheet's actor keeps them in

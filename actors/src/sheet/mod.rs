@@ -155,7 +155,7 @@ pub struct BulkUpdate {
 #[derive(Message)]
 #[rtype(result = "WriteReply<Arc<Row>>")]
 pub struct Patch {
-    /// The row.
+    /// The row to patch; one of another sheet is 404, as a missing one is.
     pub row_id: RowId,
     /// The change.
     pub item: PatchItem,
@@ -167,7 +167,7 @@ pub struct Patch {
 #[derive(Message)]
 #[rtype(result = "WriteReply<Vec<RowId>>")]
 pub struct DeleteRow {
-    /// The row.
+    /// The row to delete, with its subtree; one of another sheet is 404.
     pub row_id: RowId,
     /// The request's precondition on the row's version, if any.
     pub if_match: Option<IfMatch>,
