@@ -403,7 +403,7 @@ impl Service {
 
     /// The directory as of the last durable change.
     pub fn directory(&self) -> Arc<DirectoryState> {
-        self.published.load_full().state.clone()
+        self.published.load().state.clone()
     }
 
     /// The directory actor (for admin changes).
