@@ -62,7 +62,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Corruption, Error, Result};
 use crate::fsutil;
-use crate::log::Kept;
+use crate::layout::entry::Kept;
 use crate::Lsn;
 
 /// First bytes of every checkpoint file.

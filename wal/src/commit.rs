@@ -30,7 +30,7 @@ use tokio::sync::oneshot;
 
 use crate::error::Error;
 use crate::handle::Core;
-use crate::log::put_records;
+use crate::layout::entry::put_records;
 use crate::{Lsn, FLUSH_LATENCY_BUCKETS_SECONDS};
 
 /// What a waiter receives: the LSN it waited for, or the failure shared by its whole group.

@@ -29,6 +29,7 @@ use crate::codec;
 use crate::commit::{self, Command, FlushStats, Progress, Reply};
 use crate::error::{Error, Result};
 use crate::fsutil::{self, ScratchDir};
+use crate::layout::entry::Kept;
 use crate::lock::SharedLock;
 use crate::log::{self, LogStore};
 use crate::recovery::{self, Mode};
@@ -1067,7 +1068,7 @@ pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
 }
 
 /// Writes the sweep marker; failing to is not an error (the next start walks the whole log).
-fn note_swept(dir: &std::path::Path, lsn: Lsn, kept: &[log::Kept]) {
+fn note_swept(dir: &std::path::Path, lsn: Lsn, kept: &[Kept]) {
     if let Err(e) = checkpoint::write_swept(dir, lsn, kept) {
         tracing::warn!(error = %e, "could not write the sweep marker; the next start reads the whole log");
     }

@@ -14,10 +14,12 @@
 //! - `handle.rs`: [`Wal`] and [`Commit`], the public handle and its operations.
 //! - `commit.rs`: the group-commit thread, the only writer of new records.
 //! - `log.rs`: the sled database and how its writes are made durable.
+//! - `layout/`: the log's on-disk layout, and the only module that knows it: sled keys
+//!   (`keys.rs`), stored entries, whole, chunked or packed (`entry.rs`), pack bodies
+//!   (`pack.rs`).
 //! - `recovery.rs`: replay rules shared by [`Wal::recover`] and [`Wal::verify`].
 //! - `checkpoint.rs`: the checkpoint file.
 //! - `error.rs`: [`Error`] and its detail types.
-//! - `pack.rs`: several small records in one stored value.
 //! - `lock.rs`, `fsutil.rs`: sled's file lock, directory fsync and copies.
 //! - `testing` (feature `testing`): helpers that damage a stopped log for crash tests.
 //!
@@ -28,7 +30,7 @@
 //!   BE][count u32 BE]`: sled sends larger values (and tree nodes) to a file of their own under
 //!   `blobs/`, one file and fsync each, that can outlive the records in them. Consecutive
 //!   small records of one group commit are stored as one *pack* under a 12-byte key `[first
-//!   LSN][count u32 BE]`, their payloads compressed together (`pack.rs`).
+//!   LSN][count u32 BE]`, their payloads compressed together (`layout/pack.rs`).
 //! - `checkpoint`: the latest snapshot: `[SHEETDCK][version u8][lsn u64][len u64][crc32]`, then
 //!   the snapshot in 1 MiB blocks, each behind its own CRC (`checkpoint.tmp` exists only while
 //!   one is being written).
@@ -97,9 +99,9 @@ mod commit;
 mod error;
 mod fsutil;
 mod handle;
+mod layout;
 mod lock;
 mod log;
-mod pack;
 mod recovery;
 mod space;
 
