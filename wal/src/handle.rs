@@ -12,21 +12,17 @@
 //! - [`Commit`] and [`Wal::wait_durable`] futures are `Send + 'static` and do not keep the
 //!   database open: they only hold channel ends.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll, Wake, Waker};
-use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crossbeam_channel::Sender;
 use tokio::sync::{oneshot, watch};
 
 use crate::checkpoint;
-use crate::codec;
-use crate::commit::{self, Command, FlushStats, Progress, Reply};
+use crate::core::{lock, Appender, Command, Core, FailureCell, FlushStats, Progress, Reply, Size};
 use crate::error::{Error, Result};
 use crate::fsutil::{self, ScratchDir};
 use crate::layout::entry::Kept;
@@ -45,198 +41,6 @@ const COMPACT_ABOVE_BYTES: u64 = 32 * 1024 * 1024;
 /// a change feed retained on the engine bench's data dir, and sled stored the copy in more
 /// space than the original. Tests lower it, to see a large live set left alone.
 const COMPACT_MAX_LIVE_BYTES: u64 = if cfg!(test) { 1 << 20 } else { 32 * 1024 * 1024 };
-
-/// Locks a mutex, ignoring poisoning: every critical section here leaves its data consistent
-/// at each step (a panicking `build` closure, for one, runs before any state changes).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// State guarded by the append mutex.
-#[derive(Debug)]
-struct Appender {
-    /// The LSN the next record gets.
-    next_lsn: Lsn,
-    /// The commit thread's queue; `None` once shut down.
-    tx: Option<Sender<Command>>,
-    /// Decoded payload sizes of the records after the checkpoint, oldest first (4 bytes per
-    /// record; trimmed by every checkpoint), so `bytes_since_checkpoint` stays exact. Decoded,
-    /// not stored ([`crate::codec::decoded_len`]): they measure what a recovery would replay.
-    sizes: VecDeque<u32>,
-    /// LSN of `sizes[0]`.
-    sizes_first_lsn: Lsn,
-    /// Sum of `sizes`.
-    bytes_since_checkpoint: u64,
-    /// Stored bytes of the records at or below the checkpoint kept for [`Wal::read`].
-    retained_bytes: u64,
-    /// The free-space floor.
-    space: SpaceGuard,
-}
-
-impl Appender {
-    /// Accounts a newly assigned record of [`Size`].
-    fn push_size(&mut self, size: Size) {
-        self.sizes.push_back(u32::try_from(size.decoded).unwrap_or(u32::MAX));
-        self.bytes_since_checkpoint += size.decoded as u64;
-        self.space.count(size.stored);
-    }
-
-    /// Forgets the sizes of records with LSN > `lsn` (lost with a failed log).
-    fn forget_after(&mut self, lsn: Lsn) {
-        while self.sizes_first_lsn + self.sizes.len() as u64 > lsn + 1 {
-            let Some(size) = self.sizes.pop_back() else { break };
-            self.bytes_since_checkpoint -= u64::from(size);
-        }
-    }
-
-    /// Forgets the sizes of records with LSN <= `lsn` (now covered by a checkpoint).
-    fn forget_through(&mut self, lsn: Lsn) {
-        while self.sizes_first_lsn <= lsn {
-            let Some(size) = self.sizes.pop_front() else { break };
-            self.bytes_since_checkpoint -= u64::from(size);
-            self.sizes_first_lsn += 1;
-        }
-    }
-}
-
-/// A record's size as the log accounts it.
-#[derive(Debug, Clone, Copy)]
-struct Size {
-    /// Bytes it stores: what the disk's free space pays.
-    stored: usize,
-    /// Bytes it decodes to ([`codec::decoded_len`]): what a recovery replays, so what counts
-    /// toward the next checkpoint.
-    decoded: usize,
-}
-
-impl Size {
-    fn of(payload: &[u8]) -> Size {
-        Size { stored: payload.len(), decoded: codec::decoded_len(payload) }
-    }
-}
-
-/// Everything shared by the handles and the commit thread.
-pub(crate) struct Core {
-    /// The configuration the log was opened with.
-    pub(crate) config: Config,
-    /// The sled database; `None` once shut down, so the data dir's lock is released even
-    /// while other handles still exist (a restart in the same process must be able to open it).
-    pub(crate) store: RwLock<Option<LogStore>>,
-    /// LSN assignment and the queue (see [`Appender`]).
-    appender: Mutex<Appender>,
-    /// Mirror of `next_lsn - 1`, readable without the mutex.
-    last_lsn: AtomicU64,
-    /// Durable LSN, failure and stop flag, published by the commit thread.
-    pub(crate) progress: watch::Sender<Progress>,
-    /// The first write failure since the log was opened or last healed; while set, the log
-    /// takes nothing ([`Wal::heal`] clears it).
-    pub(crate) failure: FailureCell,
-    /// How many times [`Wal::heal`] re-opened the log; appenders whose state predates a heal
-    /// are refused ([`AppendOptions::epoch`]).
-    epoch: AtomicU64,
-    /// Serializes [`Wal::heal`] calls.
-    healing: Mutex<()>,
-    /// Counters kept by the commit thread.
-    pub(crate) flush_stats: Mutex<FlushStats>,
-    /// Serializes checkpoints; holds the LSN of the checkpoint on disk.
-    checkpoint: Mutex<Option<Lsn>>,
-    /// Mirror of the checkpoint LSN (0 = none) for `stats` without waiting on a checkpoint.
-    checkpoint_lsn: AtomicU64,
-    /// Snapshot bytes of the checkpoint on disk (0 = none), for `stats`.
-    checkpoint_bytes: AtomicU64,
-    /// Checkpoints written since the log opened, and their time in nanoseconds, for `stats`.
-    checkpoints_written: AtomicU64,
-    checkpoint_nanos: AtomicU64,
-    /// The commit thread, until it is joined.
-    thread: Mutex<Option<JoinHandle<()>>>,
-    /// Test hook: make the next group write fail as if the disk had.
-    #[cfg(test)]
-    pub(crate) fail_next_write: std::sync::atomic::AtomicBool,
-    /// Test hook: while held, the commit thread waits after taking a group's first command,
-    /// so a test can queue more behind it and see them share one flush.
-    #[cfg(any(test, feature = "testing"))]
-    pub(crate) gate: Mutex<()>,
-}
-
-impl Core {
-    /// Stops accepting appends, lets the commit thread drain the queue, joins it.
-    /// Returns the log's failure, if any, on the call that actually stopped the thread.
-    fn shutdown(&self) -> Result<()> {
-        // Dropping the only sender ends the thread once the queue is empty.
-        drop(lock(&self.appender).tx.take());
-        // Hold the mutex while joining so a concurrent second call waits for the same join.
-        let mut thread = lock(&self.thread);
-        let Some(handle) = thread.take() else {
-            return Ok(());
-        };
-        if handle.join().is_err() {
-            return Err(Error::CommitThreadDied);
-        }
-        // The thread is gone, so nothing writes any more: close sled and release the dir.
-        drop(self.store.write().unwrap_or_else(|p| p.into_inner()).take());
-        match self.failure.get() {
-            Some(cause) => Err(Error::LogFailed { cause }),
-            None => Ok(()),
-        }
-    }
-
-    /// Run `f` on the open store, or fail with [`Error::ShutDown`] once the log is closed.
-    pub(crate) fn with_store<T>(&self, f: impl FnOnce(&LogStore) -> Result<T>) -> Result<T> {
-        match self.store.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            Some(store) => f(store),
-            None => Err(Error::ShutDown),
-        }
-    }
-
-    /// Highest durable LSN.
-    fn durable_lsn(&self) -> Lsn {
-        self.progress.borrow().durable
-    }
-
-    /// The error an append gets when the log cannot take it.
-    fn refuse(&self, appender: &Appender) -> Option<Error> {
-        if let Some(cause) = self.failure.get() {
-            return Some(Error::LogFailed { cause });
-        }
-        appender.tx.is_none().then_some(Error::ShutDown)
-    }
-
-    /// Starts a commit thread on `rx` and keeps its handle.
-    fn start_commit_thread(
-        self: &Arc<Self>,
-        rx: crossbeam_channel::Receiver<commit::Command>,
-    ) -> Result<()> {
-        // The thread holds the Core, not a Handle, so dropping the last Wal still runs Drop
-        // (and therefore shutdown) while the thread is alive.
-        let thread_core = Arc::clone(self);
-        let thread = std::thread::Builder::new()
-            .name("wal-commit".to_owned())
-            .spawn(move || commit::run(thread_core, rx))
-            .map_err(Error::fs("start the wal-commit thread"))?;
-        *lock(&self.thread) = Some(thread);
-        Ok(())
-    }
-}
-
-/// The log's failure, if any: set by the first failed group, cleared by a heal.
-#[derive(Debug, Default)]
-pub(crate) struct FailureCell(Mutex<Option<Arc<Error>>>);
-
-impl FailureCell {
-    /// The failure, if the log is failed.
-    pub(crate) fn get(&self) -> Option<Arc<Error>> {
-        lock(&self.0).clone()
-    }
-
-    /// Records `e` unless a failure is already recorded; returns the one recorded.
-    pub(crate) fn set(&self, e: Arc<Error>) -> Arc<Error> {
-        Arc::clone(lock(&self.0).get_or_insert(e))
-    }
-
-    fn clear(&self) {
-        *lock(&self.0) = None;
-    }
-}
 
 /// How an append may be refused beyond the log's own state (see [`Wal::append_with_options`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -964,7 +768,7 @@ impl Wal {
     /// Test hook (feature `testing`): hold the commit thread before it gathers its next group,
     /// so nothing becomes durable until the guard is dropped.
     #[cfg(any(test, feature = "testing"))]
-    pub fn hold_commits(&self) -> MutexGuard<'_, ()> {
+    pub fn hold_commits(&self) -> std::sync::MutexGuard<'_, ()> {
         lock(&self.core().gate)
     }
 }

@@ -13,6 +13,8 @@
 //! - [`frame`]: the CRC-protected frame around each stored record.
 //! - `handle.rs`: [`Wal`] and [`Commit`], the public handle and its operations.
 //! - `commit.rs`: the group-commit thread, the only writer of new records.
+//! - `core.rs`: the state the handles and the commit thread share, and the messages between
+//!   them.
 //! - `log.rs`: the sled database and how its writes are made durable.
 //! - `layout/`: the log's on-disk layout, and the only module that knows it: sled keys
 //!   (`keys.rs`), stored entries, whole, chunked or packed (`entry.rs`), pack bodies
@@ -96,6 +98,7 @@ pub mod frame;
 
 mod checkpoint;
 mod commit;
+mod core;
 mod error;
 mod fsutil;
 mod handle;
