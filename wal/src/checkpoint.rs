@@ -196,6 +196,13 @@ pub(crate) fn read_kept(marker: &[u8], swept: Swept) -> Option<Vec<Kept>> {
     agrees.then_some(kept)
 }
 
+/// Writes the sweep marker; failing to is not an error (the next start walks the whole log).
+pub(crate) fn note_swept(dir: &Path, lsn: Lsn, kept: &[Kept]) {
+    if let Err(e) = write_swept(dir, lsn, kept) {
+        tracing::warn!(error = %e, "could not write the sweep marker; the next start reads the whole log");
+    }
+}
+
 /// Removes the sweep marker (before a change that could make it wrong).
 pub(crate) fn remove_swept(dir: &Path) -> Result<()> {
     fsutil::remove_if_exists(&dir.join(SWEPT_FILE_NAME)).map(|_| ())

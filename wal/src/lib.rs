@@ -20,7 +20,9 @@
 //!   (`keys.rs`), stored entries, whole, chunked or packed (`entry.rs`), pack bodies
 //!   (`pack.rs`).
 //! - `recovery.rs`: replay rules shared by [`Wal::recover`] and [`Wal::verify`].
-//! - `checkpoint.rs`: the checkpoint file.
+//! - `checkpointing.rs`: [`Wal::checkpoint`] and its variants: the checkpoint, the log's
+//!   truncation, and the compaction of a bloated log store.
+//! - `checkpoint.rs`: the checkpoint file and its sweep marker.
 //! - `error.rs`: [`Error`] and its detail types.
 //! - `lock.rs`, `fsutil.rs`: sled's file lock, directory fsync and copies.
 //! - `testing` (feature `testing`): helpers that damage a stopped log for crash tests.
@@ -97,6 +99,7 @@ pub mod codec;
 pub mod frame;
 
 mod checkpoint;
+mod checkpointing;
 mod commit;
 mod core;
 mod error;
