@@ -12,6 +12,7 @@
 //! - [`codec`]: the workspace's only use of bincode (values behind a format-version byte).
 //! - [`frame`]: the CRC-protected frame around each stored record.
 //! - `handle.rs`: [`Wal`] and [`Commit`], the public handle and its operations.
+//! - `heal.rs`: [`Wal::heal`], re-opening a failed log from disk.
 //! - `commit.rs`: the group-commit thread, the only writer of new records.
 //! - `core.rs`: the state the handles and the commit thread share, and the messages between
 //!   them.
@@ -105,6 +106,7 @@ mod core;
 mod error;
 mod fsutil;
 mod handle;
+mod heal;
 mod layout;
 mod lock;
 mod log;
