@@ -62,7 +62,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Corruption, Error, Result};
 use crate::fsutil;
-use crate::log::Kept;
+use crate::layout::entry::Kept;
 use crate::Lsn;
 
 /// First bytes of every checkpoint file.
@@ -194,6 +194,13 @@ pub(crate) fn read_kept(marker: &[u8], swept: Swept) -> Option<Vec<Kept>> {
         && kept.iter().try_fold(0u64, |sum, k| sum.checked_add(k.bytes)) == Some(swept.bytes)
         && kept.last().is_none_or(|k| k.last() <= swept.lsn);
     agrees.then_some(kept)
+}
+
+/// Writes the sweep marker; failing to is not an error (the next start walks the whole log).
+pub(crate) fn note_swept(dir: &Path, lsn: Lsn, kept: &[Kept]) {
+    if let Err(e) = write_swept(dir, lsn, kept) {
+        tracing::warn!(error = %e, "could not write the sweep marker; the next start reads the whole log");
+    }
 }
 
 /// Removes the sweep marker (before a change that could make it wrong).

@@ -1,7 +1,8 @@
 //! The group-commit thread: the only writer of new records.
 //!
-//! Owns: the dedicated `wal-commit` std thread, the command queue it drains, the durable-LSN
-//! watch it advances, and the flush statistics it keeps.
+//! Owns: the dedicated `wal-commit` std thread (its start, `Core::start_commit_thread`, is
+//! here too), the command queue it drains, the durable-LSN watch it advances, and the flush
+//! statistics it keeps. Their types are in `core.rs`, shared with the handle.
 //!
 //! One loop iteration is one *group*:
 //! 1. Block for the first queued command, then take whatever else is already queued, up to
@@ -26,73 +27,25 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::Receiver;
-use tokio::sync::oneshot;
 
-use crate::error::Error;
-use crate::handle::Core;
-use crate::log::put_records;
-use crate::{Lsn, FLUSH_LATENCY_BUCKETS_SECONDS};
+use crate::core::{lock, Command, Core, Reply};
+use crate::error::{Error, Result};
+use crate::layout::entry::put_records;
 
-/// What a waiter receives: the LSN it waited for, or the failure shared by its whole group.
-pub(crate) type Reply = std::result::Result<Lsn, Arc<Error>>;
-
-/// One append (or atomic batch) travelling from an appender to the commit thread.
-#[derive(Debug)]
-pub(crate) struct Command {
-    /// LSN of `payloads[0]`; the rest follow consecutively.
-    pub(crate) first_lsn: Lsn,
-    /// Unframed payloads (framing happens on the commit thread, outside the append lock).
-    pub(crate) payloads: Vec<Vec<u8>>,
-    /// Resolves the caller's [`crate::Commit`].
-    pub(crate) reply: oneshot::Sender<Reply>,
-}
-
-impl Command {
-    /// LSN of the last payload (the one the [`crate::Commit`] resolves with).
-    pub(crate) fn last_lsn(&self) -> Lsn {
-        self.first_lsn + self.payloads.len() as u64 - 1
-    }
-}
-
-/// What the commit thread publishes through the watch channel.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Progress {
-    /// Every LSN up to this one is durable.
-    pub(crate) durable: Lsn,
-    /// Set once when the log fails; waiters for LSNs beyond `durable` get it.
-    pub(crate) failure: Option<Arc<Error>>,
-    /// The commit thread has exited; nothing beyond `durable` will become durable.
-    pub(crate) stopped: bool,
-}
-
-/// Counters kept by the commit thread, copied into [`crate::WalStats`].
-#[derive(Debug, Clone, Default)]
-pub(crate) struct FlushStats {
-    /// Successful group flushes.
-    pub(crate) flushes: u64,
-    /// Records made durable by those flushes.
-    pub(crate) records_flushed: u64,
-    /// Sum of the time spent writing and syncing groups.
-    pub(crate) flush_seconds_total: f64,
-    /// Cumulative histogram, one count per bound in [`FLUSH_LATENCY_BUCKETS_SECONDS`].
-    pub(crate) latency_buckets: [u64; FLUSH_LATENCY_BUCKETS_SECONDS.len()],
-    /// Largest group, in records.
-    pub(crate) batch_size_max: u64,
-}
-
-impl FlushStats {
-    /// Accounts one successful flush of `records` records that took `seconds`.
-    fn record(&mut self, records: u64, seconds: f64) {
-        self.flushes += 1;
-        self.records_flushed += records;
-        self.flush_seconds_total += seconds;
-        self.batch_size_max = self.batch_size_max.max(records);
-        // Prometheus buckets are cumulative: a 2 ms flush counts in every bucket >= 2 ms.
-        for (count, bound) in self.latency_buckets.iter_mut().zip(FLUSH_LATENCY_BUCKETS_SECONDS) {
-            if seconds <= *bound {
-                *count += 1;
-            }
-        }
+// Defined here rather than in `core.rs` beside the struct: starting the thread needs its body,
+// and `core.rs` knows nothing of the thread, so that this file is the only one to know both.
+impl Core {
+    /// Starts a commit thread on `rx` and keeps its handle.
+    pub(crate) fn start_commit_thread(self: &Arc<Self>, rx: Receiver<Command>) -> Result<()> {
+        // The thread holds the Core, not a Handle, so dropping the last Wal still runs Drop
+        // (and therefore shutdown) while the thread is alive.
+        let thread_core = Arc::clone(self);
+        let thread = std::thread::Builder::new()
+            .name("wal-commit".to_owned())
+            .spawn(move || run(thread_core, rx))
+            .map_err(Error::fs("start the wal-commit thread"))?;
+        *lock(&self.thread) = Some(thread);
+        Ok(())
     }
 }
 
@@ -117,7 +70,7 @@ impl Drop for StoppedOnExit<'_> {
 }
 
 /// The commit thread's body: runs until every sender is gone and the queue is drained.
-pub(crate) fn run(core: Arc<Core>, rx: Receiver<Command>) {
+fn run(core: Arc<Core>, rx: Receiver<Command>) {
     let _stopped = StoppedOnExit(&core);
     let max_records = core.config.max_batch_records.max(1);
     let mut group: Vec<Command> = Vec::new();
@@ -182,7 +135,7 @@ fn commit_group(core: &Core, group: &mut Vec<Command>, records: u64) {
 }
 
 /// Steps 2 and 3: frame, batch, write, sync.
-fn write_group(core: &Core, group: &[Command]) -> crate::Result<()> {
+fn write_group(core: &Core, group: &[Command]) -> Result<()> {
     #[cfg(test)]
     if core.fail_next_write.swap(false, std::sync::atomic::Ordering::SeqCst) {
         return Err(Error::Io(std::io::Error::other("injected write failure (test)")));

@@ -1,7 +1,9 @@
 //! [`Wal`], the public handle, and [`Commit`], the future of one append.
 //!
-//! Owns: LSN assignment (the append mutex), the lifecycle of the commit thread (start in
-//! `recover`, drain and join in `shutdown`/drop), checkpoints, and statistics.
+//! Owns: opening (`recover`, `verify`), LSN assignment (the append mutex), the lifecycle of the
+//! commit thread (start in `recover`, drain and join in `shutdown`/drop), reads by LSN, and
+//! statistics. Checkpoints are `checkpointing.rs`'s and healing is `heal.rs`'s, each an
+//! `impl Wal` block of its own.
 //!
 //! Guarantees:
 //! - LSNs are assigned and sent to the commit thread under one mutex, so LSN order is queue
@@ -12,21 +14,17 @@
 //! - [`Commit`] and [`Wal::wait_durable`] futures are `Send + 'static` and do not keep the
 //!   database open: they only hold channel ends.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll, Wake, Waker};
-use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crossbeam_channel::Sender;
 use tokio::sync::{oneshot, watch};
 
 use crate::checkpoint;
-use crate::codec;
-use crate::commit::{self, Command, FlushStats, Progress, Reply};
+use crate::core::{lock, Appender, Command, Core, FailureCell, FlushStats, Progress, Reply, Size};
 use crate::error::{Error, Result};
 use crate::fsutil::{self, ScratchDir};
 use crate::lock::SharedLock;
@@ -34,208 +32,6 @@ use crate::log::{self, LogStore};
 use crate::recovery::{self, Mode};
 use crate::space::{self, SpaceGuard};
 use crate::{Config, Lsn, RecoveryReport, Replayer, WalStats};
-
-/// A checkpoint rewrites the log store when its files exceed this plus four times the payload
-/// bytes after the checkpoint (see [`Wal::compact_if_bloated`]).
-const COMPACT_ABOVE_BYTES: u64 = 32 * 1024 * 1024;
-
-/// ... but only while the records to copy (those after the checkpoint and those it retains)
-/// are at most this many bytes: appends wait for the whole copy, which took 26 s for the 222 MB
-/// a change feed retained on the engine bench's data dir, and sled stored the copy in more
-/// space than the original. Tests lower it, to see a large live set left alone.
-const COMPACT_MAX_LIVE_BYTES: u64 = if cfg!(test) { 1 << 20 } else { 32 * 1024 * 1024 };
-
-/// Locks a mutex, ignoring poisoning: every critical section here leaves its data consistent
-/// at each step (a panicking `build` closure, for one, runs before any state changes).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// State guarded by the append mutex.
-#[derive(Debug)]
-struct Appender {
-    /// The LSN the next record gets.
-    next_lsn: Lsn,
-    /// The commit thread's queue; `None` once shut down.
-    tx: Option<Sender<Command>>,
-    /// Decoded payload sizes of the records after the checkpoint, oldest first (4 bytes per
-    /// record; trimmed by every checkpoint), so `bytes_since_checkpoint` stays exact. Decoded,
-    /// not stored ([`crate::codec::decoded_len`]): they measure what a recovery would replay.
-    sizes: VecDeque<u32>,
-    /// LSN of `sizes[0]`.
-    sizes_first_lsn: Lsn,
-    /// Sum of `sizes`.
-    bytes_since_checkpoint: u64,
-    /// Stored bytes of the records at or below the checkpoint kept for [`Wal::read`].
-    retained_bytes: u64,
-    /// The free-space floor.
-    space: SpaceGuard,
-}
-
-impl Appender {
-    /// Accounts a newly assigned record of [`Size`].
-    fn push_size(&mut self, size: Size) {
-        self.sizes.push_back(u32::try_from(size.decoded).unwrap_or(u32::MAX));
-        self.bytes_since_checkpoint += size.decoded as u64;
-        self.space.count(size.stored);
-    }
-
-    /// Forgets the sizes of records with LSN > `lsn` (lost with a failed log).
-    fn forget_after(&mut self, lsn: Lsn) {
-        while self.sizes_first_lsn + self.sizes.len() as u64 > lsn + 1 {
-            let Some(size) = self.sizes.pop_back() else { break };
-            self.bytes_since_checkpoint -= u64::from(size);
-        }
-    }
-
-    /// Forgets the sizes of records with LSN <= `lsn` (now covered by a checkpoint).
-    fn forget_through(&mut self, lsn: Lsn) {
-        while self.sizes_first_lsn <= lsn {
-            let Some(size) = self.sizes.pop_front() else { break };
-            self.bytes_since_checkpoint -= u64::from(size);
-            self.sizes_first_lsn += 1;
-        }
-    }
-}
-
-/// A record's size as the log accounts it.
-#[derive(Debug, Clone, Copy)]
-struct Size {
-    /// Bytes it stores: what the disk's free space pays.
-    stored: usize,
-    /// Bytes it decodes to ([`codec::decoded_len`]): what a recovery replays, so what counts
-    /// toward the next checkpoint.
-    decoded: usize,
-}
-
-impl Size {
-    fn of(payload: &[u8]) -> Size {
-        Size { stored: payload.len(), decoded: codec::decoded_len(payload) }
-    }
-}
-
-/// Everything shared by the handles and the commit thread.
-pub(crate) struct Core {
-    /// The configuration the log was opened with.
-    pub(crate) config: Config,
-    /// The sled database; `None` once shut down, so the data dir's lock is released even
-    /// while other handles still exist (a restart in the same process must be able to open it).
-    pub(crate) store: RwLock<Option<LogStore>>,
-    /// LSN assignment and the queue (see [`Appender`]).
-    appender: Mutex<Appender>,
-    /// Mirror of `next_lsn - 1`, readable without the mutex.
-    last_lsn: AtomicU64,
-    /// Durable LSN, failure and stop flag, published by the commit thread.
-    pub(crate) progress: watch::Sender<Progress>,
-    /// The first write failure since the log was opened or last healed; while set, the log
-    /// takes nothing ([`Wal::heal`] clears it).
-    pub(crate) failure: FailureCell,
-    /// How many times [`Wal::heal`] re-opened the log; appenders whose state predates a heal
-    /// are refused ([`AppendOptions::epoch`]).
-    epoch: AtomicU64,
-    /// Serializes [`Wal::heal`] calls.
-    healing: Mutex<()>,
-    /// Counters kept by the commit thread.
-    pub(crate) flush_stats: Mutex<FlushStats>,
-    /// Serializes checkpoints; holds the LSN of the checkpoint on disk.
-    checkpoint: Mutex<Option<Lsn>>,
-    /// Mirror of the checkpoint LSN (0 = none) for `stats` without waiting on a checkpoint.
-    checkpoint_lsn: AtomicU64,
-    /// Snapshot bytes of the checkpoint on disk (0 = none), for `stats`.
-    checkpoint_bytes: AtomicU64,
-    /// Checkpoints written since the log opened, and their time in nanoseconds, for `stats`.
-    checkpoints_written: AtomicU64,
-    checkpoint_nanos: AtomicU64,
-    /// The commit thread, until it is joined.
-    thread: Mutex<Option<JoinHandle<()>>>,
-    /// Test hook: make the next group write fail as if the disk had.
-    #[cfg(test)]
-    pub(crate) fail_next_write: std::sync::atomic::AtomicBool,
-    /// Test hook: while held, the commit thread waits after taking a group's first command,
-    /// so a test can queue more behind it and see them share one flush.
-    #[cfg(any(test, feature = "testing"))]
-    pub(crate) gate: Mutex<()>,
-}
-
-impl Core {
-    /// Stops accepting appends, lets the commit thread drain the queue, joins it.
-    /// Returns the log's failure, if any, on the call that actually stopped the thread.
-    fn shutdown(&self) -> Result<()> {
-        // Dropping the only sender ends the thread once the queue is empty.
-        drop(lock(&self.appender).tx.take());
-        // Hold the mutex while joining so a concurrent second call waits for the same join.
-        let mut thread = lock(&self.thread);
-        let Some(handle) = thread.take() else {
-            return Ok(());
-        };
-        if handle.join().is_err() {
-            return Err(Error::CommitThreadDied);
-        }
-        // The thread is gone, so nothing writes any more: close sled and release the dir.
-        drop(self.store.write().unwrap_or_else(|p| p.into_inner()).take());
-        match self.failure.get() {
-            Some(cause) => Err(Error::LogFailed { cause }),
-            None => Ok(()),
-        }
-    }
-
-    /// Run `f` on the open store, or fail with [`Error::ShutDown`] once the log is closed.
-    pub(crate) fn with_store<T>(&self, f: impl FnOnce(&LogStore) -> Result<T>) -> Result<T> {
-        match self.store.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            Some(store) => f(store),
-            None => Err(Error::ShutDown),
-        }
-    }
-
-    /// Highest durable LSN.
-    fn durable_lsn(&self) -> Lsn {
-        self.progress.borrow().durable
-    }
-
-    /// The error an append gets when the log cannot take it.
-    fn refuse(&self, appender: &Appender) -> Option<Error> {
-        if let Some(cause) = self.failure.get() {
-            return Some(Error::LogFailed { cause });
-        }
-        appender.tx.is_none().then_some(Error::ShutDown)
-    }
-
-    /// Starts a commit thread on `rx` and keeps its handle.
-    fn start_commit_thread(
-        self: &Arc<Self>,
-        rx: crossbeam_channel::Receiver<commit::Command>,
-    ) -> Result<()> {
-        // The thread holds the Core, not a Handle, so dropping the last Wal still runs Drop
-        // (and therefore shutdown) while the thread is alive.
-        let thread_core = Arc::clone(self);
-        let thread = std::thread::Builder::new()
-            .name("wal-commit".to_owned())
-            .spawn(move || commit::run(thread_core, rx))
-            .map_err(Error::fs("start the wal-commit thread"))?;
-        *lock(&self.thread) = Some(thread);
-        Ok(())
-    }
-}
-
-/// The log's failure, if any: set by the first failed group, cleared by a heal.
-#[derive(Debug, Default)]
-pub(crate) struct FailureCell(Mutex<Option<Arc<Error>>>);
-
-impl FailureCell {
-    /// The failure, if the log is failed.
-    pub(crate) fn get(&self) -> Option<Arc<Error>> {
-        lock(&self.0).clone()
-    }
-
-    /// Records `e` unless a failure is already recorded; returns the one recorded.
-    pub(crate) fn set(&self, e: Arc<Error>) -> Arc<Error> {
-        Arc::clone(lock(&self.0).get_or_insert(e))
-    }
-
-    fn clear(&self) {
-        *lock(&self.0) = None;
-    }
-}
 
 /// How an append may be refused beyond the log's own state (see [`Wal::append_with_options`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -285,7 +81,7 @@ impl std::fmt::Debug for Wal {
 
 impl Wal {
     /// The shared state behind this handle.
-    pub(crate) fn core(&self) -> &Core {
+    pub(crate) fn core(&self) -> &Arc<Core> {
         &self.handle.core
     }
 
@@ -336,7 +132,7 @@ impl Wal {
             match (swept, listed, scan.kept.take()) {
                 // The walk removed any stale record: the next start may skip the retained ones.
                 (None, _, Some(kept)) => {
-                    note_swept(&config.dir, lsn, &kept);
+                    checkpoint::note_swept(&config.dir, lsn, &kept);
                     store.set_kept(lsn, kept);
                 }
                 (Some(_), Some(listed), _) => store.set_kept(lsn, listed),
@@ -590,254 +386,6 @@ impl Wal {
         }
     }
 
-    /// Write `snapshot` as the checkpoint at `lsn` (must be <= `durable_lsn()`), then truncate
-    /// log records <= `lsn`. Blocking (callers use `spawn_blocking`).
-    ///
-    /// Steps: write `checkpoint.tmp`, fsync it, rename it to `checkpoint`, fsync the data dir;
-    /// only then remove the covered records from sled in one batch, flush and fdatasync. A
-    /// crash at any point leaves a recoverable dir (see `checkpoint.rs` for each window). If
-    /// the truncation fails the checkpoint is still valid; the next recovery removes the
-    /// stale records.
-    ///
-    /// # Errors
-    /// [`Error::CheckpointAhead`] if `lsn > durable_lsn()`, [`Error::CheckpointBehind`] if an
-    /// existing checkpoint is newer, [`Error::LogFailed`] on a failed log, I/O and sled errors.
-    pub fn checkpoint(&self, lsn: Lsn, snapshot: &[u8]) -> Result<()> {
-        self.checkpoint_retaining(lsn, snapshot, &|_| false)
-    }
-
-    /// [`Wal::checkpoint`], except that the records at or below `lsn` for which `retain`
-    /// answers `true` stay in the log, to be read by [`Wal::read`] (a change feed serves old
-    /// changes from the records that already hold them). The next recovery asks its replayer
-    /// the same question ([`crate::Replayer::retains`]) before treating them as stale, and a
-    /// later checkpoint drops the ones no longer retained.
-    ///
-    /// # Errors
-    /// As [`Wal::checkpoint`].
-    pub fn checkpoint_retaining(
-        &self,
-        lsn: Lsn,
-        snapshot: &[u8],
-        retain: &dyn Fn(Lsn) -> bool,
-    ) -> Result<()> {
-        self.checkpoint_streamed(
-            lsn,
-            &mut |out| {
-                out.write_all(snapshot)
-                    .map_err(Error::fs("write the checkpoint snapshot".to_owned()))
-            },
-            retain,
-        )
-    }
-
-    /// [`Wal::checkpoint_retaining`] with the snapshot written by `snapshot` straight into the
-    /// checkpoint file (for example by [`crate::codec::encode_to`]): a large state is encoded
-    /// without a buffer the size of its snapshot.
-    ///
-    /// # Errors
-    /// As [`Wal::checkpoint`], and whatever `snapshot` returns.
-    pub fn checkpoint_streamed(
-        &self,
-        lsn: Lsn,
-        snapshot: &mut dyn FnMut(&mut dyn std::io::Write) -> Result<()>,
-        retain: &dyn Fn(Lsn) -> bool,
-    ) -> Result<()> {
-        let core = self.core();
-        // Held to the end: two concurrent checkpoints would race on `checkpoint.tmp`.
-        let mut current = lock(&core.checkpoint);
-        let started = std::time::Instant::now();
-        if let Some(cause) = core.failure.get() {
-            return Err(Error::LogFailed { cause });
-        }
-        let durable = core.durable_lsn();
-        if lsn > durable {
-            return Err(Error::CheckpointAhead { lsn, durable });
-        }
-        if let Some(existing) = *current {
-            if lsn < existing {
-                return Err(Error::CheckpointBehind { lsn, current: existing });
-            }
-        }
-        // A marker for an equal LSN would claim this checkpoint's truncation before it is done.
-        checkpoint::remove_swept(&core.config.dir)?;
-        // Order matters: the file is durable before a single record it covers is removed.
-        let bytes = checkpoint::write_with(&core.config.dir, lsn, snapshot)?;
-        *current = Some(lsn);
-        core.checkpoint_lsn.store(lsn, Ordering::Release);
-        core.checkpoint_bytes.store(bytes, Ordering::Release);
-        lock(&core.appender).forget_through(lsn);
-        let truncated = core.with_store(|store| {
-            let truncated = store.remove_through_except(lsn, retain)?;
-            store.with_kept(|kept| note_swept(&core.config.dir, lsn, kept));
-            Ok(truncated)
-        });
-        let removed = match truncated {
-            Ok((removed, retained_bytes)) => {
-                lock(&core.appender).retained_bytes = retained_bytes;
-                removed
-            }
-            Err(e) => {
-                // A failed write or fsync of the log's own store: what sled holds in memory can
-                // no longer be trusted to be on disk. Fail the log, so it heals from disk.
-                let shared = core.failure.set(Arc::new(e));
-                core.progress.send_modify(|p| p.failure = Some(Arc::clone(&shared)));
-                return Err(Error::LogFailed { cause: shared });
-            }
-        };
-        tracing::debug!(lsn, removed, "checkpoint written, log truncated");
-        core.checkpoints_written.fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        core.checkpoint_nanos.fetch_add(nanos, Ordering::Relaxed);
-        self.compact_if_bloated()
-    }
-
-    /// Rewrites the log store with only its live records when its files have grown far beyond
-    /// them: sled reuses the space of truncated records but never gives it back, so after a
-    /// burst of writes its files would stay at their high-water mark for good.
-    ///
-    /// Appends wait (the append lock is held) while the commit thread drains, the live records
-    /// (those after the checkpoint, few just after one, and those it retains; at most
-    /// [`COMPACT_MAX_LIVE_BYTES`], or there is no rewrite) are copied into `log.next/` and made
-    /// durable, and the directories are swapped (`log` → `log.old`, `log.next` → `log`,
-    /// directory fsync, `log.old` removed). A crash at any step leaves a dir that
-    /// [`log::finish_interrupted_compaction`] completes or undoes at the next open.
-    fn compact_if_bloated(&self) -> Result<()> {
-        let core = &self.handle.core;
-        let log_dir = core.config.dir.join(log::DIR_NAME);
-        let on_disk = fsutil::tree_size(&log_dir)?;
-        let mut appender = lock(&core.appender);
-        // Records after the checkpoint count as they decode, so a compressed one counts above
-        // what it stores: compaction waits a little longer, never runs early.
-        let live = appender.bytes_since_checkpoint + appender.retained_bytes;
-        if on_disk <= COMPACT_ABOVE_BYTES + 4 * live || core.failure.get().is_some() {
-            return Ok(());
-        }
-        if live > COMPACT_MAX_LIVE_BYTES {
-            tracing::debug!(
-                on_disk,
-                live,
-                "the log store is large against its live records, but too many are live to \
-                 rewrite it while appends wait; sled reuses the space"
-            );
-            return Ok(());
-        }
-        let Some(tx) = appender.tx.take() else { return Ok(()) };
-        drop(tx);
-        if let Some(thread) = lock(&core.thread).take() {
-            let _ = thread.join();
-        }
-        let old = core.store.write().unwrap_or_else(|p| p.into_inner()).take();
-        let rewritten = old.map_or(Ok(()), |old| log::rewrite_live(&core.config, old));
-        let reopened = LogStore::open(&core.config.dir, core.config.cache_capacity_bytes);
-        let result = match (rewritten, reopened) {
-            (Ok(()), Ok(store)) => {
-                *core.store.write().unwrap_or_else(|p| p.into_inner()) = Some(store);
-                let (tx, rx) = crossbeam_channel::unbounded();
-                appender.tx = Some(tx);
-                core.start_commit_thread(rx)
-            }
-            (Err(e), Ok(store)) => {
-                // The old store is intact: go on with it.
-                *core.store.write().unwrap_or_else(|p| p.into_inner()) = Some(store);
-                let (tx, rx) = crossbeam_channel::unbounded();
-                appender.tx = Some(tx);
-                core.start_commit_thread(rx)?;
-                Err(e)
-            }
-            (_, Err(e)) => Err(e),
-        };
-        match &result {
-            Ok(()) => tracing::info!(
-                before_bytes = on_disk,
-                after_bytes = fsutil::tree_size(&log_dir).unwrap_or(0),
-                "log store rewritten with its live records only"
-            ),
-            Err(e) if core.store.read().unwrap_or_else(|p| p.into_inner()).is_none() => {
-                // No store to write to: fail the log, so it heals (re-opens) from disk.
-                let shared = core.failure.set(Arc::new(Error::fs(
-                    "re-open the log after rewriting it".to_owned(),
-                )(std::io::Error::other(
-                    e.to_string(),
-                ))));
-                core.progress.send_modify(|p| p.failure = Some(Arc::clone(&shared)));
-            }
-            Err(_) => {}
-        }
-        result
-    }
-
-    /// Re-opens a failed log from disk and resumes taking records. Returns the durable LSN the
-    /// log continues from, or `None` when it had not failed. Blocking (use `spawn_blocking`).
-    ///
-    /// After a failed write, flush or fsync nothing in memory can be trusted to match the disk
-    /// (a failed fsync may have dropped dirty pages silently). So, while appends keep being
-    /// refused: stop the commit thread, close sled, open it again from disk (with the same
-    /// free-space check as a start), remove every record above the durable LSN (none of them
-    /// was acknowledged; a group that failed may have left some on disk), and re-verify every
-    /// record after the checkpoint up to the durable LSN, frames and contiguity, as recovery
-    /// does. Only then, under the append lock: LSNs continue at durable + 1, [`Wal::epoch`]
-    /// moves on, `on_reopen(durable)` runs (before any new record can be appended, so callers
-    /// drop what they kept of lost records), a new commit thread starts and the failure clears.
-    ///
-    /// # Errors
-    /// Whatever re-opening or re-verifying found (no space yet, the device still failing,
-    /// damage): the log stays failed, and a later call tries again.
-    pub fn heal(&self, on_reopen: impl FnOnce(Lsn)) -> Result<Option<Lsn>> {
-        let core = &self.handle.core;
-        let _one_at_a_time = lock(&core.healing);
-        if core.failure.get().is_none() {
-            return Ok(None);
-        }
-        // Appends are refused while the failure is set; stop the thread that served them.
-        drop(lock(&core.appender).tx.take());
-        if let Some(thread) = lock(&core.thread).take() {
-            let _ = thread.join();
-        }
-        drop(core.store.write().unwrap_or_else(|p| p.into_inner()).take());
-        let durable = core.durable_lsn();
-        log::finish_interrupted_compaction(&core.config.dir)?;
-        let store = LogStore::open(&core.config.dir, core.config.cache_capacity_bytes)?;
-        let dropped = store.remove_after(durable)?;
-        let mut checkpoint = lock(&core.checkpoint).map(checkpoint::Checkpoint::lsn_only);
-        let scan = recovery::scan(
-            recovery::Store::Open(&store),
-            checkpoint.as_mut(),
-            None,
-            &mut recovery::Discard,
-            Mode::ReadOnly,
-        )?;
-        if scan.report.last_lsn != durable || scan.report.torn_tail_dropped {
-            return Err(crate::error::Corruption::Gap {
-                first_missing: scan.report.last_lsn + 1,
-                last_missing: durable,
-                next_present: durable + 1,
-            }
-            .into());
-        }
-
-        let mut appender = lock(&core.appender);
-        *core.store.write().unwrap_or_else(|p| p.into_inner()) = Some(store);
-        appender.next_lsn = durable + 1;
-        core.last_lsn.store(durable, Ordering::Release);
-        appender.forget_after(durable);
-        core.epoch.fetch_add(1, Ordering::AcqRel);
-        on_reopen(durable);
-        let (tx, rx) = crossbeam_channel::unbounded();
-        appender.tx = Some(tx);
-        core.start_commit_thread(rx)?;
-        core.failure.clear();
-        core.progress.send_modify(|p| {
-            p.failure = None;
-            p.stopped = false;
-        });
-        tracing::info!(
-            durable_lsn = durable,
-            unacknowledged_records_dropped = dropped,
-            "write-ahead log re-opened from disk; writes resume"
-        );
-        Ok(Some(durable))
-    }
-
     /// The payload of the durable record at `lsn`, if the log still holds it (records after
     /// the checkpoint, and those a checkpoint retained). Blocking: a read may reach the disk.
     ///
@@ -963,7 +511,7 @@ impl Wal {
     /// Test hook (feature `testing`): hold the commit thread before it gathers its next group,
     /// so nothing becomes durable until the guard is dropped.
     #[cfg(any(test, feature = "testing"))]
-    pub fn hold_commits(&self) -> MutexGuard<'_, ()> {
+    pub fn hold_commits(&self) -> std::sync::MutexGuard<'_, ()> {
         lock(&self.core().gate)
     }
 }
@@ -1063,12 +611,5 @@ pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
         }
         // Spurious unparks just cause another poll.
         std::thread::park();
-    }
-}
-
-/// Writes the sweep marker; failing to is not an error (the next start walks the whole log).
-fn note_swept(dir: &std::path::Path, lsn: Lsn, kept: &[log::Kept]) {
-    if let Err(e) = checkpoint::write_swept(dir, lsn, kept) {
-        tracing::warn!(error = %e, "could not write the sweep marker; the next start reads the whole log");
     }
 }

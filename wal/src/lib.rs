@@ -7,19 +7,31 @@
 //!
 //! # Layout
 //!
-//! Crate map:
+//! Crate map, one line per module. Besides the items of `lib.rs`, each module uses only modules
+//! listed after it, so their imports form no circle:
 //! - `lib.rs`: this overview, [`Config`], [`Replayer`], [`RecoveryReport`], [`WalStats`].
+//! - `tests.rs` (tests only): behaviour tests of the whole log.
+//! - `testing` (feature `testing`): helpers that damage a stopped log for crash tests.
+//! - `checkpointing.rs`: [`Wal::checkpoint`] and its variants: writing the checkpoint,
+//!   truncating the log it replaces, compacting a bloated log store.
+//! - `heal.rs`: [`Wal::heal`], re-opening a failed log from disk.
+//! - `handle.rs`: [`Wal`] and [`Commit`]: opening, appending, reading, statistics, shutdown.
+//! - `commit.rs`: the group-commit thread, the only writer of new records.
+//! - `core.rs`: the state the handles and the commit thread share, and the messages between
+//!   them.
+//! - `recovery.rs`: replay rules shared by [`Wal::recover`] and [`Wal::verify`].
+//! - `checkpoint.rs`: the checkpoint file and its sweep marker.
+//! - `log.rs`: the sled database: opening it, making its writes durable, truncating it.
+//! - `layout/`: the log's on-disk layout: keys, chunks, packs, and the entries they make.
+//!   - `entry.rs`: stored entries (a record whole, its chunks, or a pack) and their records.
+//!   - `pack.rs`: the compressed body of a pack of small records.
+//!   - `keys.rs`: the sled key encodings and the largest stored value.
+//! - `space.rs`: the free-space floor below which new records are refused.
 //! - [`codec`]: the workspace's only use of bincode (values behind a format-version byte).
 //! - [`frame`]: the CRC-protected frame around each stored record.
-//! - `handle.rs`: [`Wal`] and [`Commit`], the public handle and its operations.
-//! - `commit.rs`: the group-commit thread, the only writer of new records.
-//! - `log.rs`: the sled database and how its writes are made durable.
-//! - `recovery.rs`: replay rules shared by [`Wal::recover`] and [`Wal::verify`].
-//! - `checkpoint.rs`: the checkpoint file.
+//! - `fsutil.rs`: directory fsync, copies, sizes and free space, scratch directories.
+//! - `lock.rs`: sled's file lock, probed and shared.
 //! - `error.rs`: [`Error`] and its detail types.
-//! - `pack.rs`: several small records in one stored value.
-//! - `lock.rs`, `fsutil.rs`: sled's file lock, directory fsync and copies.
-//! - `testing` (feature `testing`): helpers that damage a stopped log for crash tests.
 //!
 //! On disk, the data dir holds exactly two entries:
 //! - `log/`: the sled database. Key = LSN as 8 big-endian bytes (so key order is LSN order),
@@ -28,7 +40,7 @@
 //!   BE][count u32 BE]`: sled sends larger values (and tree nodes) to a file of their own under
 //!   `blobs/`, one file and fsync each, that can outlive the records in them. Consecutive
 //!   small records of one group commit are stored as one *pack* under a 12-byte key `[first
-//!   LSN][count u32 BE]`, their payloads compressed together (`pack.rs`).
+//!   LSN][count u32 BE]`, their payloads compressed together (`layout/pack.rs`).
 //! - `checkpoint`: the latest snapshot: `[SHEETDCK][version u8][lsn u64][len u64][crc32]`, then
 //!   the snapshot in 1 MiB blocks, each behind its own CRC (`checkpoint.tmp` exists only while
 //!   one is being written).
@@ -93,13 +105,16 @@ pub mod codec;
 pub mod frame;
 
 mod checkpoint;
+mod checkpointing;
 mod commit;
+mod core;
 mod error;
 mod fsutil;
 mod handle;
+mod heal;
+mod layout;
 mod lock;
 mod log;
-mod pack;
 mod recovery;
 mod space;
 

@@ -1,15 +1,10 @@
 //! The sled-backed record store: `<data dir>/log/`.
 //!
-//! Owns: the sled database (keys are big-endian LSNs, values are [`crate::frame`]s) and the
-//! layout of records in it (whole, or in chunks), opening it
-//! with the right settings, detecting a data dir that is already in use, and making writes
-//! durable.
+//! Owns: the sled database, opening it with the right settings, detecting a data dir that is
+//! already in use, making writes durable, and rewriting the store when a compaction asks. What
+//! its keys and values hold is [`crate::layout`]'s.
 //!
 //! Guarantees:
-//! - Keys are 8-byte big-endian LSNs (a record stored whole), 16-byte LSN + chunk index +
-//!   chunk count (a record over [`CHUNK_BYTES`], stored in chunks so sled never takes it to a
-//!   blob file) or 12-byte first LSN + count (a pack of consecutive small records,
-//!   `crate::pack`), so sled's byte order is LSN order.
 //! - After a truncation through an LSN, no stored value holds records on both sides of it: a
 //!   pack that straddles it is split ([`LogStore::remove_through_except`]).
 //! - [`LogStore::write`] returns only after the batch is durable: sled `apply_batch` (atomic),
@@ -25,7 +20,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::error::{Corruption, Error, Result};
+use crate::error::{Error, Result};
+use crate::layout::entry::{assemble, next_entry, span, split_entry, Kept};
+use crate::layout::keys::{key, parse_key, Layout};
+use crate::layout::pack;
 use crate::{frame, fsutil, lock, Lsn};
 
 /// Name of the log directory inside the data dir.
@@ -208,88 +206,6 @@ struct Retained {
     records: Vec<Kept>,
 }
 
-/// A kept entry: its first LSN, its chunk count (0: not chunked), how many records it packs
-/// (0: not a pack, one record) and its stored bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Kept {
-    pub(crate) lsn: Lsn,
-    pub(crate) chunks: u32,
-    pub(crate) packed: u32,
-    pub(crate) bytes: u64,
-}
-
-impl Kept {
-    /// The entry for the records stored under `parts` (its keys, in order, and their values).
-    pub(crate) fn of(lsn: Lsn, parts: &[Part]) -> Kept {
-        let (chunks, packed) = match parts.first().map(|(_, layout, _)| *layout) {
-            Some(Layout::Chunk { count, .. }) => (count, 0),
-            Some(Layout::Pack { count }) => (0, count),
-            _ => (0, 0),
-        };
-        Kept { lsn, chunks, packed, bytes: parts.iter().map(|(_, _, v)| v.len() as u64).sum() }
-    }
-
-    /// How many records the entry holds.
-    pub(crate) fn records(&self) -> u32 {
-        self.packed.max(1)
-    }
-
-    /// The LSN of its last record.
-    pub(crate) fn last(&self) -> Lsn {
-        self.lsn + Lsn::from(self.records()) - 1
-    }
-
-    /// Adds the removal of every key of this entry to `batch`; returns how many.
-    fn remove(&self, batch: &mut sled::Batch) -> u64 {
-        if self.packed > 0 {
-            batch.remove(&pack_key(self.lsn, self.packed)[..]);
-            return 1;
-        }
-        if self.chunks == 0 {
-            batch.remove(&key(self.lsn)[..]);
-            return 1;
-        }
-        for index in 0..self.chunks {
-            batch.remove(&chunk_key(self.lsn, index, self.chunks)[..]);
-        }
-        u64::from(self.chunks)
-    }
-}
-
-/// One stored value: its key, what the key says it holds, and the framed bytes.
-pub(crate) type Part = (sled::IVec, Layout, sled::IVec);
-
-/// The stored values of the next entry in `items`: one record or pack, or a record's chunks
-/// (they sort together); `None` at the end.
-pub(crate) fn next_entry(
-    items: &mut std::iter::Peekable<impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>>,
-) -> Result<Option<Vec<Part>>> {
-    let Some(item) = items.next() else {
-        return Ok(None);
-    };
-    let (k, stored) = item?;
-    let (lsn, layout) = parse_key(&k)?;
-    let mut parts = vec![(k, layout, stored)];
-    while let Some(Ok((next, _))) = items.peek() {
-        if lsn_of(next).ok() != Some(lsn) {
-            break;
-        }
-        let (k, stored) = items.next().expect("peeked")?;
-        let layout = parse_key(&k)?.1;
-        parts.push((k, layout, stored));
-    }
-    Ok(Some(parts))
-}
-
-/// The first and last LSN of the records an entry's `parts` hold.
-pub(crate) fn span(parts: &[Part]) -> Result<(Lsn, Lsn)> {
-    let first = lsn_of(&parts[0].0)?;
-    match parts[0].1 {
-        Layout::Pack { count } => Ok((first, first + Lsn::from(count) - 1)),
-        _ => Ok((first, first)),
-    }
-}
-
 /// Blocks, on drop, until sled's lock on the data file is gone.
 ///
 /// Dropping a `sled::Db` does not close its data file at once: work sled handed to its
@@ -327,229 +243,6 @@ impl std::fmt::Debug for LogStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LogStore").field("log_dir", &self.log_dir).finish_non_exhaustive()
     }
-}
-
-/// Records longer than this are stored as several values of at most this many payload bytes.
-///
-/// sled 0.34 writes any value (and any tree node) larger than a quarter of its 512 KiB segment
-/// to a file of its own under `blobs/`, one file and one fsync each, and those files can outlive
-/// the records in them. A leaf node holds up to 16 values, so values of this size keep every
-/// node, and therefore every write, inside sled's own log file.
-pub(crate) const CHUNK_BYTES: usize = 4000;
-
-/// The sled key for the record at `lsn` stored whole: the LSN, 8 bytes big-endian.
-pub(crate) fn key(lsn: Lsn) -> [u8; 8] {
-    lsn.to_be_bytes()
-}
-
-/// The sled key for chunk `index` of `count` of the record at `lsn`: the LSN, then index and
-/// count, each big-endian. A record's chunks sort together, after every key of a lower LSN and
-/// before every key of a higher one.
-pub(crate) fn chunk_key(lsn: Lsn, index: u32, count: u32) -> [u8; 16] {
-    let mut k = [0u8; 16];
-    k[..8].copy_from_slice(&lsn.to_be_bytes());
-    k[8..12].copy_from_slice(&index.to_be_bytes());
-    k[12..].copy_from_slice(&count.to_be_bytes());
-    k
-}
-
-/// The sled key for the pack of `count` records from `first`: the LSN, then the count,
-/// big-endian. It sorts where `first`'s own key would.
-pub(crate) fn pack_key(first: Lsn, count: u32) -> [u8; 12] {
-    let mut k = [0u8; 12];
-    k[..8].copy_from_slice(&first.to_be_bytes());
-    k[8..].copy_from_slice(&count.to_be_bytes());
-    k
-}
-
-/// What a stored value holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Layout {
-    /// One record, whole.
-    Whole,
-    /// Chunk `index` of the `count` chunks of one record.
-    Chunk { index: u32, count: u32 },
-    /// `count` (two or more) consecutive records from the key's LSN.
-    Pack { count: u32 },
-}
-
-/// What a sled key names: its (first) LSN and the layout of its value.
-pub(crate) type KeyParts = (Lsn, Layout);
-
-/// The LSN and layout a sled key names.
-///
-/// # Errors
-/// [`Corruption::BadKey`] if the key is not 8, 12 or 16 bytes, names LSN 0 (never assigned),
-/// or a pack of fewer than two records or past the last LSN.
-pub(crate) fn parse_key(key: &[u8]) -> Result<KeyParts> {
-    let word = |at: usize| u32::from_be_bytes(key[at..at + 4].try_into().expect("4 bytes"));
-    let bad = |detail: String| Err(Corruption::BadKey { detail }.into());
-    let (lsn, layout) = match key.len() {
-        8 => (Lsn::from_be_bytes(key.try_into().expect("8 bytes")), Layout::Whole),
-        12 => (
-            Lsn::from_be_bytes(key[..8].try_into().expect("8 bytes")),
-            Layout::Pack { count: word(8) },
-        ),
-        16 => (
-            Lsn::from_be_bytes(key[..8].try_into().expect("8 bytes")),
-            Layout::Chunk { index: word(8), count: word(12) },
-        ),
-        n => {
-            return bad(format!(
-                "{n} bytes where an 8-byte LSN, a 12-byte pack key or a 16-byte chunk key was \
-                 expected"
-            ))
-        }
-    };
-    if lsn == 0 {
-        return bad("LSN 0 is never assigned".to_owned());
-    }
-    if let Layout::Pack { count } = layout {
-        if count < 2 || lsn.checked_add(Lsn::from(count) - 1).is_none() {
-            return bad(format!("a pack of {count} records from LSN {lsn}"));
-        }
-    }
-    Ok((lsn, layout))
-}
-
-/// The (first) LSN a sled key names.
-///
-/// # Errors
-/// As [`parse_key`].
-pub(crate) fn lsn_of(key: &[u8]) -> Result<Lsn> {
-    parse_key(key).map(|(lsn, _)| lsn)
-}
-
-/// Where [`put_record`] and [`put_records`] put the values they make: a `sled::Batch`, or the
-/// list [`LogStore::write_values`] writes.
-pub(crate) trait Put {
-    fn put(&mut self, key: &[u8], value: Vec<u8>);
-}
-
-impl Put for sled::Batch {
-    fn put(&mut self, key: &[u8], value: Vec<u8>) {
-        self.insert(key, value);
-    }
-}
-
-impl Put for Vec<(Vec<u8>, Vec<u8>)> {
-    fn put(&mut self, key: &[u8], value: Vec<u8>) {
-        self.push((key.to_vec(), value));
-    }
-}
-
-/// Adds the record `payload` at `lsn` to `batch`: one framed value, or one framed value per
-/// [`CHUNK_BYTES`] of payload. Returns the entry it stored.
-pub(crate) fn put_record(batch: &mut impl Put, lsn: Lsn, payload: &[u8]) -> Result<Kept> {
-    if payload.len() <= CHUNK_BYTES {
-        let framed = frame::encode(payload)?;
-        let bytes = framed.len() as u64;
-        batch.put(&key(lsn), framed);
-        return Ok(Kept { lsn, chunks: 0, packed: 0, bytes });
-    }
-    let count = u32::try_from(payload.len().div_ceil(CHUNK_BYTES))
-        .map_err(|_| Error::RecordTooLarge { len: payload.len() })?;
-    let mut bytes = 0;
-    for (index, chunk) in (0..count).zip(payload.chunks(CHUNK_BYTES)) {
-        let framed = frame::encode(chunk)?;
-        bytes += framed.len() as u64;
-        batch.put(&chunk_key(lsn, index, count), framed);
-    }
-    Ok(Kept { lsn, chunks: count, packed: 0, bytes })
-}
-
-/// Adds the consecutive records `payloads`, the first at `first`, to `batch`: runs of small
-/// ones as packs (`crate::pack`), every other record as [`put_record`] stores it. Returns the
-/// entries it stored, in LSN order.
-pub(crate) fn put_records<'a>(
-    batch: &mut impl Put,
-    first: Lsn,
-    payloads: impl IntoIterator<Item = &'a [u8]>,
-) -> Result<Vec<Kept>> {
-    let mut stored = Vec::new();
-    // The run of small records not stored yet: its first LSN, the records, their raw bytes.
-    let (mut start, mut run, mut raw) = (first, Vec::new(), 0);
-    for (lsn, payload) in (first..).zip(payloads) {
-        let small = payload.len() <= crate::pack::RECORD_MAX;
-        if small {
-            run.push(payload);
-            raw += 4 + payload.len();
-        }
-        if !small || raw >= crate::pack::RAW_TARGET {
-            put_packed(batch, start, &run, &mut stored)?;
-            (start, raw) = (lsn + 1, 0);
-            run.clear();
-            if !small {
-                stored.push(put_record(batch, lsn, payload)?);
-            }
-        }
-    }
-    put_packed(batch, start, &run, &mut stored)?;
-    Ok(stored)
-}
-
-/// Splits the entry `parts` (a pack whose records lie on both sides of `at`) in `batch`: it is
-/// removed, its records after `at` are stored under keys of their own, and so are those up to
-/// `at` when `keep_below` (else they go). Returns the entries stored up to `at` and the
-/// payloads after it, in LSN order.
-///
-/// # Errors
-/// [`Corruption::Record`] when the pack does not decode.
-pub(crate) fn split_entry(
-    batch: &mut sled::Batch,
-    parts: &[Part],
-    at: Lsn,
-    keep_below: bool,
-) -> Result<(Vec<Kept>, Vec<Vec<u8>>)> {
-    let first = lsn_of(&parts[0].0)?;
-    let mut below = crate::recovery::records_of(parts)
-        .map_err(|defect| Corruption::Record { lsn: first, defect })?;
-    let above = below.split_off((at - first + 1) as usize);
-    for (k, _, _) in parts {
-        batch.remove(k);
-    }
-    let kept = if keep_below {
-        put_records(batch, first, below.iter().map(Vec::as_slice))?
-    } else {
-        Vec::new()
-    };
-    put_records(batch, at + 1, above.iter().map(Vec::as_slice))?;
-    Ok((kept, above))
-}
-
-/// Stores consecutive small records from `first`: as one pack, or, when they do not compress
-/// into one, as packs of as many of them as should fit (judged by how large the whole came
-/// out), down to records stored alone.
-fn put_packed<P: Put>(
-    batch: &mut P,
-    first: Lsn,
-    records: &[&[u8]],
-    stored: &mut Vec<Kept>,
-) -> Result<()> {
-    if let [record] = records {
-        stored.push(put_record(batch, first, record)?);
-        return Ok(());
-    }
-    if records.is_empty() {
-        return Ok(());
-    }
-    let compressed = match crate::pack::encode(records) {
-        Ok(body) => {
-            let count = u32::try_from(records.len()).expect("a run is at most 16 KiB");
-            let framed = frame::encode(&body)?;
-            stored.push(Kept { lsn: first, chunks: 0, packed: count, bytes: framed.len() as u64 });
-            batch.put(&pack_key(first, count), framed);
-            return Ok(());
-        }
-        Err(compressed) => compressed,
-    };
-    // Aim a quarter under the bound: records differ in size and in how well they compress.
-    let parts = compressed.div_ceil(crate::pack::STORED_MAX * 3 / 4).clamp(2, records.len());
-    let per = records.len().div_ceil(parts);
-    for (at, part) in (0..).step_by(per).zip(records.chunks(per)) {
-        put_packed(batch, first + at, part, stored)?;
-    }
-    Ok(())
 }
 
 impl LogStore {
@@ -805,7 +498,7 @@ impl LogStore {
             Some((_, Layout::Pack { count }, stored)) if parts.is_empty() => (lsn, count, stored),
             Some(last) => {
                 parts.push(last);
-                return crate::recovery::assemble(&parts).map(Some).map_err(|d| damaged(d).into());
+                return assemble(&parts).map(Some).map_err(|d| damaged(d).into());
             }
             // A pack it lies inside: the value with the greatest key below `lsn`'s.
             None => match self.db.range(..key(lsn)).next_back().transpose()? {
@@ -818,9 +511,8 @@ impl LogStore {
                 None => return Ok(None),
             },
         };
-        let payloads = frame::decode(&stored)
-            .and_then(|body| crate::pack::decode(body, count))
-            .map_err(damaged)?;
+        let payloads =
+            frame::decode(&stored).and_then(|body| pack::decode(body, count)).map_err(damaged)?;
         let payload = payloads[(lsn - first) as usize].clone();
         self.unpacked.lock().unwrap_or_else(PoisonError::into_inner).insert(first, payloads);
         Ok(Some(payload))
@@ -883,17 +575,7 @@ fn is_lock_error(e: &sled::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_sort_in_lsn_order_and_round_trip() {
-        let mut keys: Vec<[u8; 8]> =
-            [300u64, 1, 256, 255, u64::MAX].iter().map(|&l| key(l)).collect();
-        keys.sort_unstable();
-        let lsns: Vec<Lsn> = keys.iter().map(|k| lsn_of(k).unwrap()).collect();
-        assert_eq!(lsns, vec![1, 255, 256, 300, u64::MAX]);
-        assert!(lsn_of(&[1, 2, 3]).unwrap_err().is_corruption());
-        assert!(lsn_of(&key(0)).unwrap_err().is_corruption());
-    }
+    use crate::layout::keys::lsn_of;
 
     #[test]
     fn second_open_of_same_dir_is_in_use() {

@@ -32,7 +32,9 @@ use std::collections::VecDeque;
 
 use crate::checkpoint::{Checkpoint, Swept};
 use crate::error::{Corruption, Error, FrameDefect, Result};
-use crate::log::{key, lsn_of, next_entry, span, split_entry, Kept, Layout, LogStore, Part};
+use crate::layout::entry::{next_entry, records_of, span, split_entry, Kept};
+use crate::layout::keys::{key, lsn_of};
+use crate::log::LogStore;
 use crate::{frame, Lsn, RecoveryReport, Replayer};
 
 /// Whether the scan may change the log.
@@ -392,42 +394,6 @@ fn accept(
     report.last_lsn = lsn;
     batch.bytes += payload.len();
     batch.records.push((lsn, payload));
-}
-
-/// The payloads of the records one entry's stored values hold, in LSN order: a pack's, or
-/// the one record [`assemble`] puts together.
-pub(crate) fn records_of(parts: &[Part]) -> std::result::Result<Vec<Vec<u8>>, FrameDefect> {
-    match parts {
-        [(_, Layout::Pack { count }, stored)] => {
-            frame::decode(stored).and_then(|body| crate::pack::decode(body, *count))
-        }
-        _ => assemble(parts).map(|payload| vec![payload]),
-    }
-}
-
-/// The payload of one record from its stored values: one whole frame, or chunks `0..count`
-/// in order, each a frame of its own, all announcing the same count.
-pub(crate) fn assemble(parts: &[Part]) -> std::result::Result<Vec<u8>, FrameDefect> {
-    if let [(_, Layout::Whole, stored)] = parts {
-        return frame::decode(stored).map(<[u8]>::to_vec);
-    }
-    let count = match parts.first() {
-        Some((_, Layout::Chunk { count, .. }, _)) => *count,
-        _ => 1,
-    };
-    let mut payload = Vec::new();
-    for (i, (_, layout, stored)) in parts.iter().enumerate() {
-        let index = u32::try_from(i).unwrap_or(u32::MAX);
-        if *layout != (Layout::Chunk { index, count }) {
-            return Err(FrameDefect::MissingChunk { index, count });
-        }
-        payload.extend_from_slice(frame::decode(stored)?);
-    }
-    if parts.len() != count as usize {
-        let index = u32::try_from(parts.len()).unwrap_or(u32::MAX);
-        return Err(FrameDefect::MissingChunk { index, count });
-    }
-    Ok(payload)
 }
 
 /// A replayer that only lets the scan check the log (a heal re-verifies what is on disk; the

@@ -11,7 +11,8 @@
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::log::{key, lsn_of, parse_key, Layout, LogStore};
+use crate::layout::keys::{key, lsn_of, parse_key, Layout};
+use crate::log::LogStore;
 use crate::{checkpoint, Lsn};
 
 /// Small page cache: these helpers touch a handful of records.

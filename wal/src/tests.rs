@@ -687,7 +687,7 @@ fn a_long_tail_replays_in_order_and_a_failure_in_it_names_its_record() {
     // share packs, so when it is one it takes every record in it along.
     let store = crate::log::LogStore::open(dir.path(), 1 << 20).unwrap();
     let (k, v) = store.db.last().unwrap().unwrap();
-    let first = crate::log::lsn_of(&k).unwrap();
+    let first = crate::layout::keys::lsn_of(&k).unwrap();
     let mut damaged = v.to_vec();
     *damaged.last_mut().unwrap() ^= 0xff;
     store.db.insert(k, damaged).unwrap();
@@ -884,7 +884,7 @@ fn a_damaged_chunk_is_a_torn_tail_on_the_last_record_and_damage_anywhere_else() 
     };
     // Chunk 2 of 5 of the last record, cut short: a write a crash interrupted.
     edit(&|db| {
-        let k = crate::log::chunk_key(3, 2, 5);
+        let k = crate::layout::keys::chunk_key(3, 2, 5);
         let v = db.get(k).unwrap().unwrap();
         db.insert(k, &v[..100]).unwrap();
     });
@@ -899,12 +899,12 @@ fn a_damaged_chunk_is_a_torn_tail_on_the_last_record_and_damage_anywhere_else() 
             .unwrap()
             .db
             .iter()
-            .all(|kv| { crate::log::lsn_of(&kv.unwrap().0).unwrap() <= 2 }),
+            .all(|kv| { crate::layout::keys::lsn_of(&kv.unwrap().0).unwrap() <= 2 }),
         "every chunk of the torn record is gone"
     );
     // A chunk missing from a record before the end is damage, never skipped.
     edit(&|db| {
-        db.remove(crate::log::chunk_key(1, 4, 5)).unwrap();
+        db.remove(crate::layout::keys::chunk_key(1, 4, 5)).unwrap();
     });
     let Err(err) = try_recover(dir.path()) else { panic!("a missing chunk was accepted") };
     assert!(matches!(err, Error::Corrupt(Corruption::Record { lsn: 1, .. })), "{err:?}");
@@ -927,7 +927,9 @@ fn a_failed_log_heals_from_disk_drops_what_was_never_acknowledged_and_resumes() 
     // A failed group may have reached the disk in part: heal must not trust it.
     wal.core()
         .with_store(|store| {
-            store.db.insert(crate::log::key(3), crate::frame::encode(&payload(3, 100))?)?;
+            store
+                .db
+                .insert(crate::layout::keys::key(3), crate::frame::encode(&payload(3, 100))?)?;
             store.sync()
         })
         .unwrap();
@@ -1116,7 +1118,7 @@ fn successive_checkpoints_drop_what_retention_let_go_and_count_what_stays() {
         let stored: u64 = wal
             .core()
             .with_store(|store| {
-                let below = store.db.range(..crate::log::key(checkpoint + 1));
+                let below = store.db.range(..crate::layout::keys::key(checkpoint + 1));
                 Ok(below.map(|item| item.unwrap().1.len() as u64).sum())
             })
             .unwrap();
@@ -1141,7 +1143,7 @@ fn the_first_checkpoint_after_a_start_uses_the_markers_list() {
     };
     // A stray record below the checkpoint that no list names: only a walk would find it.
     let store = crate::log::LogStore::open(dir.path(), 1 << 20).unwrap();
-    store.db.insert(crate::log::key(5), crate::frame::encode(b"stray").unwrap()).unwrap();
+    store.db.insert(crate::layout::keys::key(5), crate::frame::encode(b"stray").unwrap()).unwrap();
     store.db.flush().unwrap();
     drop(store);
 
@@ -1346,7 +1348,13 @@ fn a_checkpoint_inside_a_pack_splits_it() {
         let store = crate::log::LogStore::open(dir.path(), 1 << 20).unwrap();
         store.db.iter().keys().map(|k| k.unwrap().to_vec()).collect::<Vec<_>>()
     };
-    assert_eq!(keys, [crate::log::pack_key(1, 5).to_vec(), crate::log::pack_key(6, 5).to_vec()]);
+    assert_eq!(
+        keys,
+        [
+            crate::layout::keys::pack_key(1, 5).to_vec(),
+            crate::layout::keys::pack_key(6, 5).to_vec()
+        ]
+    );
 
     let (wal, report, collect) = recover(dir.path());
     assert_eq!((report.records_retained, report.records_replayed), (5, 5));
@@ -1403,7 +1411,9 @@ fn a_run_too_large_for_one_pack_is_stored_as_several() {
     assert_reads(&wal, &written);
     let sizes = stored_values(&wal);
     assert!(sizes.len() > 1 && sizes.len() < 30, "{sizes:?}");
-    assert!(sizes.iter().all(|&(_, v)| v <= crate::log::CHUNK_BYTES + crate::frame::HEADER_LEN));
+    assert!(sizes
+        .iter()
+        .all(|&(_, v)| v <= crate::layout::keys::CHUNK_BYTES + crate::frame::HEADER_LEN));
     assert!(sizes.iter().any(|&(k, _)| k == 12), "some are packs: {sizes:?}");
     drop(wal);
     let (_wal, _, collect) = recover(dir.path());

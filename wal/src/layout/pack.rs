@@ -8,7 +8,7 @@
 //! raw = for each record, in LSN order: [payload length u32 LE][payload]
 //! ```
 //!
-//! The record count and the first record's LSN are in the sled key (`log::pack_key`), so a
+//! The record count and the first record's LSN are in the sled key (`keys::pack_key`), so a
 //! body decodes only together with its key.
 //!
 //! Why: a group commit under many connections holds dozens of small records (patches, each one
@@ -24,6 +24,7 @@
 //! - [`decode`] yields exactly `count` payloads or fails with [`FrameDefect::BadPack`]: no
 //!   trailing bytes, no short record, no length past the end.
 
+use super::keys::CHUNK_BYTES;
 use crate::error::FrameDefect;
 
 /// The tag of a zstd-compressed body (the only kind written).
@@ -41,8 +42,8 @@ pub(crate) const RECORD_MAX: usize = 2048;
 pub(crate) const RAW_TARGET: usize = 16 * 1024;
 
 /// The most bytes a pack's body may take: a framed pack is no larger than a chunk of a large
-/// record (`log::CHUNK_BYTES`), for the same reason (sled's leaves stay out of blob files).
-pub(crate) const STORED_MAX: usize = crate::log::CHUNK_BYTES;
+/// record ([`CHUNK_BYTES`]), for the same reason (sled's leaves stay out of blob files).
+pub(crate) const STORED_MAX: usize = CHUNK_BYTES;
 
 /// zstd's fastest regular level, as for large records (`codec`).
 const ZSTD_LEVEL: i32 = 1;
