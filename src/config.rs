@@ -148,6 +148,30 @@ pub struct ServeArgs {
     pub changes_retention_min: u64,
 }
 
+impl ServeArgs {
+    /// Parse `sheetd serve` flags (without the program and subcommand names), for callers that
+    /// start a server in-process from the flags an operator would give it (`sheetd bench`'s own
+    /// server). Unset flags take their environment variable or default, as on the command line.
+    ///
+    /// # Errors
+    ///
+    /// The flags do not parse.
+    pub fn parse_flags<I, T>(flags: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        #[derive(clap::Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            args: ServeArgs,
+        }
+        let all = std::iter::once(std::ffi::OsString::from("serve"))
+            .chain(flags.into_iter().map(Into::into));
+        Ok(<Wrapper as clap::Parser>::try_parse_from(all)?.args)
+    }
+}
+
 /// `sheetd bench` flags. See [`crate::bench`] for what each figure means.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
@@ -318,5 +342,16 @@ mod tests {
         assert_eq!(a.duration, Duration::from_secs(10));
         assert!(BenchArgs::parse_flags(["--conflict-rate", "1.5"]).is_err());
         assert!(BenchArgs::parse_flags(["--bulk-size", "2001"]).is_err());
+    }
+
+    #[test]
+    fn serve_flags_parse_without_the_command_line() {
+        let a =
+            ServeArgs::parse_flags(["--addr", "127.0.0.1:0", "--no-demo", "--admin-token", "t"])
+                .unwrap();
+        assert_eq!(a.addr, "127.0.0.1:0".parse().unwrap());
+        assert!(a.no_demo);
+        assert_eq!(a.admin_token.as_deref(), Some("t"));
+        assert!(ServeArgs::parse_flags(["--no-such-flag"]).is_err());
     }
 }
