@@ -1,6 +1,6 @@
 //! The engine's figures, each against its target, measured in one run: the built `sheetd`
 //! binary on a temporary data dir on loopback, loaded and driven by `sheetd bench` (the library
-//! in `sheetd::bench`), plus a bare actix-web handler in this process serving the same page
+//! `sheetd_bench`), plus a bare actix-web handler in this process serving the same page
 //! bytes, for the one figure that is a ratio against the wire.
 //!
 //! Run: `cargo bench --bench engine` (add `-- --quick` for a 100,000-row big sheet instead of
@@ -24,8 +24,7 @@ use std::time::{Duration, Instant};
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 use serde_json::{json, Value};
-use sheetd::bench::{self, Report};
-use sheetd::config::BenchArgs;
+use sheetd_bench::{self as bench, BenchArgs, Report};
 
 const KEY: &str = "svc_live_EngineBenchKey00000000000000000000001";
 const KEY_BIG: &str = "svc_live_EngineBenchBigSheet0000000000000002";
@@ -386,7 +385,7 @@ type FollowerRuns = (Option<Duration>, Vec<f64>, u64, u64, f64, f64);
 
 async fn run_bench(flags: &[&str]) -> Report {
     let args = BenchArgs::parse_flags(flags).expect("valid bench flags");
-    let report = bench::execute(&args).await.expect("bench runs");
+    let report = bench::execute(&args, None).await.expect("bench runs");
     assert!(report.passed, "the bench run had errors:\n{}", report.table());
     report
 }

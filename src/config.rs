@@ -1,43 +1,10 @@
-//! The command line: `sheetd serve`, `sheetd key create|revoke|list`, `sheetd check`,
-//! `sheetd bench`. Every `serve` flag is also an environment variable `SHEETD_<NAME>`.
+//! The server's command-line configuration: `sheetd serve`'s flags (every one also an
+//! environment variable `SHEETD_<NAME>`) and the offline `sheetd key` commands.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use clap::{Parser, Subcommand};
-
-use crate::bench::workload::{Mix, Workload};
-
-/// sheetd: a durable, versioned JSON REST API over spreadsheet data.
-#[derive(Debug, Parser)]
-#[command(name = "sheetd", version, about)]
-pub struct Cli {
-    /// The subcommand; a bare `sheetd` prints the help instead.
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// One subcommand per kind of run: serve, check a data dir, manage keys, load-test.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the service.
-    Serve(ServeArgs),
-    /// Verify a data dir that no server holds open: replay the log, print counts, exit non-zero
-    /// on damage.
-    Check {
-        /// The data dir to check (no server may hold it).
-        #[arg(long, env = "SHEETD_DATA_DIR", default_value = "./sheetd-data")]
-        data_dir: PathBuf,
-    },
-    /// Manage API keys in a data dir that no server holds open.
-    #[command(subcommand)]
-    Key(KeyCommand),
-    /// Load-test a server: this binary's own, in-process on generated data, or a running one
-    /// (`--url`). Prints a table per concurrency level; `--verify` reads back every
-    /// acknowledged write.
-    Bench(Box<BenchArgs>),
-}
+use clap::Subcommand;
 
 /// `sheetd key create|revoke|list`: offline key management (the admin API does the same on a
 /// running server).
@@ -148,100 +115,10 @@ pub struct ServeArgs {
     pub changes_retention_min: u64,
 }
 
-/// `sheetd bench` flags. See [`crate::bench`] for what each figure means.
-#[derive(Debug, Clone, clap::Args)]
-pub struct BenchArgs {
-    /// Base URL of a running server (`http://127.0.0.1:8080/api/v1`). Without it, bench starts
-    /// its own server in-process on a temporary data dir with generated data, and removes it
-    /// afterwards.
-    #[arg(long, help_heading = "Target")]
-    pub url: Option<String>,
-    /// API key for `--url` (write access to the sheets for write workloads).
-    #[arg(long, env = "SHEETD_BENCH_KEY", hide_env_values = true, help_heading = "Target")]
-    pub key: Option<String>,
-    /// Admin API of the `--url` server (`http://127.0.0.1:8081/admin/v1`), to report its log's
-    /// records per flush and flush latency per level.
-    #[arg(long, requires = "admin_token", help_heading = "Target")]
-    pub admin_url: Option<String>,
-    /// Admin token for `--admin-url`.
-    #[arg(long, env = "SHEETD_BENCH_ADMIN_TOKEN", hide_env_values = true, help_heading = "Target")]
-    pub admin_token: Option<String>,
-    /// Sheets to spread the load over: generated ones (own server), or the first N the key can
-    /// read (`--url`).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Target")]
-    pub sheets: u64,
-    /// Exactly these sheets of the `--url` server (comma-separated ids) instead of the first
-    /// `--sheets`.
-    #[arg(long, value_delimiter = ',', help_heading = "Target")]
-    pub sheet_ids: Vec<u64>,
-    /// Rows generated per sheet (own server).
-    #[arg(long, default_value_t = 10_000, help_heading = "Target")]
-    pub rows: u64,
-    /// Columns generated per sheet (own server), of mixed types: text, number, dropdown,
-    /// checkbox, date, datetime, contact, multi_select, symbol, then text and number again.
-    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=200), help_heading = "Target")]
-    pub columns: u64,
-    /// The saved report the `report` workload runs on a `--url` server (own server: its
-    /// generated summary report).
-    #[arg(long, help_heading = "Target")]
-    pub report_id: Option<u64>,
-
-    /// What each request does; `mixed` draws from `--mix`.
-    #[arg(long, value_enum, default_value = "read-page", help_heading = "Workload")]
-    pub workload: Workload,
-    /// Weights for `--workload mixed` (implies it): `read-page=80,patch=15,bulk-add=5`.
-    #[arg(long, help_heading = "Workload")]
-    pub mix: Option<Mix>,
-    /// Rows per page (`read-page`, `get-sheet`, `report`); the API clamps above 500.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Workload")]
-    pub page_size: u64,
-    /// Rows per `bulk-add` / `bulk-update` request (1 to 2000).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=2000), help_heading = "Workload")]
-    pub bulk_size: u64,
-    /// Fraction of patches sent with a stale version on purpose; their 409s are counted as
-    /// expected conflicts, not errors.
-    #[arg(long, default_value_t = 0.0, value_parser = parse_fraction, help_heading = "Workload")]
-    pub conflict_rate: f64,
-    /// Rows each virtual client creates up front and then patches / updates (its own, so no
-    /// other client conflicts with it).
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=100_000), help_heading = "Workload")]
-    pub rows_per_client: u64,
-
-    /// Concurrency levels, each run in turn: virtual clients, each with one keep-alive
-    /// connection and one request in flight.
-    #[arg(long, value_delimiter = ',', default_value = "1,16,64", value_parser = clap::value_parser!(u64).range(1..=10_000), help_heading = "Load")]
-    pub concurrency: Vec<u64>,
-    /// How long each level is measured (`10s`, `500ms`, `2m`).
-    #[arg(long, default_value = "10s", value_parser = parse_duration, help_heading = "Load")]
-    pub duration: Duration,
-    /// Requests measured per level instead of a duration.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Load")]
-    pub requests: Option<u64>,
-    /// Load before each level's measurement that is not counted.
-    #[arg(long, default_value = "2s", value_parser = parse_duration, help_heading = "Load")]
-    pub warmup: Duration,
-    /// Open-loop load: this many requests per second in total, sent on a fixed schedule; a
-    /// request's latency counts from when it was due, so queueing shows (no coordinated
-    /// omission). Without it, each client sends its next request when the last one answered.
-    #[arg(long, value_parser = parse_rate, help_heading = "Load")]
-    pub rate: Option<f64>,
-    /// Threads the clients run on (default: the cores, or half of them with the own server,
-    /// which needs the rest).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256), help_heading = "Load")]
-    pub client_threads: Option<u64>,
-
-    /// Write every figure as JSON to this file (schema: see the `sheetd::bench` docs).
-    #[arg(long, help_heading = "Output")]
-    pub json: Option<PathBuf>,
-    /// After the run, read back every row the run saw acknowledged and check its version and
-    /// cells (deleted rows must be gone); any lost or wrong write fails the run.
-    #[arg(long, help_heading = "Output")]
-    pub verify: bool,
-}
-
-impl BenchArgs {
-    /// Parse `sheetd bench` flags (without the program and subcommand names), for callers that
-    /// drive the load tester as a library (the `http_load` bench, tests).
+impl ServeArgs {
+    /// Parse `sheetd serve` flags (without the program and subcommand names), for callers that
+    /// start a server in-process from the flags an operator would give it (`sheetd bench`'s own
+    /// server). Unset flags take their environment variable or default, as on the command line.
     ///
     /// # Errors
     ///
@@ -251,46 +128,14 @@ impl BenchArgs {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        #[derive(Parser)]
+        #[derive(clap::Parser)]
         struct Wrapper {
             #[command(flatten)]
-            args: BenchArgs,
+            args: ServeArgs,
         }
-        let all = std::iter::once(std::ffi::OsString::from("bench"))
+        let all = std::iter::once(std::ffi::OsString::from("serve"))
             .chain(flags.into_iter().map(Into::into));
-        Ok(Wrapper::try_parse_from(all)?.args)
-    }
-}
-
-/// A duration as `10s`, `500ms`, `2m`, `1.5s` or plain seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => text.split_at(i),
-        None => (text, "s"),
-    };
-    let value: f64 = number.trim().parse().map_err(|_| format!("`{text}` is not a duration"))?;
-    let scale = match unit {
-        "ms" => 1e-3,
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => return Err(format!("`{text}`: the unit must be ms, s, m or h")),
-    };
-    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("`{text}` is not a duration"))
-}
-
-fn parse_fraction(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
-        _ => Err(format!("`{text}` is not a fraction from 0 to 1")),
-    }
-}
-
-fn parse_rate(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("`{text}` is not a positive number of requests per second")),
+        Ok(<Wrapper as clap::Parser>::try_parse_from(all)?.args)
     }
 }
 
@@ -299,24 +144,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_take_a_unit_or_mean_seconds() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("10x").is_err());
-        assert!(parse_duration("-1s").is_err());
-    }
-
-    #[test]
-    fn bench_flags_parse_with_their_defaults() {
-        let a = BenchArgs::parse_flags(["--mix", "read-page=80,patch=20", "--concurrency", "2,4"])
-            .unwrap();
-        assert_eq!(a.concurrency, vec![2, 4]);
-        assert_eq!(a.sheets, 4);
-        assert_eq!(a.rows, 10_000);
-        assert_eq!(a.duration, Duration::from_secs(10));
-        assert!(BenchArgs::parse_flags(["--conflict-rate", "1.5"]).is_err());
-        assert!(BenchArgs::parse_flags(["--bulk-size", "2001"]).is_err());
+    fn serve_flags_parse_without_the_command_line() {
+        let a =
+            ServeArgs::parse_flags(["--addr", "127.0.0.1:0", "--no-demo", "--admin-token", "t"])
+                .unwrap();
+        assert_eq!(a.addr, "127.0.0.1:0".parse().unwrap());
+        assert!(a.no_demo);
+        assert_eq!(a.admin_token.as_deref(), Some("t"));
+        assert!(ServeArgs::parse_flags(["--no-such-flag"]).is_err());
     }
 }

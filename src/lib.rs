@@ -20,10 +20,11 @@
 //! - [`prometheus`]: the text format the admin metrics endpoint speaks.
 //! - [`maintenance`]: background checkpoints and side-store housekeeping.
 //! - [`cli`]: the offline operator commands (`sheetd key ...`, `sheetd check`).
-//! - [`mod@bench`]: the load tester (`sheetd bench`).
+//!
+//! The load tester behind `sheetd bench` is a crate of its own (`sheetd-bench`); this library
+//! does not use it; the binary gives it a way to start this server in-process.
 
 pub mod auth;
-pub mod bench;
 pub mod cli;
 pub mod compression;
 pub mod conditional;

@@ -1,10 +1,46 @@
-//! The `sheetd` binary: parse the command line, set up logging, dispatch.
+//! The `sheetd` binary: the command line, logging, and dispatch. It is where the server library
+//! and the load generator meet: `sheetd bench` is [`sheetd_bench`] with this binary's server as
+//! its own server, and neither library knows the other.
 
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
-use sheetd::config::{Cli, Command};
+use clap::{Parser, Subcommand};
+use futures_util::future::LocalBoxFuture;
+use sheetd::config::{KeyCommand, ServeArgs};
 use sheetd::server::{self, Options};
+use sheetd_bench::{BenchArgs, Started};
+
+/// sheetd: a durable, versioned JSON REST API over spreadsheet data.
+#[derive(Debug, Parser)]
+#[command(name = "sheetd", version, about)]
+struct Cli {
+    /// The subcommand; a bare `sheetd` prints the help instead.
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// One subcommand per kind of run: serve, check a data dir, manage keys, load-test.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the service.
+    Serve(ServeArgs),
+    /// Verify a data dir that no server holds open: replay the log, print counts, exit non-zero
+    /// on damage.
+    Check {
+        /// The data dir to check (no server may hold it).
+        #[arg(long, env = "SHEETD_DATA_DIR", default_value = "./sheetd-data")]
+        data_dir: PathBuf,
+    },
+    /// Manage API keys in a data dir that no server holds open.
+    #[command(subcommand)]
+    Key(KeyCommand),
+    /// Load-test a server: this binary's own, in-process on generated data, or a running one
+    /// (`--url`). Prints a table per concurrency level; `--verify` reads back every
+    /// acknowledged write.
+    Bench(Box<BenchArgs>),
+}
 
 /// jemalloc, not the system allocator: it gives back what a load freed (see Cargo.toml).
 #[global_allocator]
@@ -67,7 +103,20 @@ fn main() -> ExitCode {
         Command::Bench(args) => {
             // The own server's per-request info lines would bury the table.
             init_logging(false, "warn");
-            sheetd::bench::main(*args)
+            sheetd_bench::main(*args, own_server)
         }
     }
+}
+
+/// `sheetd bench`'s own server: `sheetd serve` with the flags the load generator chose, started
+/// in this process so the run measures the very build it ships with.
+fn own_server(flags: Vec<OsString>) -> LocalBoxFuture<'static, anyhow::Result<Started>> {
+    Box::pin(async move {
+        let args = ServeArgs::parse_flags(flags)?;
+        let running =
+            server::start(Options { args, clock: Default::default(), print_secrets: false })
+                .await?;
+        let (addr, admin_addr) = (running.addr, running.admin_addr);
+        Ok(Started { addr, admin_addr, stop: Box::pin(server::stop(running)) })
+    })
 }

@@ -366,12 +366,7 @@ mod tests {
     }
 
     fn serve_args(flags: &[&str]) -> ServeArgs {
-        use clap::Parser;
-        let argv = ["sheetd", "serve"].iter().chain(flags);
-        match crate::config::Cli::try_parse_from(argv).unwrap().command {
-            crate::config::Command::Serve(args) => args,
-            other => panic!("parsed {other:?}"),
-        }
+        ServeArgs::parse_flags(flags.iter().copied()).unwrap()
     }
 
     #[test]

@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use serde_json::{json, Value};
-use sheetd::bench::{self, verify::Expected, Target};
-use sheetd::config::BenchArgs;
+use sheetd_bench::{self as bench, data, verify::Expected, BenchArgs, Target};
 
 use crate::common::*;
 
@@ -38,6 +37,40 @@ fn assert_sane_level(l: &Value, what: &str) {
     assert!(l["errors"].is_array() && l["ops"].is_array(), "{what}: {l}");
 }
 
+/// The own server's workspace is one the server seeds from, and every cell the generator
+/// writes is valid for its column.
+#[test]
+fn the_generated_fixture_parses_and_every_cell_coerces() {
+    let key = data::own_key();
+    let fx = data::fixture(2, 12, &key);
+    let parsed = sheetd::server::parse_fixture(&fx.to_string(), "test").unwrap();
+    assert_eq!(parsed.sheets.len(), 2);
+    assert_eq!(parsed.columns.len(), 24);
+    let columns: Vec<data::ColumnInfo> = fx["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["sheetId"] == 1)
+        .map(|c| data::ColumnInfo {
+            id: c["id"].as_u64().unwrap(),
+            ty: c["type"].as_str().unwrap().to_owned(),
+            options: serde_json::from_value(c["options"].clone()).unwrap_or_default(),
+        })
+        .collect();
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(7);
+    // Rows in a fixture are coerced like API writes: a fixture with generated rows parses
+    // and prepares, so every generated value is valid for its column.
+    let mut with_rows = fx.clone();
+    with_rows["rows"] = (0..50)
+        .map(
+            |i| json!({"id": 100 + i, "sheetId": 1, "cells": data::row_cells(&columns, i, &mut rng)}),
+        )
+        .collect();
+    let fixture = sheetd::server::parse_fixture(&with_rows.to_string(), "test").unwrap();
+    let state = actors::directory::DirectoryState::default();
+    actors::directory::fixture::prepare(fixture, &state, 1, 0).expect("generated cells coerce");
+}
+
 /// The own server and load of the runs here: 2 sheets of 300 rows, 150 requests a level.
 const SMALL_RUN: &[&str] = &[
     "--sheets",
@@ -58,7 +91,7 @@ const SMALL_RUN: &[&str] = &[
 async fn own_server_run(workload: &[&str], writes: bool) -> Value {
     let more = ["--concurrency", "1,4", "--rows-per-client", "8", "--verify"];
     let args = flags(&[workload, SMALL_RUN, &more].concat());
-    let report = bench::execute(&args).await.expect("the run completes");
+    let report = bench::execute(&args, Some(own_server)).await.expect("the run completes");
     let r = json_of(&report);
     let what = workload.join(" ");
     assert_eq!(r["version"], 1);
@@ -123,7 +156,7 @@ async fn write_workloads_report_rows_written_and_the_logs_flushes() {
     }
     // Without --verify a bulk answer's rows are skipped, not read: the count must not change.
     let args = flags(&[&["--workload", "bulk-add", "--concurrency", "1"], SMALL_RUN].concat());
-    let r = json_of(&bench::execute(&args).await.expect("the run completes"));
+    let r = json_of(&bench::execute(&args, Some(own_server)).await.expect("the run completes"));
     let l = &r["levels"][0];
     assert_eq!(l["rowsWritten"], 150 * 20, "every item of every bulk add: {l}");
     assert_eq!(l["errorRequests"], 0, "{l}");
@@ -176,7 +209,7 @@ async fn get_row_runs_against_a_running_server_with_the_route() {
         "--warmup",
         "0s",
     ]);
-    let target = Target::open(&args).await.unwrap();
+    let target = Target::open(&args, None).await.unwrap();
     let r = json_of(&bench::run(&args, &target).await.expect("the server has getRow").report);
     assert_eq!(r["passed"], true, "{r:#}");
     assert_eq!(
@@ -214,7 +247,7 @@ async fn verify_passes_untouched_writes_and_reports_ones_changed_behind_the_runs
         "--admin-token",
         ADMIN_TOKEN,
     ]);
-    let target = Target::open(&args).await.unwrap();
+    let target = Target::open(&args, None).await.unwrap();
     let run = bench::run(&args, &target).await.unwrap();
     let r = json_of(&run.report);
     assert_eq!(r["passed"], true, "{r:#}");
@@ -332,7 +365,7 @@ async fn open_loop_latency_counts_the_wait_of_requests_due_during_a_stall() {
         "--warmup",
         "0s",
     ]);
-    let target = Target::open(&args).await.unwrap();
+    let target = Target::open(&args, None).await.unwrap();
     let run = bench::run(&args, &target).await.unwrap();
     handle.stop(true).await;
     let r = json_of(&run.report);
@@ -367,7 +400,7 @@ async fn rate_limited_runs_warn_up_front_and_count_429s_without_failing() {
         "--warmup",
         "0s",
     ]);
-    let target = Target::open(&args).await.unwrap();
+    let target = Target::open(&args, None).await.unwrap();
     let run = bench::run(&args, &target).await.expect("429s do not end the run");
     let r = json_of(&run.report);
     assert_eq!(r["rateLimit"]["limit"], 50);

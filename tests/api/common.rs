@@ -118,6 +118,20 @@ pub fn args(data_dir: &Path) -> ServeArgs {
     }
 }
 
+/// The own server of a `sheetd bench` run, started as the binary starts it: `sheetd serve` with
+/// the load tester's flags, in this process.
+pub fn own_server(
+    flags: Vec<std::ffi::OsString>,
+) -> futures_util::future::LocalBoxFuture<'static, anyhow::Result<sheetd_bench::Started>> {
+    Box::pin(async move {
+        let args = ServeArgs::parse_flags(flags)?;
+        let running =
+            server::start(Options { args, clock: Clock::default(), print_secrets: false }).await?;
+        let (addr, admin_addr) = (running.addr, running.admin_addr);
+        Ok(sheetd_bench::Started { addr, admin_addr, stop: Box::pin(server::stop(running)) })
+    })
+}
+
 impl TestServer {
     /// A server seeded with [`fixture`].
     pub async fn start() -> Self {

@@ -547,7 +547,7 @@ async fn a_soak_of_mixed_writes_keeps_disk_and_memory_bounded() {
     let pid = bin.child.id();
 
     let duration = format!("{secs}s");
-    let args = sheetd::config::BenchArgs::parse_flags([
+    let args = sheetd_bench::BenchArgs::parse_flags([
         "--url",
         bin.base.as_str(),
         "--key",
@@ -569,7 +569,7 @@ async fn a_soak_of_mixed_writes_keeps_disk_and_memory_bounded() {
         "--verify",
     ])
     .unwrap();
-    let load = actix_rt::spawn(async move { sheetd::bench::execute(&args).await });
+    let load = actix_rt::spawn(async move { sheetd_bench::execute(&args, None).await });
 
     const SLACK: u64 = 48 << 20;
     let (mut worst, mut largest, mut rss) = (0.0f64, 0u64, Vec::new());

@@ -148,7 +148,7 @@ impl Driver {
             self.users[0].some_row(&self.settings).context("the first client made no rows")?;
         let http = Http::new(&self.base, &self.key);
         let path = format!("/sheets/{sheet}/rows/{row}");
-        if http.send(actix_web::http::Method::GET, &path, None).await.status == 404 {
+        if http.send(awc::http::Method::GET, &path, None).await.status == 404 {
             anyhow::bail!(
                 "get-row needs a server with getRow: GET {path} (a row this run just created) \
                  answered 404"

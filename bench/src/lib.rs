@@ -1,4 +1,10 @@
-//! `sheetd bench`: the load tester, bundled with the server it tests.
+//! `sheetd bench`: the load tester, shipped in the `sheetd` binary with the server it tests.
+//!
+//! It is a crate of its own, owning its flags and figures, and it knows the server only from the
+//! outside: the public and admin HTTP APIs, and the `sheetd serve` flags of the own server it
+//! runs on. Starting that server is left to the caller (the binary, a test) through a
+//! [`StartServer`] function, so the load generator and the server library do not depend on
+//! each other and either can change inside without the other.
 //!
 //! It drives the public API the way callers do (over HTTP, with a key, through the rate limiter)
 //! and reports per concurrency level: throughput, HDR latency percentiles, errors by code and
@@ -14,6 +20,7 @@
 //!
 //! # Layout
 //!
+//! - [`args`]: the flags ([`BenchArgs`]).
 //! - [`target`]: the own in-process server on generated data, or a running one; `/me`, metrics.
 //! - [`data`]: the generated workspace (a fixture) and cell values.
 //! - [`workload`]: request kinds, `--mix`, and the virtual user that sends them.
@@ -23,9 +30,10 @@
 //! - [`mod@verify`]: the ledger of acknowledged writes and the read-back.
 //! - [`client`]: the `awc` client of each user and the control calls.
 //!
-//! As a library: [`Target::open`], then [`run`] (the load, giving a [`Report`] and the
-//! [`Ledger`] of acknowledged writes), then [`verify::verify`] against the ledger, then
-//! [`Target::close`]. [`execute`] does all of it as the command does.
+//! As a library: [`Target::open`] (given the [`StartServer`] of the own server), then [`run`]
+//! (the load, giving a [`Report`] and the [`Ledger`] of acknowledged writes), then
+//! [`verify::verify`] against the ledger, then [`Target::close`]. [`execute`] does all of it as
+//! the command does.
 //!
 //! # What the figures mean
 //!
@@ -85,6 +93,7 @@
 //! Status 0 in `errors` is a transport error; its `errorCode` is then `timeout`,
 //! `connect_failed`, `body_broken` or `transport_error`.
 
+pub mod args;
 pub mod client;
 pub mod data;
 pub mod driver;
@@ -98,12 +107,12 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 
+pub use args::BenchArgs;
 pub use report::Report;
-pub use target::Target;
+pub use target::{StartServer, Started, Target};
 pub use verify::{Ledger, Verification};
 pub use workload::{Mix, Workload};
 
-use crate::config::BenchArgs;
 use driver::{Budget, Driver, LevelPlan};
 use report::{LevelView, LoadView, MixEntry, TargetView, WorkloadView};
 use target::RateLimit;
@@ -289,19 +298,20 @@ pub async fn verify(target: &Target, ledger: &Ledger) -> anyhow::Result<Verifica
     verify::verify(&target.client(), ledger).await
 }
 
-/// The whole command: open the target, run, verify when asked, close the target.
+/// The whole command: open the target (an own server through `start`), run, verify when
+/// asked, close the target.
 ///
 /// # Errors
 ///
 /// Setup failed, or the read-back could not be made.
-pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
+pub async fn execute(args: &BenchArgs, start: Option<StartServer>) -> anyhow::Result<Report> {
     if args.url.is_none() {
         eprintln!(
             "sheetd bench: starting an own server with {} sheet(s) of {} rows and {} columns",
             args.sheets, args.rows, args.columns
         );
     }
-    let target = Target::open(args).await?;
+    let target = Target::open(args, start).await?;
     if let Some(l) = &target.loaded {
         eprintln!(
             "sheetd bench: loaded {} rows through bulkAdd in {:.1} s ({:.0} rows/s)",
@@ -327,8 +337,8 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
 }
 
 /// `sheetd bench`: run, print the table, write the JSON, and exit non-zero unless it passed.
-pub fn main(args: BenchArgs) -> ExitCode {
-    let result = actix_rt::System::new().block_on(execute(&args));
+pub fn main(args: BenchArgs, start: StartServer) -> ExitCode {
+    let result = actix_rt::System::new().block_on(execute(&args, Some(start)));
     let report = match result {
         Ok(r) => r,
         Err(e) => {

@@ -1,5 +1,5 @@
 //! The run's figures: the [`Report`] written by `--json` (its schema is in the
-//! [`crate::bench`] docs), and the table printed for a person.
+//! [`crate`] docs), and the table printed for a person.
 
 use std::fmt::Write;
 

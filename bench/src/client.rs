@@ -9,9 +9,9 @@
 
 use std::time::Duration;
 
-use actix_web::http::Method;
-use actix_web::web::Bytes;
 use anyhow::{bail, Context};
+use awc::http::Method;
+use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;

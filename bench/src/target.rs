@@ -1,8 +1,12 @@
-//! Where the load goes: this binary's own server, started in-process on a temporary data dir
-//! with generated data, or a running server named by `--url`; and what the run learns from it
+//! Where the load goes: the own server, started in-process on a temporary data dir with
+//! generated data, or a running server named by `--url`; and what the run learns from it
 //! before it starts (sheets and columns, the key's rate limit, the admin metrics).
 //!
 //! # The own server
+//!
+//! It is `sheetd serve` with flags chosen here, started by the caller's [`StartServer`]: this
+//! crate does not link the server, so the flags an operator would type are the whole contract,
+//! and the run loads the very server the caller ships.
 //!
 //! 1. A temporary data dir, removed when the [`Target`] is closed (or dropped).
 //! 2. The workspace (user, project, sheets, columns of mixed types, a summary report, a key with
@@ -18,17 +22,34 @@
 //! A running server is only read until the run starts: its sheets are listed (the first
 //! `--sheets`, or `--sheet-ids`) and their columns fetched, so writes generate valid cells.
 
+use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use actix_web::http::Method;
 use anyhow::{bail, Context};
+use awc::http::Method;
+use futures_util::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::client::Http;
 use super::data::{self, ColumnInfo, SheetInfo};
-use crate::config::{BenchArgs, ServeArgs};
-use crate::server::{self, Options, Running};
+use crate::args::BenchArgs;
+
+/// Starts the own server in this process: given `sheetd serve` flags (without the program and
+/// subcommand names), the server they describe, running.
+pub type StartServer = fn(Vec<OsString>) -> LocalBoxFuture<'static, anyhow::Result<Started>>;
+
+/// A server a [`StartServer`] started.
+pub struct Started {
+    /// Where its public API listens.
+    pub addr: SocketAddr,
+    /// Where its admin API listens.
+    pub admin_addr: SocketAddr,
+    /// Stops it as `sheetd serve` stops on a signal. Not polled until the run ends, and the data
+    /// dir is removed only after it completes.
+    pub stop: LocalBoxFuture<'static, anyhow::Result<()>>,
+}
 
 /// `rateLimit` of `GET /me`.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize)]
@@ -114,7 +135,7 @@ pub struct LoadFigures {
 
 /// The own server and the temporary dir it lives in.
 struct OwnServer {
-    running: Running,
+    stop: LocalBoxFuture<'static, anyhow::Result<()>>,
     dir: tempfile::TempDir,
 }
 
@@ -168,18 +189,21 @@ struct Me {
 }
 
 impl Target {
-    /// The own server (no `--url`) or a running one.
+    /// The own server (no `--url`), started with `start`, or a running one. A caller that only
+    /// loads running servers has no `start` to give.
     ///
     /// # Errors
     ///
-    /// The own server did not start or load, or the running one did not answer the setup calls.
-    pub async fn open(args: &BenchArgs) -> anyhow::Result<Self> {
-        match &args.url {
-            Some(url) => Self::connect(args, url).await,
-            None if !args.sheet_ids.is_empty() => {
+    /// The own server did not start or load, or cannot be started without `start`; or the
+    /// running one did not answer the setup calls.
+    pub async fn open(args: &BenchArgs, start: Option<StartServer>) -> anyhow::Result<Self> {
+        match (&args.url, start) {
+            (Some(url), _) => Self::connect(args, url).await,
+            (None, _) if !args.sheet_ids.is_empty() => {
                 bail!("--sheet-ids names sheets of a running server: it needs --url")
             }
-            None => Self::start_own(args).await,
+            (None, Some(start)) => Self::start_own(args, start).await,
+            (None, None) => bail!("no own server to start here: give --url"),
         }
     }
 
@@ -197,7 +221,7 @@ impl Target {
         Ok(Target { base, key, admin, sheets, report_id: args.report_id, loaded: None, own: None })
     }
 
-    async fn start_own(args: &BenchArgs) -> anyhow::Result<Self> {
+    async fn start_own(args: &BenchArgs, start: StartServer) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("sheetd-bench-")
             .tempdir()
@@ -205,25 +229,21 @@ impl Target {
         let key = data::own_key();
         let seed = dir.path().join("seed.json");
         std::fs::write(&seed, data::fixture(args.sheets, args.columns, &key).to_string())?;
-        let admin_token = actors::directory::keys::generate_admin_token();
-        let serve = ServeArgs {
-            addr: "127.0.0.1:0".parse().expect("address"),
-            admin_addr: "127.0.0.1:0".parse().expect("address"),
-            data_dir: dir.path().join("data"),
-            seed: Some(seed),
-            no_demo: true,
-            admin_token: Some(admin_token.clone()),
-            rate_limit_per_minute: 1_000_000_000,
-            report_max_sources: (args.sheets as usize).max(50),
-            report_max_scanned_rows: u64::MAX,
-            ..serve_defaults()
-        };
-        let running =
-            server::start(Options { args: serve, clock: Default::default(), print_secrets: false })
-                .await
-                .context("starting the own server")?;
-        let base = format!("http://{}/api/v1", running.addr);
-        let admin = format!("http://{}/admin/v1", running.admin_addr);
+        let admin_token = data::own_admin_token();
+        let mut flags: Vec<OsString> = Vec::new();
+        let mut flag = |name: &str, value: OsString| flags.extend([name.into(), value]);
+        flag("--addr", "127.0.0.1:0".into());
+        flag("--admin-addr", "127.0.0.1:0".into());
+        flag("--data-dir", dir.path().join("data").into());
+        flag("--seed", seed.into());
+        flag("--admin-token", admin_token.clone().into());
+        flag("--rate-limit-per-minute", "1000000000".into());
+        flag("--report-max-sources", args.sheets.max(50).to_string().into());
+        flag("--report-max-scanned-rows", u64::MAX.to_string().into());
+        flags.push("--no-demo".into());
+        let started = start(flags).await.context("starting the own server")?;
+        let base = format!("http://{}/api/v1", started.addr);
+        let admin = format!("http://{}/admin/v1", started.admin_addr);
         let mut target = Target {
             base,
             key,
@@ -231,7 +251,7 @@ impl Target {
             sheets: Vec::new(),
             report_id: Some(data::REPORT_ID),
             loaded: None,
-            own: Some(OwnServer { running, dir }),
+            own: Some(OwnServer { stop: started.stop, dir }),
         };
         match target.load(args).await {
             Ok(()) => Ok(target),
@@ -299,22 +319,11 @@ impl Target {
     /// The own server did not stop cleanly.
     pub async fn close(mut self) -> anyhow::Result<()> {
         if let Some(own) = self.own.take() {
-            server::stop(own.running).await?;
+            own.stop.await?;
             own.dir.close().context("removing the temporary data dir")?;
         }
         Ok(())
     }
-}
-
-/// `sheetd serve`'s defaults for the flags the own server does not set.
-fn serve_defaults() -> ServeArgs {
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Wrapper {
-        #[command(flatten)]
-        args: ServeArgs,
-    }
-    Wrapper::parse_from(["serve"]).args
 }
 
 /// The first `n` sheets the key can read.

@@ -12,7 +12,7 @@
 
 use std::str::FromStr;
 
-use actix_web::http::Method;
+use awc::http::Method;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::de::IgnoredAny;
