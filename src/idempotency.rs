@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 use crate::auth::Caller;
 use crate::error::{ApiError, Code};
 use crate::routes::respond;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// The header.
 pub const HEADER: &str = "idempotency-key";

@@ -4,6 +4,7 @@
 //!
 //! - [`config`]: command line and environment.
 //! - [`server`]: start-up (recovery, seeding), the two listeners, graceful stop.
+//! - [`state`]: what every handler reaches ([`state::AppState`]).
 //! - [`middleware`]: request ids, rate limiting, panics, the error envelope, request logs.
 //! - [`auth`]: bearer keys, the admin token, and the one authorization function.
 //! - [`error`]: the one API error type and its code table.
@@ -40,4 +41,5 @@ pub mod prometheus;
 pub mod rate_limit;
 pub mod routes;
 pub mod server;
+pub mod state;
 pub mod views;

@@ -22,7 +22,7 @@ use serde_json::json;
 use crate::auth::{resolve_key, Authn, RequestId};
 use crate::error::{ApiError, Code};
 use crate::rate_limit::{Decision, Subject};
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// A fresh request id: `req_` and 24 hex digits.
 pub fn new_request_id() -> String {

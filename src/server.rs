@@ -23,28 +23,10 @@ use crate::maintenance::{CheckpointPolicy, Maintenance};
 use crate::metrics::Metrics;
 use crate::middleware::request_context;
 use crate::rate_limit::RateLimiter;
+use crate::state::AppState;
 
 /// The embedded demo workspace.
 pub const DEMO_FIXTURE: &str = include_str!("demo.json");
-
-/// What every handler can reach.
-pub struct AppState {
-    /// The domain.
-    pub service: Service,
-    /// The cursor codec.
-    pub cursors: CursorCodec,
-    /// The rate limiter.
-    pub limiter: RateLimiter,
-    /// Largest request body.
-    pub max_body_bytes: usize,
-    /// Request metrics.
-    pub metrics: Metrics,
-    /// Caps of one report run (`--report-max-sources`, `--report-max-scanned-rows`).
-    pub report_caps: actors::report::Caps,
-    /// Turns `true` when the server begins to stop: long-polls and change streams end at
-    /// once instead of holding the graceful stop for up to their full wait.
-    pub stopping: tokio::sync::watch::Sender<bool>,
-}
 
 /// How to start: the serve flags plus what tests inject.
 #[derive(Clone, Debug)]

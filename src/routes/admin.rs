@@ -33,7 +33,7 @@ use crate::auth::AdminCaller;
 use crate::error::ApiError;
 use crate::input::{body_problem, json_body, paging, path_id, read_body};
 use crate::routes::ok;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::views::{
     AdminListView, CreatedKeyView, EventView, HealthView, ImportView, KeyView, PlanView, StatsView,
 };

@@ -30,7 +30,7 @@ use crate::input::{paging_bound, path_id, query_pairs};
 use crate::openapi as oa;
 use crate::routes::ok;
 use crate::routes::sheets::sheet_snapshot;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::views::{ChangeView, ChangesView};
 
 /// The longest long-poll `wait`, in seconds.

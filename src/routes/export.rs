@@ -25,7 +25,7 @@ use crate::input::{path_id, query_pairs, row_query};
 use crate::openapi as oa;
 use crate::routes::rows::checked_query;
 use crate::routes::sheets::sheet_snapshot;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// Rows rendered per chunk of the body.
 const CHUNK_ROWS: usize = 1000;

@@ -13,7 +13,7 @@ use crate::error::{ApiError, Code};
 use crate::input::{paging, path_id};
 use crate::openapi as oa;
 use crate::routes::ok;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::views::{
     ListView, ReportResponseView, ReportRunDataView, ReportRunView, ReportSummaryView,
 };

@@ -35,7 +35,7 @@ use crate::input::{
 use crate::openapi as oa;
 use crate::routes::respond;
 use crate::routes::sheets::{sheet_actor, sheet_snapshot};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::views::{
     row_json, row_response, rows_page, BulkResultItemView, BulkWriteView, ListView,
     RowResponseView, RowView,

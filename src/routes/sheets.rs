@@ -17,7 +17,7 @@ use crate::error::ApiError;
 use crate::input::{paging, path_id};
 use crate::openapi as oa;
 use crate::routes::ok;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::views::{row_json, ColumnView, ListView, RowsPage, SheetView, SheetWithChildrenView};
 
 /// listSheets: readable sheets by id, keyset paged.
