@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, Code};
-use crate::routes::respond;
+use crate::response::respond;
 use crate::state::AppState;
 
 /// The header.

@@ -15,6 +15,8 @@
 //! - [`conditional`]: `ETag`, `If-None-Match` (304) and `If-Match` (412).
 //! - [`rate_limit`]: the rolling-minute limiter.
 //! - [`routes`]: one file per resource, and the admin side.
+//! - [`routing`]: resources and read routes as both APIs build them, and the 404 of no route.
+//! - [`response`]: the successful answers of handlers.
 //! - [`views`]: response bodies, the public API's and the admin API's.
 //! - [`openapi`]: the OpenAPI 3.1 document derived from the handlers and views.
 //! - [`metrics`]: request counters, and everything the admin metrics endpoint exports.
@@ -39,7 +41,9 @@ pub mod middleware;
 pub mod openapi;
 pub mod prometheus;
 pub mod rate_limit;
+pub mod response;
 pub mod routes;
+pub mod routing;
 pub mod server;
 pub mod state;
 pub mod views;

@@ -173,9 +173,9 @@ mod tests {
         let app = test::init_service(
             App::new()
                 .wrap(from_fn(request_context))
-                .service(crate::routes::resource("/api/v1/boom").route(web::get().to(boom)))
+                .service(crate::routing::resource("/api/v1/boom").route(web::get().to(boom)))
                 .service(
-                    crate::routes::resource("/api/v1/fine").route(web::get().to(HttpResponse::Ok)),
+                    crate::routing::resource("/api/v1/fine").route(web::get().to(HttpResponse::Ok)),
                 ),
         )
         .await;

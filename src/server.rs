@@ -23,6 +23,7 @@ use crate::maintenance::{CheckpointPolicy, Maintenance};
 use crate::metrics::Metrics;
 use crate::middleware::request_context;
 use crate::rate_limit::RateLimiter;
+use crate::routing::no_route;
 use crate::state::AppState;
 
 /// The embedded demo workspace.
@@ -202,7 +203,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
             .wrap(Compress::default())
             .wrap(from_fn(compression::negotiate))
             .service(web::scope("/api/v1").configure(crate::routes::configure))
-            .default_service(web::to(crate::routes::no_route))
+            .default_service(web::to(no_route))
     })
     .workers(threads)
     .disable_signals()

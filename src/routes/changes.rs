@@ -28,7 +28,7 @@ use crate::cursor::{CursorCodec, Kind};
 use crate::error::{ApiError, Code};
 use crate::input::{paging_bound, path_id, query_pairs};
 use crate::openapi as oa;
-use crate::routes::ok;
+use crate::response::ok;
 use crate::routes::sheets::sheet_snapshot;
 use crate::state::AppState;
 use crate::views::{ChangeView, ChangesView};

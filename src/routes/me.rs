@@ -6,7 +6,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::openapi as oa;
 use crate::rate_limit::Decision;
-use crate::routes::ok;
+use crate::response::ok;
 use crate::views::{GrantView, MeView, RateLimitView};
 
 /// getMe.

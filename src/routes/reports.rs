@@ -12,7 +12,7 @@ use crate::cursor::Kind;
 use crate::error::{ApiError, Code};
 use crate::input::{paging, path_id};
 use crate::openapi as oa;
-use crate::routes::ok;
+use crate::response::ok;
 use crate::state::AppState;
 use crate::views::{
     ListView, ReportResponseView, ReportRunDataView, ReportRunView, ReportSummaryView,

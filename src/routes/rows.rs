@@ -33,7 +33,7 @@ use crate::input::{
     some_integer, RowQuery,
 };
 use crate::openapi as oa;
-use crate::routes::respond;
+use crate::response::respond;
 use crate::routes::sheets::{sheet_actor, sheet_snapshot};
 use crate::state::AppState;
 use crate::views::{

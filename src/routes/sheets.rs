@@ -16,7 +16,7 @@ use crate::cursor::Kind;
 use crate::error::ApiError;
 use crate::input::{paging, path_id};
 use crate::openapi as oa;
-use crate::routes::ok;
+use crate::response::ok;
 use crate::state::AppState;
 use crate::views::{row_json, ColumnView, ListView, RowsPage, SheetView, SheetWithChildrenView};
 
