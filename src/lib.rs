@@ -19,12 +19,15 @@
 //! - [`response`]: the successful answers of handlers.
 //! - [`views`]: response bodies, the public API's and the admin API's.
 //! - [`openapi`]: the OpenAPI 3.1 document derived from the handlers and views.
+//! - [`api_doc`]: what the operations share in it: parameters, error envelopes and responses.
+//! - [`schema`]: the schemas of the views' free-JSON and fixed-string fields.
 //! - [`metrics`]: request counters, and everything the admin metrics endpoint exports.
 //! - [`prometheus`]: the text format the admin metrics endpoint speaks.
 //! - [`maintenance`]: background checkpoints and side-store housekeeping.
 //! - [`cli`]: the offline operator commands (`sheetd key ...`, `sheetd check`).
 //! - [`mod@bench`]: the load tester (`sheetd bench`).
 
+pub mod api_doc;
 pub mod auth;
 pub mod bench;
 pub mod cli;
@@ -44,6 +47,7 @@ pub mod rate_limit;
 pub mod response;
 pub mod routes;
 pub mod routing;
+pub mod schema;
 pub mod server;
 pub mod state;
 pub mod views;

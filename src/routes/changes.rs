@@ -23,11 +23,11 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::api_doc as oa;
 use crate::auth::Caller;
 use crate::cursor::{CursorCodec, Kind};
 use crate::error::{ApiError, Code};
 use crate::input::{paging_bound, path_id, query_pairs};
-use crate::openapi as oa;
 use crate::response::ok;
 use crate::routes::sheets::sheet_snapshot;
 use crate::state::AppState;

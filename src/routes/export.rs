@@ -18,11 +18,11 @@ use actors::sheet::SheetSnapshot;
 use futures_util::stream;
 use serde_json::{json, Value};
 
+use crate::api_doc as oa;
 use crate::auth::Caller;
 use crate::cursor::Kind;
 use crate::error::ApiError;
 use crate::input::{path_id, query_pairs, row_query};
-use crate::openapi as oa;
 use crate::routes::rows::checked_query;
 use crate::routes::sheets::sheet_snapshot;
 use crate::state::AppState;

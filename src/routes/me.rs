@@ -2,9 +2,9 @@
 
 use actix_web::{HttpMessage, HttpRequest, HttpResponse};
 
+use crate::api_doc as oa;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::openapi as oa;
 use crate::rate_limit::Decision;
 use crate::response::ok;
 use crate::views::{GrantView, MeView, RateLimitView};

@@ -7,11 +7,11 @@ use actors::model::Plan;
 use actors::report::RunReport;
 use actors::Target;
 
+use crate::api_doc as oa;
 use crate::auth::{Caller, Need};
 use crate::cursor::Kind;
 use crate::error::{ApiError, Code};
 use crate::input::{paging, path_id};
-use crate::openapi as oa;
 use crate::response::ok;
 use crate::state::AppState;
 use crate::views::{

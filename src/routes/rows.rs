@@ -23,6 +23,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
+use crate::api_doc as oa;
 use crate::auth::{Caller, Need};
 use crate::conditional::{self, row_tag, sheet_tag, SheetRead};
 use crate::cursor::{query_binding, Kind};
@@ -32,7 +33,6 @@ use crate::input::{
     body_problem, filter_problem, integer, json_body, paging_bound, path_id, read_body, row_query,
     some_integer, RowQuery,
 };
-use crate::openapi as oa;
 use crate::response::respond;
 use crate::routes::sheets::{sheet_actor, sheet_snapshot};
 use crate::state::AppState;
@@ -64,7 +64,7 @@ pub struct BulkAddRequest {
 pub struct RowAddItem {
     /// The new row's cells (default empty).
     #[serde(default)]
-    #[schema(schema_with = oa::cells_schema)]
+    #[schema(schema_with = crate::schema::cells_schema)]
     cells: Map<String, Value>,
 }
 
@@ -107,11 +107,11 @@ pub struct RowUpdateItem {
     version: u64,
     /// The whole new cell map: it replaces the row's cells rather than merging.
     #[serde(default)]
-    #[schema(schema_with = oa::cells_schema)]
+    #[schema(schema_with = crate::schema::cells_schema)]
     cells: Map<String, Value>,
     /// Advisory snapshot for conflict classification.
     #[serde(default)]
-    #[schema(schema_with = oa::nullable_cells_schema)]
+    #[schema(schema_with = crate::schema::nullable_cells_schema)]
     base_cells: Option<Map<String, Value>>,
 }
 
@@ -129,11 +129,11 @@ pub struct RowPatch {
     version: Option<u64>,
     /// Only the changed cells, merged into the row; a null value removes that cell.
     #[serde(default)]
-    #[schema(schema_with = oa::cells_schema)]
+    #[schema(schema_with = crate::schema::cells_schema)]
     cells: Map<String, Value>,
     /// Advisory snapshot for conflict classification.
     #[serde(default)]
-    #[schema(schema_with = oa::nullable_cells_schema)]
+    #[schema(schema_with = crate::schema::nullable_cells_schema)]
     base_cells: Option<Map<String, Value>>,
 }
 

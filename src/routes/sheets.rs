@@ -10,12 +10,12 @@ use std::sync::Arc;
 use actors::sheet::SheetSnapshot;
 use actors::Target;
 
+use crate::api_doc as oa;
 use crate::auth::{Caller, Need};
 use crate::conditional::{self, sheet_tag, SheetRead};
 use crate::cursor::Kind;
 use crate::error::ApiError;
 use crate::input::{paging, path_id};
-use crate::openapi as oa;
 use crate::response::ok;
 use crate::state::AppState;
 use crate::views::{row_json, ColumnView, ListView, RowsPage, SheetView, SheetWithChildrenView};
