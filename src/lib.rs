@@ -21,6 +21,7 @@
 //! - [`openapi`]: the OpenAPI 3.1 document derived from the handlers and views.
 //! - [`api_doc`]: what the operations share in it: parameters, error envelopes and responses.
 //! - [`schema`]: the schemas of the views' free-JSON and fixed-string fields.
+//! - [`docs`]: the document and its interactive reference, served under `/api/v1`.
 //! - [`metrics`]: request counters, and everything the admin metrics endpoint exports.
 //! - [`prometheus`]: the text format the admin metrics endpoint speaks.
 //! - [`maintenance`]: background checkpoints and side-store housekeeping.
@@ -35,6 +36,7 @@ pub mod compression;
 pub mod conditional;
 pub mod config;
 pub mod cursor;
+pub mod docs;
 pub mod error;
 pub mod idempotency;
 pub mod input;

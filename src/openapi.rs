@@ -24,8 +24,7 @@
 //! This module stands above the routes (it collects their operations); what the handlers name
 //! in their annotations is in [`crate::api_doc`] and [`crate::schema`], below them. Paths are
 //! relative to the one server URL, `/api/v1`, as the spec's paths are relative to
-//! `{base_url}`. The document and the interactive reference are served by
-//! [`crate::routes::docs`].
+//! `{base_url}`. The document and the interactive reference are served by [`crate::docs`].
 
 use std::sync::OnceLock;
 

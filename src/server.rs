@@ -202,7 +202,11 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
             .wrap(from_fn(compression::keep_small_plain))
             .wrap(Compress::default())
             .wrap(from_fn(compression::negotiate))
-            .service(web::scope("/api/v1").configure(crate::routes::configure))
+            .service(
+                web::scope("/api/v1")
+                    .configure(crate::routes::configure)
+                    .configure(crate::docs::configure),
+            )
             .default_service(web::to(no_route))
     })
     .workers(threads)

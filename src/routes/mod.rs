@@ -1,10 +1,10 @@
-//! The public API's routes under `/api/v1`, one file per resource. Every `GET` route also
-//! answers `HEAD` ([`crate::routing::read`]); any other unknown method is the 404 envelope
-//! (decisions §9).
+//! The public API's routes under `/api/v1`, one file per resource (the OpenAPI document and
+//! its reference are [`crate::docs`]'s, which stands above the document and so above these
+//! handlers), and the admin API's routes ([`admin`]). Every `GET` route also answers `HEAD`
+//! ([`crate::routing::read`]); any other unknown method is the 404 envelope (decisions §9).
 
 pub mod admin;
 pub mod changes;
-pub mod docs;
 pub mod export;
 pub mod me;
 pub mod reports;
@@ -49,6 +49,5 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource("/sheets/{sheet_id}/export").route(read().to(export::export_rows)))
         .service(resource("/reports/{report_id}").route(read().to(reports::get_report)))
         .service(resource("/reports/{report_id}/run").route(web::post().to(reports::run_report)))
-        .configure(docs::configure)
         .default_service(web::to(no_route));
 }

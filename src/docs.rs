@@ -1,4 +1,6 @@
-//! `GET /openapi.json` and `GET /docs`: the contract and its interactive reference.
+//! `GET /openapi.json` and `GET /docs`: the contract and its interactive reference, served
+//! under `/api/v1` beside the routes (registered by [`crate::server`]). This module sits above
+//! [`crate::openapi`], which collects the routes' operations, so it is not one of them.
 //!
 //! # Access
 //!
