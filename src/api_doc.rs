@@ -1,17 +1,20 @@
 //! What the public API's operations share in the OpenAPI document, named by the handlers'
 //! `#[utoipa::path]` attributes: their query and header parameters, the error envelopes
 //! (the JSON that [`crate::error::ApiError`] renders), the reusable error responses, one per
-//! status, each with its envelope, and [`NotModified`], the bodiless 304.
+//! status, each with its envelope, [`NotModified`], the bodiless 304, and the sets of error
+//! responses each kind of operation shares ([`ReadErrors`], [`WriteErrors`], ...).
 //!
 //! The document itself is assembled in [`crate::openapi`], which imports the routes; the routes
 //! import this module and never that one.
+
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 use utoipa::openapi::content::ContentBuilder;
 use utoipa::openapi::response::{Response, ResponseBuilder};
 use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder, ObjectBuilder, Schema, Type};
 use utoipa::openapi::{Ref, RefOr};
-use utoipa::{IntoParams, ToResponse, ToSchema};
+use utoipa::{IntoParams, IntoResponses, ToResponse, ToSchema};
 
 use crate::schema::detail_any;
 
@@ -426,4 +429,48 @@ impl<'r> ToResponse<'r> for NotModified {
                            client holds is current. No body.";
         ("NotModified", ResponseBuilder::new().description(description).build().into())
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Response sets: the error answers a kind of operation shares, named once. A handler lists its
+// success, the set of its kind and any answer of its own; utoipa merges them by status.
+
+/// A `$ref` to the reusable response `R`, as `(status = ..., response = R)` writes it.
+fn response_ref<'r, R: ToResponse<'r>>() -> RefOr<Response> {
+    RefOr::Ref(Ref::from_response_name(R::response().0))
+}
+
+/// Declares a unit type whose [`IntoResponses`] are the responses of the set it extends, if
+/// any, and the listed statuses, each a `$ref` to its reusable response.
+macro_rules! response_sets {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident = $($base:ident +)? [$($status:literal => $response:ident),* $(,)?];
+    )*) => {$(
+        $(#[$doc])*
+        pub struct $name;
+
+        impl IntoResponses for $name {
+            fn responses() -> BTreeMap<String, RefOr<Response>> {
+                let mut responses = BTreeMap::new();
+                $(responses.extend(<$base as IntoResponses>::responses());)?
+                $(responses.insert($status.to_string(), response_ref::<$response>());)*
+                responses
+            }
+        }
+    )*};
+}
+
+response_sets! {
+    /// What every operation can answer: 401, 429 and 500.
+    CommonErrors = [401 => Unauthorized, 429 => RateLimited, 500 => InternalError];
+    /// A paged list: [`CommonErrors`] and 422 for a malformed `limit` or `cursor`.
+    ListErrors = CommonErrors + [422 => ValidationFailed];
+    /// A read of what a path names: [`ListErrors`] and 404.
+    ReadErrors = ListErrors + [404 => NotFound];
+    /// A row write: [`ReadErrors`], 403 (the key reads the sheet but cannot write it), 409 and
+    /// 503.
+    WriteErrors = ReadErrors + [403 => Forbidden, 409 => Conflict, 503 => StorageUnavailable];
+    /// A row write with a body: [`WriteErrors`] and 413.
+    BodyWriteErrors = WriteErrors + [413 => PayloadTooLarge];
 }

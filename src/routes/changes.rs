@@ -69,12 +69,8 @@ const STREAM_BATCH: usize = 500;
         (status = 200, description = "The changes after the cursor (possibly none), and the \
             cursor to continue from. As an event stream: `text/event-stream`.",
             body = ChangesView, content_type = "application/json"),
-        (status = 401, response = oa::Unauthorized),
-        (status = 404, response = oa::NotFound),
+        oa::ReadErrors,
         (status = 410, response = oa::CursorExpired),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
     )
 )]
 pub async fn list_changes(

@@ -65,11 +65,7 @@ enum Format {
             ),
             headers(("Sheet-Changes-Cursor" = String,
                 description = "The change-feed cursor of the exported instant."))),
-        (status = 401, response = oa::Unauthorized),
-        (status = 404, response = oa::NotFound),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
+        oa::ReadErrors,
     )
 )]
 pub async fn export_rows(

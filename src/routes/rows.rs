@@ -174,12 +174,8 @@ fn check_version(version: u64, loc: &[Value]) -> Result<(), ApiError> {
         (status = 200, description = "A page of rows; `nextCursor` is null on the last page. \
             With `filter` a page may be short or empty while `nextCursor` is not null.",
             body = ListView<RowView>),
+        oa::ReadErrors,
         (status = 304, response = oa::NotModified),
-        (status = 401, response = oa::Unauthorized),
-        (status = 404, response = oa::NotFound),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
     )
 )]
 pub async fn list_rows(
@@ -262,12 +258,8 @@ pub fn checked_query(
     responses(
         (status = 200, description = "The row; `ETag` is `\"<rowId>.<version>\"`, the value \
             `If-Match` takes on patchRow and deleteRow.", body = RowResponseView),
+        oa::ReadErrors,
         (status = 304, response = oa::NotModified),
-        (status = 401, response = oa::Unauthorized),
-        (status = 404, response = oa::NotFound),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
     )
 )]
 pub async fn get_row(
@@ -457,15 +449,7 @@ where
                     ("row_id" = "$response.body#/results/0/row/id"),
                 ))),
             )),
-        (status = 401, response = oa::Unauthorized),
-        (status = 403, response = oa::Forbidden),
-        (status = 404, response = oa::NotFound),
-        (status = 409, response = oa::Conflict),
-        (status = 413, response = oa::PayloadTooLarge),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
-        (status = 503, response = oa::StorageUnavailable),
+        oa::BodyWriteErrors,
     )
 )]
 pub async fn bulk_add_rows(
@@ -503,15 +487,7 @@ pub async fn bulk_add_rows(
         (status = 200, description = "One result per input row, in order; 200 even when some \
             failed (`version_conflict`, `not_found`, `validation_failed`, ...).",
             body = BulkWriteView),
-        (status = 401, response = oa::Unauthorized),
-        (status = 403, response = oa::Forbidden),
-        (status = 404, response = oa::NotFound),
-        (status = 409, response = oa::Conflict),
-        (status = 413, response = oa::PayloadTooLarge),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
-        (status = 503, response = oa::StorageUnavailable),
+        oa::BodyWriteErrors,
     )
 )]
 pub async fn bulk_update_rows(
@@ -571,15 +547,7 @@ pub async fn bulk_update_rows(
             (`validation_failed`: a refused cell, a missing, null or empty key cell, or a key \
             held by several rows, `detail: {column_id, reason, rowIds}`; \
             `capacity_exceeded`).", body = BulkWriteView),
-        (status = 401, response = oa::Unauthorized),
-        (status = 403, response = oa::Forbidden),
-        (status = 404, response = oa::NotFound),
-        (status = 409, response = oa::Conflict),
-        (status = 413, response = oa::PayloadTooLarge),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
-        (status = 503, response = oa::StorageUnavailable),
+        oa::BodyWriteErrors,
     )
 )]
 pub async fn bulk_upsert_rows(
@@ -620,16 +588,8 @@ pub async fn bulk_upsert_rows(
     request_body = RowPatch,
     responses(
         (status = 200, description = "The updated row.", body = RowResponseView),
-        (status = 401, response = oa::Unauthorized),
-        (status = 403, response = oa::Forbidden),
-        (status = 404, response = oa::NotFound),
-        (status = 409, response = oa::Conflict),
+        oa::BodyWriteErrors,
         (status = 412, response = oa::PreconditionFailed),
-        (status = 413, response = oa::PayloadTooLarge),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
-        (status = 503, response = oa::StorageUnavailable),
     )
 )]
 pub async fn patch_row(
@@ -683,15 +643,8 @@ pub async fn patch_row(
     ),
     responses(
         (status = 204, description = "Deleted, with its subtree; no body."),
-        (status = 401, response = oa::Unauthorized),
-        (status = 403, response = oa::Forbidden),
-        (status = 404, response = oa::NotFound),
-        (status = 409, response = oa::Conflict),
+        oa::WriteErrors,
         (status = 412, response = oa::PreconditionFailed),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
-        (status = 503, response = oa::StorageUnavailable),
     )
 )]
 pub async fn delete_row(
