@@ -150,7 +150,9 @@ pub struct ExportQuery {
     /// `ndjson` (default): one RowV1 per line. `csv`: RFC 4180 with a header line
     /// `id,version,<column names by position>`; a cell is its text, a wrapper its `value`, a
     /// `multi_select` list its JSON text, a missing or null cell empty. Anything else: 422.
-    #[param(value_type = String, pattern = "^(ndjson|csv)$")]
+    // `value_type`: a string, never null; with it, utoipa takes the field as required unless
+    // told otherwise, and the server sends ndjson when it is left out.
+    #[param(value_type = String, required = false, default = "ndjson", pattern = "^(ndjson|csv)$")]
     pub format: Option<String>,
 }
 
