@@ -276,9 +276,10 @@ impl From<&actors::Error> for ApiError {
 }
 
 /// `{currentVersion, current}`: what a client needs to diff and retry after a refused write
-/// (`version_conflict`, `precondition_failed`).
+/// (`version_conflict`, `precondition_failed`). `current` is the row's own JSON (RowV1), the
+/// rendering every response that shows the row shares.
 fn current_row(current: &actors::model::Row) -> Value {
-    json!({"currentVersion": current.version, "current": crate::views::RowView::from(current)})
+    json!({"currentVersion": current.version, "current": current.json()})
 }
 
 /// `Retry-After` of a 503 `storage_unavailable`: free space is measured again at least this
@@ -288,4 +289,40 @@ pub const STORAGE_RETRY_AFTER_SECS: u64 = 5;
 fn capitalize(s: &str) -> String {
     let mut c = s.chars();
     c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use actors::model::{Json, Row, SOURCE_API};
+
+    use super::*;
+
+    #[test]
+    fn a_refused_writes_current_row_is_the_row_as_every_read_shows_it() {
+        let cells: BTreeMap<u64, Json> = [
+            (100, json!("text \"quoted\" é")),
+            (102, json!({"value": 1.5, "format": "0.0"})),
+            (107, json!(["a", "c"])),
+            (2, json!(0.1)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, Json(v)))
+        .collect();
+        let row = Row::new(7, 10, cells, SOURCE_API, 1_767_225_600_123);
+        let shown = serde_json::to_value(crate::views::RowView::from(&row)).unwrap();
+        let refused = [
+            actors::Error::PreconditionFailed { current: Box::new(row.clone()) },
+            actors::Error::VersionConflict {
+                current: Box::new(row.clone()),
+                conflicting: None,
+                mergeable: None,
+            },
+        ];
+        for e in &refused {
+            let detail = ApiError::from(e).detail;
+            assert_eq!(detail, json!({"currentVersion": 1, "current": shown}), "{e}");
+        }
+    }
 }

@@ -23,8 +23,8 @@ use sha2::{Digest, Sha256};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, Code};
-use crate::routes::respond;
-use crate::server::AppState;
+use crate::response::respond;
+use crate::state::AppState;
 
 /// The request header that carries an idempotency key (`Idempotency-Key`).
 pub const HEADER: &str = "idempotency-key";

@@ -17,7 +17,8 @@
 //! - A body is exactly one JSON document: trailing characters other than whitespace (a second
 //!   document, `{...} xyz`) make it not JSON.
 //! - An integer field of a body accepts an integral JSON number in any spelling (`1187`,
-//!   `1187.0`, `1.187e3`), as JSON Schema's `integer` does ([`integer`]).
+//!   `1187.0`, `1.187e3`), as JSON Schema's `integer` does, from 0 to the documented `int64`
+//!   maximum ([`integer`]).
 //! - listRows' `fields` is a comma-separated list of column ids, repeats allowed; an empty one
 //!   keeps no cell (ids and versions only). Its order does not matter, and neither does the
 //!   order of a `filter`'s keys: the cursor binding uses their normalized forms.
@@ -386,9 +387,14 @@ pub fn some_integer<'de, D: Deserializer<'de>>(de: D) -> Result<Option<u64>, D::
     integer(de).map(Some)
 }
 
-/// Deserialize a non-negative integer from any integral JSON number: `1187`, `1187.0` and
-/// `1.187e3` are one integer to JSON Schema (and so to the OpenAPI document), so they are to
-/// the server. For `#[serde(deserialize_with = "integer")]` on `u64` body fields.
+/// The largest integer a body field takes: the OpenAPI document gives the `u64` fields
+/// `format: int64`, so a larger one is outside the documented range and refused (422) before
+/// the write goes any further, as a negative one is.
+pub const MAX_BODY_INTEGER: u64 = i64::MAX as u64;
+
+/// Deserialize an integer of 0 to [`MAX_BODY_INTEGER`] from any integral JSON number: `1187`,
+/// `1187.0` and `1.187e3` are one integer to JSON Schema (and so to the OpenAPI document), so
+/// they are to the server. For `#[serde(deserialize_with = "integer")]` on `u64` body fields.
 pub fn integer<'de, D: Deserializer<'de>>(de: D) -> Result<u64, D::Error> {
     struct Integer;
 
@@ -396,11 +402,15 @@ pub fn integer<'de, D: Deserializer<'de>>(de: D) -> Result<u64, D::Error> {
         type Value = u64;
 
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a non-negative integer")
+            write!(f, "a non-negative integer of at most {MAX_BODY_INTEGER}")
         }
 
         fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<u64, E> {
-            Ok(n)
+            if n <= MAX_BODY_INTEGER {
+                Ok(n)
+            } else {
+                Err(E::invalid_value(Unexpected::Unsigned(n), &self))
+            }
         }
 
         fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<u64, E> {
@@ -408,8 +418,9 @@ pub fn integer<'de, D: Deserializer<'de>>(de: D) -> Result<u64, D::Error> {
         }
 
         fn visit_f64<E: serde::de::Error>(self, x: f64) -> Result<u64, E> {
-            // 2^64: the first integral float beyond `u64`.
-            const END: f64 = 18_446_744_073_709_551_616.0;
+            // 2^63: the first integral float beyond `MAX_BODY_INTEGER` (which no `f64` holds
+            // exactly; the float below 2^63 is 2^63 - 1024).
+            const END: f64 = 9_223_372_036_854_775_808.0;
             if x.fract() != 0.0 {
                 Err(E::invalid_type(Unexpected::Float(x), &self))
             } else if (0.0..END).contains(&x) {

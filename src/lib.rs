@@ -4,6 +4,7 @@
 //!
 //! - [`config`]: command line and environment.
 //! - [`server`]: start-up (recovery, seeding), the two listeners, graceful stop.
+//! - [`state`]: what every handler reaches ([`state::AppState`]).
 //! - [`middleware`]: request ids, rate limiting, panics, the error envelope, request logs.
 //! - [`auth`]: bearer keys, the admin token, and the one authorization function.
 //! - [`error`]: the one API error type and its code table.
@@ -14,8 +15,13 @@
 //! - [`conditional`]: `ETag`, `If-None-Match` (304) and `If-Match` (412).
 //! - [`rate_limit`]: the rolling-minute limiter.
 //! - [`routes`]: one file per resource, and the admin side.
+//! - [`routing`]: resources and read routes as both APIs build them, and the 404 of no route.
+//! - [`response`]: the successful answers of handlers.
 //! - [`views`]: response bodies, the public API's and the admin API's.
 //! - [`openapi`]: the OpenAPI 3.1 document derived from the handlers and views.
+//! - [`api_doc`]: what the operations share in it: parameters, error envelopes and responses.
+//! - [`schema`]: the schemas of the views' free-JSON and fixed-string fields.
+//! - [`docs`]: the document and its interactive reference, served under `/api/v1`.
 //! - [`metrics`]: request counters, and everything the admin metrics endpoint exports.
 //! - [`prometheus`]: the text format the admin metrics endpoint speaks.
 //! - [`maintenance`]: background checkpoints and side-store housekeeping.
@@ -24,12 +30,14 @@
 //! The load tester behind `sheetd bench` is a crate of its own (`sheetd-bench`); this library
 //! does not use it; the binary gives it a way to start this server in-process.
 
+pub mod api_doc;
 pub mod auth;
 pub mod cli;
 pub mod compression;
 pub mod conditional;
 pub mod config;
 pub mod cursor;
+pub mod docs;
 pub mod error;
 pub mod idempotency;
 pub mod input;
@@ -39,6 +47,10 @@ pub mod middleware;
 pub mod openapi;
 pub mod prometheus;
 pub mod rate_limit;
+pub mod response;
 pub mod routes;
+pub mod routing;
+pub mod schema;
 pub mod server;
+pub mod state;
 pub mod views;

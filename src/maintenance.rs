@@ -44,7 +44,7 @@ use actix_web::web;
 use tokio::sync::oneshot;
 
 use crate::config::ServeArgs;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// How often the log's counters are polled.
 pub const POLL_EVERY: Duration = Duration::from_secs(1);

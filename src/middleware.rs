@@ -22,7 +22,7 @@ use serde_json::json;
 use crate::auth::{resolve_key, Authn, RequestId};
 use crate::error::{ApiError, Code};
 use crate::rate_limit::{Decision, Subject};
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// A fresh request id: `req_` and 24 hex digits.
 pub fn new_request_id() -> String {
@@ -173,9 +173,9 @@ mod tests {
         let app = test::init_service(
             App::new()
                 .wrap(from_fn(request_context))
-                .service(crate::routes::resource("/api/v1/boom").route(web::get().to(boom)))
+                .service(crate::routing::resource("/api/v1/boom").route(web::get().to(boom)))
                 .service(
-                    crate::routes::resource("/api/v1/fine").route(web::get().to(HttpResponse::Ok)),
+                    crate::routing::resource("/api/v1/fine").route(web::get().to(HttpResponse::Ok)),
                 ),
         )
         .await;

@@ -23,28 +23,11 @@ use crate::maintenance::{CheckpointPolicy, Maintenance};
 use crate::metrics::Metrics;
 use crate::middleware::request_context;
 use crate::rate_limit::RateLimiter;
+use crate::routing::no_route;
+use crate::state::AppState;
 
 /// The embedded demo workspace.
 pub const DEMO_FIXTURE: &str = include_str!("demo.json");
-
-/// What every handler can reach.
-pub struct AppState {
-    /// The domain.
-    pub service: Service,
-    /// The cursor codec.
-    pub cursors: CursorCodec,
-    /// The rate limiter.
-    pub limiter: RateLimiter,
-    /// Largest request body.
-    pub max_body_bytes: usize,
-    /// Request metrics.
-    pub metrics: Metrics,
-    /// Caps of one report run (`--report-max-sources`, `--report-max-scanned-rows`).
-    pub report_caps: actors::report::Caps,
-    /// Turns `true` when the server begins to stop: long-polls and change streams end at
-    /// once instead of holding the graceful stop for up to their full wait.
-    pub stopping: tokio::sync::watch::Sender<bool>,
-}
 
 /// How to start: the serve flags plus what tests inject.
 #[derive(Clone, Debug)]
@@ -219,8 +202,12 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
             .wrap(from_fn(compression::keep_small_plain))
             .wrap(Compress::default())
             .wrap(from_fn(compression::negotiate))
-            .service(web::scope("/api/v1").configure(crate::routes::configure))
-            .default_service(web::to(crate::routes::no_route))
+            .service(
+                web::scope("/api/v1")
+                    .configure(crate::routes::configure)
+                    .configure(crate::docs::configure),
+            )
+            .default_service(web::to(no_route))
     })
     .workers(threads)
     .disable_signals()

@@ -154,7 +154,7 @@ pub struct RowView {
     #[schema(minimum = 1)]
     pub version: u64,
     /// Cells by column id, stored values verbatim.
-    #[schema(schema_with = crate::openapi::cells_schema)]
+    #[schema(schema_with = crate::schema::cells_schema)]
     pub cells: Map<String, Value>,
     /// When the row was created (RFC 3339, UTC, milliseconds).
     pub created_at: Option<String>,
@@ -235,7 +235,7 @@ pub struct ChangeView<'a> {
     pub seq: u64,
     /// What happened to the row.
     #[serde(rename = "type")]
-    #[schema(schema_with = crate::openapi::change_type_schema)]
+    #[schema(schema_with = crate::schema::change_type_schema)]
     pub kind: &'static str,
     /// The row changed; a subtree's delete gives one change per row.
     pub row_id: u64,
@@ -323,10 +323,10 @@ impl From<&Report> for ReportSummaryView {
 #[schema(as = ScopeGrant)]
 pub struct GrantView {
     /// `read` or `write`.
-    #[schema(schema_with = crate::openapi::verb_schema)]
+    #[schema(schema_with = crate::schema::verb_schema)]
     pub verb: &'static str,
     /// `account`, `project`, `folder` or `sheet`.
-    #[schema(schema_with = crate::openapi::scope_type_schema)]
+    #[schema(schema_with = crate::schema::scope_type_schema)]
     pub scope_type: &'static str,
     /// Object id, null for account.
     pub scope_id: Option<u64>,
@@ -375,18 +375,18 @@ pub struct BulkResultItemView<'a> {
     /// Position in the request.
     pub index: usize,
     /// `succeeded` or `failed`.
-    #[schema(schema_with = crate::openapi::bulk_status_schema)]
+    #[schema(schema_with = crate::schema::bulk_status_schema)]
     pub status: &'static str,
     /// The row, when succeeded, as [`row_json`] renders it.
     #[schema(value_type = Option<RowView>)]
     pub row: Option<&'a RawValue>,
     /// The error envelope without requestId, when failed.
-    #[schema(value_type = Option<crate::openapi::BulkItemError>)]
+    #[schema(value_type = Option<crate::schema::BulkItemError>)]
     pub error: Option<Value>,
     /// bulkUpsert only, on a succeeded item: `created`, `updated` or `unchanged` (nothing
     /// written, `row` is the current row).
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::openapi::upsert_action_schema, required = false)]
+    #[schema(schema_with = crate::schema::upsert_action_schema, required = false)]
     pub action: Option<&'static str>,
 }
 
@@ -447,7 +447,7 @@ pub struct ReportColumnView {
 #[schema(as = ReportRow)]
 pub struct ReportRowView {
     /// Values keyed by output column id as a string.
-    #[schema(schema_with = crate::openapi::cells_schema)]
+    #[schema(schema_with = crate::schema::cells_schema)]
     pub cells: Map<String, Value>,
 }
 
@@ -461,7 +461,7 @@ pub struct ReportRunDataView {
     /// The report's name at the time of the run.
     pub report_name: String,
     /// `flat` (row reports) or `aggregated` (summary reports).
-    #[schema(schema_with = crate::openapi::report_mode_schema)]
+    #[schema(schema_with = crate::schema::report_mode_schema)]
     pub mode: &'static str,
     /// Output columns.
     pub columns: Vec<ReportColumnView>,

@@ -32,8 +32,9 @@ use serde_json::json;
 use crate::auth::AdminCaller;
 use crate::error::ApiError;
 use crate::input::{body_problem, json_body, paging, path_id, read_body};
-use crate::routes::ok;
-use crate::server::AppState;
+use crate::response::ok;
+use crate::routing::{no_route, read, resource};
+use crate::state::AppState;
 use crate::views::{
     AdminListView, CreatedKeyView, EventView, HealthView, ImportView, KeyView, PlanView, StatsView,
 };
@@ -307,19 +308,18 @@ pub async fn get_metrics(
 
 /// Register the admin routes.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    let resource = crate::routes::resource;
-    cfg.service(resource("/admin/v1/health").route(crate::routes::read().to(health)))
+    cfg.service(resource("/admin/v1/health").route(read().to(health)))
         .service(resource("/admin/v1/import").route(web::post().to(import)))
         .service(
             resource("/admin/v1/keys")
                 .route(web::post().to(create_key))
-                .route(crate::routes::read().to(list_keys)),
+                .route(read().to(list_keys)),
         )
         .service(resource("/admin/v1/keys/{id}/revoke").route(web::post().to(revoke_key)))
         .service(resource("/admin/v1/shares").route(web::put().to(put_share)))
         .service(resource("/admin/v1/users/{id}/plan").route(web::put().to(put_plan)))
-        .service(resource("/admin/v1/events").route(crate::routes::read().to(list_events)))
-        .service(resource("/admin/v1/stats").route(crate::routes::read().to(get_stats)))
-        .service(resource("/admin/v1/metrics").route(crate::routes::read().to(get_metrics)))
-        .default_service(web::to(crate::routes::no_route));
+        .service(resource("/admin/v1/events").route(read().to(list_events)))
+        .service(resource("/admin/v1/stats").route(read().to(get_stats)))
+        .service(resource("/admin/v1/metrics").route(read().to(get_metrics)))
+        .default_service(web::to(no_route));
 }

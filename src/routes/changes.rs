@@ -23,14 +23,14 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::api_doc as oa;
 use crate::auth::Caller;
 use crate::cursor::{CursorCodec, Kind};
 use crate::error::{ApiError, Code};
 use crate::input::{paging_bound, path_id, query_pairs};
-use crate::openapi as oa;
-use crate::routes::ok;
+use crate::response::ok;
 use crate::routes::sheets::sheet_snapshot;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::views::{ChangeView, ChangesView};
 
 /// The longest long-poll `wait`, in seconds.
@@ -69,12 +69,8 @@ const STREAM_BATCH: usize = 500;
         (status = 200, description = "The changes after the cursor (possibly none), and the \
             cursor to continue from. As an event stream: `text/event-stream`.",
             body = ChangesView, content_type = "application/json"),
-        (status = 401, response = oa::Unauthorized),
-        (status = 404, response = oa::NotFound),
+        oa::ReadErrors,
         (status = 410, response = oa::CursorExpired),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
     )
 )]
 pub async fn list_changes(

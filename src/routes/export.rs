@@ -18,14 +18,14 @@ use actors::sheet::SheetSnapshot;
 use futures_util::stream;
 use serde_json::{json, Value};
 
+use crate::api_doc as oa;
 use crate::auth::Caller;
 use crate::cursor::Kind;
 use crate::error::ApiError;
 use crate::input::{path_id, query_pairs, row_query};
-use crate::openapi as oa;
 use crate::routes::rows::checked_query;
 use crate::routes::sheets::sheet_snapshot;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// Rows rendered per chunk of the body.
 const CHUNK_ROWS: usize = 1000;
@@ -65,11 +65,7 @@ enum Format {
             ),
             headers(("Sheet-Changes-Cursor" = String,
                 description = "The change-feed cursor of the exported instant."))),
-        (status = 401, response = oa::Unauthorized),
-        (status = 404, response = oa::NotFound),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
+        oa::ReadErrors,
     )
 )]
 pub async fn export_rows(

@@ -2,11 +2,11 @@
 
 use actix_web::{HttpMessage, HttpRequest, HttpResponse};
 
+use crate::api_doc as oa;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::openapi as oa;
 use crate::rate_limit::Decision;
-use crate::routes::ok;
+use crate::response::ok;
 use crate::views::{GrantView, MeView, RateLimitView};
 
 /// getMe.
@@ -18,9 +18,7 @@ use crate::views::{GrantView, MeView, RateLimitView};
     summary = "The key's identity, scopes and rate-limit window",
     responses(
         (status = 200, description = "The calling key.", body = MeView),
-        (status = 401, response = oa::Unauthorized),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
+        oa::CommonErrors,
     )
 )]
 pub async fn get_me(req: HttpRequest, caller: Caller) -> Result<HttpResponse, ApiError> {

@@ -7,13 +7,13 @@ use actors::model::Plan;
 use actors::report::RunReport;
 use actors::Target;
 
+use crate::api_doc as oa;
 use crate::auth::{Caller, Need};
 use crate::cursor::Kind;
 use crate::error::{ApiError, Code};
 use crate::input::{paging, path_id};
-use crate::openapi as oa;
-use crate::routes::ok;
-use crate::server::AppState;
+use crate::response::ok;
+use crate::state::AppState;
 use crate::views::{
     ListView, ReportResponseView, ReportRunDataView, ReportRunView, ReportSummaryView,
 };
@@ -29,10 +29,7 @@ use crate::views::{
     responses(
         (status = 200, description = "A page of report summaries; `nextCursor` is null on the \
             last page.", body = ListView<ReportSummaryView>),
-        (status = 401, response = oa::Unauthorized),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
+        oa::ListErrors,
     )
 )]
 pub async fn list_reports(
@@ -74,11 +71,7 @@ pub fn readable_report(caller: &Caller, report_id: u64) -> Result<actors::model:
     params(("report_id" = u64, Path, description = "Report id.", example = 8)),
     responses(
         (status = 200, description = "The report summary.", body = ReportResponseView),
-        (status = 401, response = oa::Unauthorized),
-        (status = 404, response = oa::NotFound),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
+        oa::ReadErrors,
     )
 )]
 pub async fn get_report(req: HttpRequest, caller: Caller) -> Result<HttpResponse, ApiError> {
@@ -110,13 +103,9 @@ pub async fn get_report(req: HttpRequest, caller: Caller) -> Result<HttpResponse
     responses(
         (status = 200, description = "A page of the result; `nextCursor` leads to the next.",
             body = ReportRunView),
-        (status = 401, response = oa::Unauthorized),
+        oa::ReadErrors,
         (status = 402, response = oa::PaymentRequired),
-        (status = 404, response = oa::NotFound),
         (status = 413, response = oa::PayloadTooLarge),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
     )
 )]
 pub async fn run_report(

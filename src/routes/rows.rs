@@ -25,6 +25,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
+use crate::api_doc as oa;
 use crate::auth::{Caller, Need};
 use crate::conditional::{self, row_tag, sheet_tag, SheetRead};
 use crate::cursor::{query_binding, Kind};
@@ -34,10 +35,9 @@ use crate::input::{
     body_problem, filter_problem, integer, json_body, paging_bound, path_id, read_body, row_query,
     some_integer, RowQuery,
 };
-use crate::openapi as oa;
-use crate::routes::respond;
+use crate::response::respond;
 use crate::routes::sheets::{sheet_actor, sheet_snapshot};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::views::{
     row_json, row_response, rows_page, BulkResultItemView, BulkWriteView, ListView,
     RowResponseView, RowView,
@@ -66,7 +66,7 @@ pub struct BulkAddRequest {
 pub struct RowAddItem {
     /// The new row's cells (default empty).
     #[serde(default)]
-    #[schema(schema_with = oa::cells_schema)]
+    #[schema(schema_with = crate::schema::cells_schema)]
     cells: Map<String, Value>,
 }
 
@@ -109,11 +109,11 @@ pub struct RowUpdateItem {
     version: u64,
     /// The whole new cell map: it replaces the row's cells rather than merging.
     #[serde(default)]
-    #[schema(schema_with = oa::cells_schema)]
+    #[schema(schema_with = crate::schema::cells_schema)]
     cells: Map<String, Value>,
     /// Advisory snapshot for conflict classification.
     #[serde(default)]
-    #[schema(schema_with = oa::nullable_cells_schema)]
+    #[schema(schema_with = crate::schema::nullable_cells_schema)]
     base_cells: Option<Map<String, Value>>,
 }
 
@@ -131,11 +131,11 @@ pub struct RowPatch {
     version: Option<u64>,
     /// Only the changed cells, merged into the row; a null value removes that cell.
     #[serde(default)]
-    #[schema(schema_with = oa::cells_schema)]
+    #[schema(schema_with = crate::schema::cells_schema)]
     cells: Map<String, Value>,
     /// Advisory snapshot for conflict classification.
     #[serde(default)]
-    #[schema(schema_with = oa::nullable_cells_schema)]
+    #[schema(schema_with = crate::schema::nullable_cells_schema)]
     base_cells: Option<Map<String, Value>>,
 }
 
@@ -176,12 +176,8 @@ fn check_version(version: u64, loc: &[Value]) -> Result<(), ApiError> {
         (status = 200, description = "A page of rows; `nextCursor` is null on the last page. \
             With `filter` a page may be short or empty while `nextCursor` is not null.",
             body = ListView<RowView>),
+        oa::ReadErrors,
         (status = 304, response = oa::NotModified),
-        (status = 401, response = oa::Unauthorized),
-        (status = 404, response = oa::NotFound),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
     )
 )]
 pub async fn list_rows(
@@ -264,12 +260,8 @@ pub fn checked_query(
     responses(
         (status = 200, description = "The row; `ETag` is `\"<rowId>.<version>\"`, the value \
             `If-Match` takes on patchRow and deleteRow.", body = RowResponseView),
+        oa::ReadErrors,
         (status = 304, response = oa::NotModified),
-        (status = 401, response = oa::Unauthorized),
-        (status = 404, response = oa::NotFound),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
     )
 )]
 pub async fn get_row(
@@ -455,15 +447,7 @@ where
                     ("row_id" = "$response.body#/results/0/row/id"),
                 ))),
             )),
-        (status = 401, response = oa::Unauthorized),
-        (status = 403, response = oa::Forbidden),
-        (status = 404, response = oa::NotFound),
-        (status = 409, response = oa::Conflict),
-        (status = 413, response = oa::PayloadTooLarge),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
-        (status = 503, response = oa::StorageUnavailable),
+        oa::BodyWriteErrors,
     )
 )]
 pub async fn bulk_add_rows(
@@ -501,15 +485,7 @@ pub async fn bulk_add_rows(
         (status = 200, description = "One result per input row, in order; 200 even when some \
             failed (`version_conflict`, `not_found`, `validation_failed`, ...).",
             body = BulkWriteView),
-        (status = 401, response = oa::Unauthorized),
-        (status = 403, response = oa::Forbidden),
-        (status = 404, response = oa::NotFound),
-        (status = 409, response = oa::Conflict),
-        (status = 413, response = oa::PayloadTooLarge),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
-        (status = 503, response = oa::StorageUnavailable),
+        oa::BodyWriteErrors,
     )
 )]
 pub async fn bulk_update_rows(
@@ -569,15 +545,7 @@ pub async fn bulk_update_rows(
             (`validation_failed`: a refused cell, a missing, null or empty key cell, or a key \
             held by several rows, `detail: {column_id, reason, rowIds}`; \
             `capacity_exceeded`).", body = BulkWriteView),
-        (status = 401, response = oa::Unauthorized),
-        (status = 403, response = oa::Forbidden),
-        (status = 404, response = oa::NotFound),
-        (status = 409, response = oa::Conflict),
-        (status = 413, response = oa::PayloadTooLarge),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
-        (status = 503, response = oa::StorageUnavailable),
+        oa::BodyWriteErrors,
     )
 )]
 pub async fn bulk_upsert_rows(
@@ -618,16 +586,8 @@ pub async fn bulk_upsert_rows(
     request_body = RowPatch,
     responses(
         (status = 200, description = "The updated row.", body = RowResponseView),
-        (status = 401, response = oa::Unauthorized),
-        (status = 403, response = oa::Forbidden),
-        (status = 404, response = oa::NotFound),
-        (status = 409, response = oa::Conflict),
+        oa::BodyWriteErrors,
         (status = 412, response = oa::PreconditionFailed),
-        (status = 413, response = oa::PayloadTooLarge),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
-        (status = 503, response = oa::StorageUnavailable),
     )
 )]
 pub async fn patch_row(
@@ -681,15 +641,8 @@ pub async fn patch_row(
     ),
     responses(
         (status = 204, description = "Deleted, with its subtree; no body."),
-        (status = 401, response = oa::Unauthorized),
-        (status = 403, response = oa::Forbidden),
-        (status = 404, response = oa::NotFound),
-        (status = 409, response = oa::Conflict),
+        oa::WriteErrors,
         (status = 412, response = oa::PreconditionFailed),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
-        (status = 503, response = oa::StorageUnavailable),
     )
 )]
 pub async fn delete_row(

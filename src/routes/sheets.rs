@@ -10,14 +10,14 @@ use std::sync::Arc;
 use actors::sheet::SheetSnapshot;
 use actors::Target;
 
+use crate::api_doc as oa;
 use crate::auth::{Caller, Need};
 use crate::conditional::{self, sheet_tag, SheetRead};
 use crate::cursor::Kind;
 use crate::error::ApiError;
 use crate::input::{paging, path_id};
-use crate::openapi as oa;
-use crate::routes::ok;
-use crate::server::AppState;
+use crate::response::ok;
+use crate::state::AppState;
 use crate::views::{row_json, ColumnView, ListView, RowsPage, SheetView, SheetWithChildrenView};
 
 /// listSheets: readable sheets by id, keyset paged.
@@ -31,10 +31,7 @@ use crate::views::{row_json, ColumnView, ListView, RowsPage, SheetView, SheetWit
     responses(
         (status = 200, description = "A page of sheets; `nextCursor` is null on the last page.",
             body = ListView<SheetView>),
-        (status = 401, response = oa::Unauthorized),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
+        oa::ListErrors,
     )
 )]
 pub async fn list_sheets(
@@ -95,12 +92,8 @@ pub fn sheet_actor(
     responses(
         (status = 200, description = "The sheet; `rows.nextCursor` continues on listRows.",
             body = SheetWithChildrenView),
+        oa::ReadErrors,
         (status = 304, response = oa::NotModified),
-        (status = 401, response = oa::Unauthorized),
-        (status = 404, response = oa::NotFound),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
     )
 )]
 pub async fn get_sheet(
@@ -144,12 +137,8 @@ pub async fn get_sheet(
     responses(
         (status = 200, description = "Every column, in one page (`nextCursor` is always null).",
             body = ListView<ColumnView>),
+        oa::ReadErrors,
         (status = 304, response = oa::NotModified),
-        (status = 401, response = oa::Unauthorized),
-        (status = 404, response = oa::NotFound),
-        (status = 422, response = oa::ValidationFailed),
-        (status = 429, response = oa::RateLimited),
-        (status = 500, response = oa::InternalError),
     )
 )]
 pub async fn list_columns(

@@ -577,3 +577,79 @@ async fn the_document_says_what_the_server_does_at_the_edges() {
     let patch = &doc["components"]["schemas"]["RowPatch"]["properties"]["version"];
     assert_eq!((&patch["type"], &patch["minimum"]), (&json!("integer"), &json!(1)), "{patch}");
 }
+
+/// A value the document itself gives a parameter: its example, else its default, else the
+/// first of its values.
+fn documented_value(p: &Value) -> Option<String> {
+    let schema = &p["schema"];
+    let value = [&p["example"], &schema["example"], &schema["default"], &schema["enum"][0]]
+        .into_iter()
+        .find(|v| !v.is_null())?;
+    Some(value.as_str().map_or_else(|| value.to_string(), str::to_owned))
+}
+
+#[actix_rt::test]
+async fn a_parameter_is_required_in_the_document_exactly_when_the_server_refuses_a_request_without_it(
+) {
+    let s = TestServer::start().await;
+    let doc = document(&s).await;
+    let origin = s.base.trim_end_matches("/api/v1").to_owned();
+    let server = doc["servers"][0]["url"].as_str().unwrap();
+    let mut checked = 0;
+    for (id, method, path, op) in operations(&doc) {
+        let params = op["parameters"].as_array().cloned().unwrap_or_default();
+        // The path's ids are the documented examples, which name objects of the fixture; the
+        // body, when there is one, is the documented example of the request schema.
+        let mut url_path = path.clone();
+        for p in params.iter().filter(|p| p["in"] == "path") {
+            let name = p["name"].as_str().unwrap();
+            let value = documented_value(p).unwrap_or_else(|| panic!("{id}: no example of {p}"));
+            url_path = url_path.replace(&format!("{{{name}}}"), &value);
+        }
+        let body = op["requestBody"]["content"]["application/json"]["schema"]
+            .as_object()
+            .map(|schema| resolve(&doc, &Value::Object(schema.clone()))["example"].clone())
+            .inspect(|example| assert!(!example.is_null(), "{id}: no request body example"))
+            .map(|example| example.to_string().into_bytes());
+        let others: Vec<&Value> =
+            params.iter().filter(|p| p["in"] == "query" || p["in"] == "header").collect();
+        for left_out in &others {
+            let (place, name) =
+                (left_out["in"].as_str().unwrap(), left_out["name"].as_str().unwrap());
+            // Every other parameter the document requires, with a value it documents.
+            let (mut query, mut headers) = (Vec::new(), Vec::new());
+            for p in others.iter().filter(|p| p["required"] == true && p["name"] != name) {
+                let value = documented_value(p)
+                    .unwrap_or_else(|| panic!("{id}: a required parameter with no value: {p}"));
+                match p["in"].as_str() {
+                    Some("query") => query.push(format!("{}={value}", p["name"].as_str().unwrap())),
+                    _ => headers.push((p["name"].as_str().unwrap().to_owned(), value)),
+                }
+            }
+            let mut url = format!("{origin}{server}{url_path}");
+            if !query.is_empty() {
+                url = format!("{url}?{}", query.join("&"));
+            }
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+            let (status, reply, _) =
+                send(&method.to_uppercase(), &url, Some(ADA_WRITE), &headers, body.clone()).await;
+            let refused_for_it = status == 422
+                && reply["detail"]
+                    .as_array()
+                    .is_some_and(|d| d.iter().any(|d| d["loc"] == json!([place, name])));
+            let required = left_out["required"] == true;
+            assert_eq!(
+                refused_for_it, required,
+                "{id} without {place} `{name}` (documented required: {required}): {status} {reply}"
+            );
+            if !required {
+                // Not refused for anything else either: the request did reach the operation.
+                assert_ne!(status, 422, "{id} without {place} `{name}`: {reply}");
+            }
+            checked += 1;
+        }
+    }
+    // listRows alone has five such parameters.
+    assert!(checked > 20, "{checked} parameters checked");
+}

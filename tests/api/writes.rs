@@ -459,6 +459,54 @@ async fn integer_fields_take_any_integral_json_number() {
 }
 
 #[actix_rt::test]
+async fn a_body_integer_beyond_the_documented_maximum_is_refused_before_the_write() {
+    let s = TestServer::start().await;
+    // The document bounds every integer of the write bodies as `int64`.
+    let (_, doc, _) = s.call("GET", "/openapi.json", None, None).await;
+    let schemas = &doc["components"]["schemas"];
+    for (schema, field) in
+        [("RowPatch", "version"), ("RowUpdateItem", "id"), ("RowUpdateItem", "version")]
+    {
+        let property = &schemas[schema]["properties"][field];
+        assert_eq!((&property["type"], &property["format"]), (&json!("integer"), &json!("int64")));
+    }
+    let over = i64::MAX as u64 + 1;
+    let url = format!("{}/sheets/10/rows/1003", s.base);
+    // patchRow: a 422 at the field, not the If-Match check's 412 or the version check's 409.
+    for if_match in [None, Some("\"1003.1\"")] {
+        for body in [
+            json!({"version": over, "cells": {"100": "x"}}).to_string(),
+            r#"{"version": 1e19, "cells": {"100": "x"}}"#.to_owned(),
+        ] {
+            let headers: Vec<(&str, &str)> =
+                if_match.map(|tag| ("If-Match", tag)).into_iter().collect();
+            let r = s
+                .raw("PATCH", &url, Some(ADA_WRITE), &headers, Some(body.clone().into_bytes()))
+                .await;
+            assert_error(&r, 422, "validation_failed");
+            assert_eq!(problem(&r), (json!(["body", "version"]), json!("value_error")), "{body}");
+        }
+    }
+    // The maximum itself is a version like any other: a stale one here.
+    let body = json!({"version": i64::MAX, "cells": {"100": "x"}});
+    let r = s.call("PATCH", "/sheets/10/rows/1003", Some(ADA_WRITE), Some(&body)).await;
+    assert_error(&r, 409, "version_conflict");
+    // bulkUpdateRows: the whole request is refused, naming the item's field.
+    for (item, loc) in [
+        (json!({"id": over, "version": 1}), json!(["body", "rows", 1, "id"])),
+        (json!({"id": 1003, "version": over}), json!(["body", "rows", 1, "version"])),
+    ] {
+        let body = json!({"rows": [{"id": 1000, "version": 1, "cells": {"100": "y"}}, item]});
+        let r = s.post("/sheets/10/rows:bulkUpdate", ADA_WRITE, &body).await;
+        assert_error(&r, 422, "validation_failed");
+        assert_eq!(problem(&r), (loc, json!("value_error")), "{body}");
+    }
+    for id in [1000, 1003] {
+        assert_eq!(row(&s, 10, id).await["version"], 1, "row {id} was not written");
+    }
+}
+
+#[actix_rt::test]
 async fn a_cell_key_that_is_no_column_id_is_named_as_sent() {
     let s = TestServer::start().await;
     let (status, res, _) = s

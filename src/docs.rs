@@ -1,4 +1,6 @@
-//! `GET /openapi.json` and `GET /docs`: the contract and its interactive reference.
+//! `GET /openapi.json` and `GET /docs`: the contract and its interactive reference, served
+//! under `/api/v1` beside the routes (registered by [`crate::server`]). This module sits above
+//! [`crate::openapi`], which collects the routes' operations, so it is not one of them.
 //!
 //! # Access
 //!
@@ -23,6 +25,7 @@ use actix_web::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use actix_web::{web, HttpRequest, HttpResponse};
 
 use crate::error::ApiError;
+use crate::routing::{read, resource};
 
 /// A vendored file: its name under `/docs/`, its media type and its bytes.
 struct Asset {
@@ -59,11 +62,10 @@ const PAGE: &[u8] =
 
 /// Register the document and the reference (paths relative to `/api/v1`).
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    let resource = crate::routes::resource;
-    cfg.service(resource("/openapi.json").route(crate::routes::read().to(get_openapi)))
-        .service(resource("/docs").route(crate::routes::read().to(get_docs)))
-        .service(resource("/docs/").route(crate::routes::read().to(get_docs)))
-        .service(resource("/docs/{file}").route(crate::routes::read().to(get_docs_asset)));
+    cfg.service(resource("/openapi.json").route(read().to(get_openapi)))
+        .service(resource("/docs").route(read().to(get_docs)))
+        .service(resource("/docs/").route(read().to(get_docs)))
+        .service(resource("/docs/{file}").route(read().to(get_docs_asset)));
 }
 
 /// The OpenAPI document, rendered once.
