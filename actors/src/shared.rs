@@ -14,7 +14,7 @@
 //! callback, and a reader that only trusts entries at or below the durable LSN sees a gap-free
 //! prefix (event sequence numbers follow LSN order).
 //!
-//! [`Shared::append`] is the one append of the domain: a sheet write's record carries its own
+//! `Shared::append` is the one append of the domain: a sheet write's record carries its own
 //! stored response and deletions, an answer decided before any sheet was reached gets a
 //! [`Record::Idempotency`] of its own, and directory records and markers pass through it too.
 
