@@ -1039,7 +1039,7 @@ impl Replayer for RetainEven {
     }
 
     fn retains(&self, lsn: Lsn) -> bool {
-        lsn % 2 == 0
+        lsn.is_multiple_of(2)
     }
 }
 
@@ -1106,7 +1106,7 @@ fn successive_checkpoints_drop_what_retention_let_go_and_count_what_stays() {
         (0..40).map(|i| payload(i, if i % 7 == 0 { 9_000 } else { 40 + i as usize })).collect();
     let written = append_each(&wal, &payloads);
     // Retention moves forward: at each checkpoint the even records from `floor` on are kept.
-    let keeps = |floor: Lsn| move |lsn: Lsn| lsn >= floor && lsn % 2 == 0;
+    let keeps = |floor: Lsn| move |lsn: Lsn| lsn >= floor && lsn.is_multiple_of(2);
     for (checkpoint, floor) in [(10, 1), (20, 6), (20, 8), (30, 15), (40, 29)] {
         let retain = keeps(floor);
         wal.checkpoint_retaining(checkpoint, b"state", &retain).unwrap();
