@@ -386,3 +386,83 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures_util::FutureExt;
+    use openraft::type_config::TypeConfigExt;
+    use openraft::EntryPayload;
+
+    use super::*;
+    use crate::types::Record;
+
+    fn entry(index: u64) -> Entry {
+        let leader = openraft::impls::leader_id_adv::LeaderId { term: 1, node_id: 1 };
+        let record = Record { group: 0, payload: format!("record {index}").into_bytes() };
+        Entry { log_id: LogId::new(leader, index), payload: EntryPayload::Normal(record) }
+    }
+
+    /// The pitfall other stores fell into: acknowledging an append before it is on disk.
+    /// With the wal's group commit held, the entries are readable but not acknowledged.
+    #[allow(
+        clippy::await_holding_lock,
+        reason = "the guard holds the wal's commit thread on purpose; nothing awaited takes it"
+    )]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_append_is_acknowledged_only_once_fsynced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = WalLogStore::open(dir.path()).unwrap();
+        let wal = store.inner.wal.clone();
+        let held = wal.hold_commits();
+        let (tx, mut rx) = TypeConfig::oneshot();
+        let entries: Vec<Entry> = (0..5).map(entry).collect();
+        store.append(entries.clone(), IOFlushed::signal(tx)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!((&mut rx).now_or_never().is_none(), "acknowledged before the fsync");
+        assert_eq!(wal.durable_lsn(), 0);
+        assert_eq!(store.try_get_log_entries(0..5).await.unwrap(), entries, "readable meanwhile");
+        drop(held);
+        rx.await.unwrap().unwrap();
+        assert_eq!(wal.durable_lsn(), lsn_of(4));
+        assert!(lock(&store.inner.unflushed).is_empty(), "the wal serves them now");
+        assert_eq!(store.try_get_log_entries(..).await.unwrap(), entries);
+    }
+
+    /// A truncation that comes while an append waits for its fsync: the waiting entries are
+    /// written, then removed, and their replacements are read back, not them.
+    #[allow(
+        clippy::await_holding_lock,
+        reason = "the guard holds the wal's commit thread on purpose; nothing awaited takes it"
+    )]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_truncation_removes_entries_still_waiting_for_their_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = WalLogStore::open(dir.path()).unwrap();
+        let (tx, rx) = TypeConfig::oneshot();
+        store.append((0..3).map(entry).collect::<Vec<_>>(), IOFlushed::signal(tx)).await.unwrap();
+        rx.await.unwrap().unwrap();
+        let wal = store.inner.wal.clone();
+        let held = wal.hold_commits();
+        let (tx, rx) = TypeConfig::oneshot();
+        store.append((3..6).map(entry).collect::<Vec<_>>(), IOFlushed::signal(tx)).await.unwrap();
+        let truncating = {
+            let mut store = store.clone();
+            tokio::spawn(async move { store.truncate_after(Some(entry(3).log_id)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(held);
+        truncating.await.unwrap().unwrap();
+        rx.await.unwrap().unwrap();
+        let mut replacement = entry(4);
+        replacement.log_id =
+            LogId::new(openraft::impls::leader_id_adv::LeaderId { term: 2, node_id: 2 }, 4);
+        let (tx, rx) = TypeConfig::oneshot();
+        store.append(vec![replacement.clone()], IOFlushed::signal(tx)).await.unwrap();
+        rx.await.unwrap().unwrap();
+        let mut expected: Vec<Entry> = (0..4).map(entry).collect();
+        expected.push(replacement);
+        assert_eq!(store.try_get_log_entries(..).await.unwrap(), expected);
+    }
+}
