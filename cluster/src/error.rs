@@ -5,7 +5,7 @@
 
 use crate::types::LogId;
 
-/// What can go wrong in the cluster's storage.
+/// What can go wrong in the cluster's storage and its link.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -31,6 +31,15 @@ pub enum Error {
         expected: Option<LogId>,
         /// The last log id the snapshot's state was taken at.
         found: Option<LogId>,
+    },
+
+    /// A cluster secret shorter than the link accepts.
+    #[error("the cluster secret has {len} bytes; at least {min} are needed")]
+    SecretTooShort {
+        /// The given secret's length.
+        len: usize,
+        /// The shortest accepted.
+        min: usize,
     },
 }
 

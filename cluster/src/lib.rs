@@ -3,13 +3,17 @@
 //!
 //! Today this crate holds openraft's storage: the Raft log of a group kept on the `wal`, and a
 //! state machine of the applied records, both proven by openraft's own storage test suite
-//! (`tests/storage.rs`). The network, the wiring into the server and the domain's state
-//! machine (the sheet actors, applying records by overwrite, the wal's checkpoint as the Raft
-//! snapshot) come next.
+//! (`tests/storage.rs`); and the cluster link ([`net`]): Raft traffic between nodes over TCP,
+//! authenticated with the cluster secret, on a runtime of its own, which a real 3-node group
+//! runs on in `tests/group.rs`. The wiring into the server and the domain's state machine (the
+//! sheet actors, applying records by overwrite, the wal's checkpoint as the Raft snapshot)
+//! come next.
 //!
 //! # Layout
 //!
 //! Crate map, one line per module; each uses only those listed after it:
+//! - `net/`: the cluster link: [`net::ClusterLink`] (listener, runtime, dispatch to the local
+//!   Raft), [`net::Network`] (openraft's network), the handshake and authenticated frames.
 //! - `state_machine.rs`: [`RecordsStateMachine`], the applied records in order, and its
 //!   snapshots.
 //! - `log_store.rs`: [`WalLogStore`], the Raft log on the wal: entry at index `i` = wal record
@@ -30,6 +34,7 @@
 
 mod error;
 mod log_store;
+pub mod net;
 mod state_machine;
 mod types;
 
