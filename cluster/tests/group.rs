@@ -1,0 +1,136 @@
+//! A real 3-node Raft group over the cluster link on loopback: each node with its own data
+//! dir and its own raft address (127.0.0.1, .2, .3), elections, replication, a leader stopped
+//! for real, fail-over, and the stopped node's return.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use cluster::{ClusterNode, NodeId, Record, DEFAULT_GROUP};
+use common::{within, Node};
+use openraft::async_runtime::WatchReceiver;
+use openraft::ServerState;
+
+/// Waits until one of `nodes` is leader and every other one follows it; returns its position
+/// in `nodes`.
+async fn leader_of(nodes: &[&Node]) -> usize {
+    within(20, "a leader elected and known to all", async {
+        loop {
+            let leaders: Vec<Option<NodeId>> =
+                nodes.iter().map(|n| n.raft.metrics().borrow_watched().current_leader).collect();
+            if let Some(Some(leader)) = leaders.first() {
+                let agreed = leaders.iter().all(|l| *l == Some(*leader));
+                let at = nodes.iter().position(|n| n.id == *leader);
+                if let (true, Some(at)) = (agreed, at) {
+                    if nodes[at].raft.metrics().borrow_watched().state == ServerState::Leader {
+                        return at;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+/// Writes `payloads` through `leader`, each acknowledged before the next; returns the
+/// acknowledged (index, payload) pairs.
+async fn write(leader: &Node, payloads: impl IntoIterator<Item = String>) -> Vec<(u64, String)> {
+    let mut acked = Vec::new();
+    for payload in payloads {
+        let record = Record { group: DEFAULT_GROUP, payload: payload.clone().into_bytes() };
+        let response = within(10, "a write", leader.raft.client_write(record)).await;
+        let response = response.unwrap_or_else(|e| panic!("write {payload}: {e}"));
+        assert_eq!(response.data.index, response.log_id.index);
+        acked.push((response.log_id.index, payload));
+    }
+    acked
+}
+
+/// Waits until `node` has applied index `index`, then returns its applied records as
+/// (index, payload).
+async fn applied(node: &Node, index: u64) -> Vec<(u64, String)> {
+    let wait = node.raft.wait(Some(Duration::from_secs(20)));
+    wait.applied_index_at_least(Some(index), format!("node {} applies {index}", node.id))
+        .await
+        .unwrap();
+    node.sm
+        .state()
+        .records
+        .into_iter()
+        .map(|(i, r)| {
+            assert_eq!(r.group, DEFAULT_GROUP);
+            (i, String::from_utf8(r.payload).unwrap())
+        })
+        .collect()
+}
+
+/// Every acknowledged write is in `records` exactly once, at the index it was acknowledged
+/// with, and nothing else is there.
+fn assert_exactly(records: &[(u64, String)], acked: &[(u64, String)]) {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (_, payload) in records {
+        *seen.entry(payload).or_default() += 1;
+    }
+    assert!(seen.values().all(|&n| n == 1), "a record applied twice: {seen:?}");
+    assert_eq!(records, acked, "the applied records are the acknowledged ones, in order");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_elect_replicate_fail_over_and_catch_up() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let id = i as NodeId + 1;
+        let addr: SocketAddr = format!("127.0.0.{id}:0").parse().unwrap();
+        nodes.push(Node::start(id, dir.path(), addr).await);
+    }
+    let members: BTreeMap<NodeId, ClusterNode> = nodes
+        .iter()
+        .map(|n| {
+            let node = ClusterNode { raft_addr: n.addr.to_string(), api_addr: String::new() };
+            (n.id, node)
+        })
+        .collect();
+    within(10, "initialize", nodes[0].raft.initialize(members)).await.unwrap();
+
+    // A leader, and replication to all three.
+    let at = leader_of(&nodes.iter().collect::<Vec<_>>()).await;
+    let mut acked = write(&nodes[at], (0..20).map(|i| format!("first {i}"))).await;
+    let last = acked.last().unwrap().0;
+    for node in &nodes {
+        assert_exactly(&applied(node, last).await, &acked);
+    }
+
+    // The leader stops for real: its Raft, its listener and connections, its data dir.
+    let stopped = nodes.remove(at);
+    let (stopped_id, stopped_dir, stopped_addr) = (stopped.id, stopped.dir.clone(), stopped.addr);
+    stopped.stop().await;
+
+    // A new leader among the two others takes writes.
+    let at = leader_of(&nodes.iter().collect::<Vec<_>>()).await;
+    assert_ne!(nodes[at].id, stopped_id);
+    acked.extend(write(&nodes[at], (0..20).map(|i| format!("second {i}"))).await);
+    let last = acked.last().unwrap().0;
+    for node in &nodes {
+        assert_exactly(&applied(node, last).await, &acked);
+    }
+
+    // The stopped node comes back on its data dir and address, and catches up.
+    let back = Node::start(stopped_id, &stopped_dir, stopped_addr).await;
+    assert_exactly(&applied(&back, last).await, &acked);
+    nodes.push(back);
+    // It takes part again: a write after its return reaches all three.
+    let at = leader_of(&nodes.iter().collect::<Vec<_>>()).await;
+    acked.extend(write(&nodes[at], ["after the return".to_string()]).await);
+    let last = acked.last().unwrap().0;
+    for node in &nodes {
+        assert_exactly(&applied(node, last).await, &acked);
+    }
+
+    for node in nodes {
+        node.stop().await;
+    }
+}
