@@ -134,3 +134,39 @@ async fn three_nodes_elect_replicate_fail_over_and_catch_up() {
         node.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_member_catches_up_by_a_snapshot_sent_over_the_link() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let first = Node::start(1, dirs[0].path(), "127.0.0.1:0".parse().unwrap()).await;
+    let member = |n: &Node| ClusterNode { raft_addr: n.addr.to_string(), api_addr: String::new() };
+    let members = BTreeMap::from([(first.id, member(&first))]);
+    within(10, "initialize", first.raft.initialize(members)).await.unwrap();
+    leader_of(&[&first]).await;
+    let mut acked = write(&first, (0..30).map(|i| format!("before the snapshot {i}"))).await;
+    let last = acked.last().unwrap().0;
+
+    // A snapshot at the last write, and the log purged through it: a new member can only be
+    // caught up by the snapshot.
+    first.raft.trigger().snapshot().await.unwrap();
+    let wait = first.raft.wait(Some(Duration::from_secs(10)));
+    wait.metrics(|m| m.snapshot.is_some_and(|s| s.index >= last), "snapshot").await.unwrap();
+    first.raft.trigger().purge_log(last).await.unwrap();
+    let wait = first.raft.wait(Some(Duration::from_secs(10)));
+    wait.metrics(|m| m.purged.is_some_and(|p| p.index >= last), "purge").await.unwrap();
+
+    let second = Node::start(2, dirs[1].path(), "127.0.0.2:0".parse().unwrap()).await;
+    let added = first.raft.add_learner(second.id, member(&second), true);
+    within(20, "the learner caught up", added).await.unwrap();
+    assert_exactly(&applied(&second, last).await, &acked);
+    let installed = second.raft.metrics().borrow_watched().snapshot;
+    assert!(installed.is_some_and(|s| s.index >= last), "caught up by the snapshot: {installed:?}");
+
+    // And it follows the log after it.
+    acked.extend(write(&first, ["after the snapshot".to_string()]).await);
+    let last = acked.last().unwrap().0;
+    assert_exactly(&applied(&second, last).await, &acked);
+
+    second.stop().await;
+    first.stop().await;
+}
