@@ -189,3 +189,34 @@ async fn a_flood_of_silent_connections_does_not_lock_out_a_peer() {
     answered(node.addr).await;
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outgoing_connections_leave_from_the_raft_host() {
+    use cluster::ClusterNode;
+    use openraft::error::RPCError;
+    use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
+
+    // A node on 127.0.0.4 calls a listener on 127.0.0.5 that speaks no protocol.
+    let caller = cluster::net::ClusterLink::bind("127.0.0.4:0", LinkConfig::new(4, secret()))
+        .expect("127.0.0.4 is a loopback address on Linux");
+    let listener = tokio::net::TcpListener::bind("127.0.0.5:0").await.unwrap();
+    let target = ClusterNode {
+        raft_addr: listener.local_addr().unwrap().to_string(),
+        api_addr: String::new(),
+    };
+    let mut client = caller.network(DEFAULT_GROUP).new_client(5, &target).await;
+    let call = tokio::spawn(async move {
+        let rpc = VoteRequest::new(Vote::new(1, 4), None);
+        client.vote(rpc, RPCOption::new(Duration::from_secs(2))).await
+    });
+    let (mut stream, from) = within(5, "the caller connects", listener.accept()).await.unwrap();
+    assert_eq!(from.ip().to_string(), "127.0.0.4", "bound to its raft host, not the default");
+    // The caller's hello arrives; no answer comes, the connection closes: the call fails as
+    // unreachable, not as anything a node said.
+    let mut hello = [0u8; 4];
+    stream.read_exact(&mut hello).await.unwrap();
+    drop(stream);
+    let failed = within(5, "the call fails", call).await.unwrap();
+    assert!(matches!(failed, Err(RPCError::Unreachable(_))), "{failed:?}");
+    caller.shutdown();
+}
