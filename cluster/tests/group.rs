@@ -170,3 +170,44 @@ async fn a_new_member_catches_up_by_a_snapshot_sent_over_the_link() {
     second.stop().await;
     first.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_over_the_frame_cap_is_replicated_in_parts() {
+    use cluster::net::LinkConfig;
+
+    // 8 KiB frames; 60 records of 1 KiB of hex that zstd cannot squeeze below that together.
+    let small = |id| {
+        let mut config = LinkConfig::new(id, common::secret());
+        config.max_frame_bytes = 8 << 10;
+        config
+    };
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let first = Node::start_with(small(1), dirs[0].path(), "127.0.0.1:0".parse().unwrap()).await;
+    let member = |n: &Node| ClusterNode { raft_addr: n.addr.to_string(), api_addr: String::new() };
+    let members = BTreeMap::from([(first.id, member(&first))]);
+    within(10, "initialize", first.raft.initialize(members)).await.unwrap();
+    leader_of(&[&first]).await;
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut noise = move || {
+        (0..1024)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                char::from_digit((seed % 16) as u32, 16).unwrap()
+            })
+            .collect::<String>()
+    };
+    let payloads: Vec<String> = (0..60).map(|i| format!("{i} {}", noise())).collect();
+    let acked = write(&first, payloads).await;
+    let last = acked.last().unwrap().0;
+
+    // The learner's backlog goes out in appends of a few entries each, every one under 8 KiB.
+    let second = Node::start_with(small(2), dirs[1].path(), "127.0.0.2:0".parse().unwrap()).await;
+    let added = first.raft.add_learner(second.id, member(&second), true);
+    within(20, "the learner caught up", added).await.unwrap();
+    assert_exactly(&applied(&second, last).await, &acked);
+
+    second.stop().await;
+    first.stop().await;
+}

@@ -95,6 +95,24 @@ impl PeerClient {
     {
         let request =
             message::encode(&Request { group: self.group, rpc }).map_err(Failure::Network)?;
+        self.call_encoded(request, ttl).await
+    }
+
+    /// Sends the encoded request `request` and waits for its reply, within `ttl`, on the
+    /// link's runtime.
+    async fn call_encoded<T>(&mut self, request: Vec<u8>, ttl: Duration) -> Result<T, Failure>
+    where
+        T: DeserializeOwned,
+    {
+        // The peer would refuse it and close the connection: fail here and keep it.
+        let max = self.shared.config.max_frame_bytes;
+        if !message::fits(&request, max) {
+            let e = io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a message of {} bytes, over the link's cap of {max}", request.len()),
+            );
+            return Err(Failure::Network(e));
+        }
         let channel = self.channel.take();
         let (shared, target, addr) = (Arc::clone(&self.shared), self.target, self.addr.clone());
         let exchange = self.shared.handle.spawn(async move {
@@ -209,8 +227,49 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let ttl = option.soft_ttl();
-        let reply = self.call(Rpc::AppendEntries(rpc), ttl).await;
-        reply.map_err(|f| self.rpc_error(f, RPCTypes::AppendEntries, ttl))
+        let max = self.shared.config.max_frame_bytes;
+        let all = rpc.entries.len();
+        let mut request = Request { group: self.group, rpc: Rpc::AppendEntries(rpc) };
+        let encode = |request: &Request| message::encode(request).map_err(Failure::Network);
+        let mut encoded = encode(&request);
+        // Over the frame cap: send the first half of the entries, again and again, until it
+        // fits, and report a partial success (openraft's contract for a network that sends a
+        // prefix): openraft sends the rest next. One entry over the cap cannot go: the RPC
+        // fails, and keeps failing, loudly.
+        while let (Ok(bytes), Rpc::AppendEntries(rpc)) = (&encoded, &mut request.rpc) {
+            if message::fits(bytes, max) || rpc.entries.len() <= 1 {
+                break;
+            }
+            rpc.entries.truncate(rpc.entries.len() / 2);
+            encoded = encode(&request);
+        }
+        if let Ok(bytes) = &encoded {
+            if !message::fits(bytes, max) {
+                tracing::error!(
+                    target = self.target,
+                    bytes = bytes.len(),
+                    max,
+                    "cluster link: one entry is over the frame cap; it cannot be replicated"
+                );
+            }
+        }
+        let sent_last = match &request.rpc {
+            Rpc::AppendEntries(rpc) if rpc.entries.len() < all => {
+                rpc.entries.last().map(|entry| entry.log_id)
+            }
+            _ => None,
+        };
+        let reply = match encoded {
+            Ok(bytes) => self.call_encoded(bytes, ttl).await,
+            Err(failure) => Err(failure),
+        };
+        match reply {
+            Ok(AppendEntriesResponse::Success) if sent_last.is_some() => {
+                Ok(AppendEntriesResponse::PartialSuccess(sent_last))
+            }
+            Ok(response) => Ok(response),
+            Err(f) => Err(self.rpc_error(f, RPCTypes::AppendEntries, ttl)),
+        }
     }
 
     async fn vote(
@@ -234,7 +293,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     }
 
     /// The whole snapshot in one frame: it is in memory on both sides anyway (the state
-    /// machine's snapshot data is a `Vec`). A snapshot over the frame cap fails to send.
+    /// machine's snapshot data is a `Vec`). A snapshot over the link's cap fails to send.
     async fn full_snapshot(
         &mut self,
         vote: Vote,

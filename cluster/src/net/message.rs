@@ -67,6 +67,12 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
     codec::encode(value).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
 }
 
+/// Whether the encoded message `bytes` fits a link whose cap is `max`: its frame and its
+/// decoded size both at most `max` (a compressed message decodes larger than it travels).
+pub(crate) fn fits(bytes: &[u8], max: usize) -> bool {
+    bytes.len() <= max && codec::decoded_len(bytes) <= max
+}
+
 /// Decodes a message of at most `max` decoded bytes: the size a compressed body claims is
 /// checked before it is decompressed, so a small frame cannot expand into a large allocation.
 pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8], max: usize) -> io::Result<T> {

@@ -97,8 +97,10 @@ pub struct LinkConfig {
     pub node_id: NodeId,
     /// The cluster's shared secret.
     pub secret: ClusterSecret,
-    /// The largest frame accepted after the handshake, in bytes: a connection never holds more
-    /// than one such frame (plus its decoded message). An RPC whose message is larger fails.
+    /// The largest message after the handshake, in bytes, as it travels and as it decodes: a
+    /// connection never holds more than one such frame and its decoded message. Entries to
+    /// append that are over it together go out in several RPCs; any other message over it
+    /// (one entry, a snapshot) fails its RPC.
     pub max_frame_bytes: usize,
     /// How long a peer has to finish the handshake (connect included, on the calling side).
     pub handshake_timeout: Duration,
