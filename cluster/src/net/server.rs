@@ -8,7 +8,8 @@
 //! by clients; heartbeats and votes must still be read and answered within the election
 //! timeout, or followers stand for election under load. Outgoing RPCs run here too
 //! ([`super::Network`] spawns them on this runtime), so both directions of Raft traffic are
-//! independent of how busy the rest of the process is.
+//! independent of how busy the rest of the process is; and the node's Raft itself is meant to
+//! be built here ([`ClusterLink::runtime`]), so its ticks and heartbeats are too.
 
 use std::io::{self, Cursor};
 use std::net::{IpAddr, SocketAddr, TcpListener as StdListener, ToSocketAddrs};
@@ -94,6 +95,13 @@ impl ClusterLink {
     /// The address the listener is bound to.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The link's runtime. Build the node's [`Raft`] on it (`Raft::new` inside a task spawned
+    /// here): openraft runs its core, its heartbeats and its replication on the runtime that
+    /// built it, so on this one they are as independent of HTTP load as the link's sockets.
+    pub fn runtime(&self) -> &Handle {
+        &self.shared.handle
     }
 
     /// The network for `group`'s Raft: openraft's `RaftNetworkFactory`, sending from this

@@ -62,7 +62,11 @@ impl Node {
         let link = bind(addr, config).await;
         let sm = RecordsStateMachine::default();
         let network = link.network(DEFAULT_GROUP);
-        let raft = Raft::new(id, raft_config(), network, log.clone(), sm.clone()).await.unwrap();
+        // Built on the link's runtime, as a node does: openraft's core, ticks and replication
+        // run there, away from the test's own runtime.
+        let (store, machine) = (log.clone(), sm.clone());
+        let built = link.runtime().spawn(Raft::new(id, raft_config(), network, store, machine));
+        let raft = built.await.unwrap().unwrap();
         link.serve(DEFAULT_GROUP, raft.clone()).unwrap();
         let addr = link.local_addr();
         Node { id, dir: dir.to_owned(), addr, raft, sm, link, log }
