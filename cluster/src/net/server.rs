@@ -1,8 +1,8 @@
 //! The node's end of the cluster link: its listener, the runtime all link traffic runs on, and
 //! the dispatch of incoming requests to the local Raft.
 //!
-//! Owns: [`ClusterLink`] (the runtime thread, the listener, the caps on connections) and each
-//! incoming connection's handshake and request loop.
+//! Owns: [`ClusterLink`] (the runtime thread, the listener, the caps on connections), each
+//! incoming connection's handshake and request loop, and the rate-limited log of refusals.
 //!
 //! Why a runtime of its own, on a thread of its own: the server's HTTP workers may be saturated
 //! by clients; heartbeats and votes must still be read and answered within the election
@@ -11,10 +11,12 @@
 //! independent of how busy the rest of the process is; and the node's Raft itself is meant to
 //! be built here ([`ClusterLink::runtime`]), so its ticks and heartbeats are too.
 
+use std::fmt;
 use std::io::{self, Cursor};
 use std::net::{IpAddr, SocketAddr, TcpListener as StdListener, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use openraft::storage::RaftStateMachine;
 use openraft::type_config::alias::SnapshotOf;
@@ -125,7 +127,12 @@ impl ClusterLink {
             let _runtime = self.shared.handle.enter();
             TcpListener::from_std(listener)?
         };
-        let serving = Arc::new(Serving { shared: Arc::clone(&self.shared), group, raft });
+        let serving = Arc::new(Serving {
+            shared: Arc::clone(&self.shared),
+            group,
+            raft,
+            refusals: RefusalLog::new(),
+        });
         self.shared.handle.spawn(accept_loop(listener, serving));
         Ok(())
     }
@@ -160,6 +167,37 @@ struct Serving<SM: RaftStateMachine<TypeConfig>> {
     shared: Arc<LinkShared>,
     group: GroupId,
     raft: Raft<TypeConfig, SM>,
+    refusals: RefusalLog,
+}
+
+/// Warnings about refused connections, at most one a second, each saying how many were left
+/// out since the last: a flood of bad connections must not become a flood of log lines.
+struct RefusalLog {
+    /// When the next warning may be written, and how many were left out meanwhile.
+    state: Mutex<(Instant, u64)>,
+}
+
+impl RefusalLog {
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn new() -> Self {
+        RefusalLog { state: Mutex::new((Instant::now(), 0)) }
+    }
+
+    /// Logs the refusal of `peer` for `reason` (never anything keyed by the secret), or counts
+    /// it.
+    fn warn(&self, peer: SocketAddr, reason: &dyn fmt::Display) {
+        let now = Instant::now();
+        let mut state = lock(&self.state);
+        if now < state.0 {
+            state.1 += 1;
+            return;
+        }
+        let left_out = std::mem::take(&mut state.1);
+        state.0 = now + Self::EVERY;
+        drop(state);
+        tracing::warn!(%peer, %reason, left_out, "cluster link: connection refused");
+    }
 }
 
 async fn accept_loop<SM>(listener: TcpListener, serving: Arc<Serving<SM>>)
@@ -176,12 +214,12 @@ where
                 // Out of file descriptors, a connection reset before it was accepted: the
                 // listener itself is fine. A short pause so a persistent error does not spin.
                 tracing::warn!(error = %e, "cluster link: accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
         let Ok(handshake) = Arc::clone(&handshakes).try_acquire_owned() else {
-            tracing::warn!(%peer, "cluster link: connection refused, too many handshakes under way");
+            serving.refusals.warn(peer, &"too many handshakes under way");
             continue;
         };
         tokio::spawn(serve_connection(
@@ -214,17 +252,17 @@ async fn serve_connection<SM>(
     let mut channel = match shaken {
         Ok(Ok(channel)) => channel,
         Ok(Err(e)) => {
-            tracing::warn!(%peer, error = %e, "cluster link: peer refused");
+            serving.refusals.warn(peer, &e);
             return;
         }
         Err(_) => {
-            tracing::warn!(%peer, "cluster link: peer refused, no handshake in time");
+            serving.refusals.warn(peer, &"no handshake in time");
             return;
         }
     };
     drop(handshake);
     let Ok(_connection) = connections.try_acquire_owned() else {
-        tracing::warn!(%peer, "cluster link: connection refused, too many open");
+        serving.refusals.warn(peer, &"too many connections open");
         return;
     };
     let node = channel.peer();
