@@ -22,8 +22,9 @@
 //!
 //! Every frame is a 4-byte big-endian length, then that many bytes. Before authentication a
 //! frame is at most [`HANDSHAKE_FRAME_MAX`] bytes, after it at most
-//! [`LinkConfig::max_frame_bytes`]; a longer prefix closes the connection before a byte of the
-//! body is read, and a body is read as it arrives (never allocated from the prefix alone).
+//! [`LinkConfig::max_frame_bytes`] and its tag; a longer prefix closes the connection before a
+//! byte of the body is read, and a body is read as it arrives (never allocated from the prefix
+//! alone). Entries to append that are over the cap together go out in several RPCs.
 //!
 //! The handshake (see `channel.rs`): the client sends its node id and a fresh random nonce, the
 //! server answers with its own; the client proves it knows the secret with an HMAC over both
