@@ -314,4 +314,22 @@ mod tests {
         assert_eq!(server.recv(16).await.unwrap(), b"once");
         assert_eq!(server.recv(16).await.unwrap_err().kind(), io::ErrorKind::PermissionDenied);
     }
+
+    #[tokio::test]
+    async fn a_frame_from_another_connection_fails_its_tag() {
+        let pair = || async {
+            let (a, b) = tokio::io::duplex(1024);
+            let (client, server) = tokio::join!(
+                Channel::client(a, 1, secret(7), None),
+                Channel::server(b, 2, secret(7))
+            );
+            (client.unwrap(), server.unwrap())
+        };
+        let (mut first, _) = pair().await;
+        let (mut second, mut server) = pair().await;
+        // Sealed for the first connection, at the very sequence number the second expects.
+        let tag = first.seal(b"moved");
+        frame::write(second.get_mut(), &[b"moved", &tag]).await.unwrap();
+        assert_eq!(server.recv(16).await.unwrap_err().kind(), io::ErrorKind::PermissionDenied);
+    }
 }
