@@ -11,7 +11,12 @@ use std::time::Duration;
 use cluster::{ClusterNode, NodeId, Record, DEFAULT_GROUP};
 use common::{within, Node};
 use openraft::async_runtime::WatchReceiver;
+use openraft::error::{ClientWriteError, RaftError};
 use openraft::ServerState;
+
+fn all(nodes: &[Node]) -> Vec<&Node> {
+    nodes.iter().collect()
+}
 
 /// Waits until one of `nodes` is leader and every other one follows it; returns its position
 /// in `nodes`.
@@ -35,16 +40,26 @@ async fn leader_of(nodes: &[&Node]) -> usize {
     .await
 }
 
-/// Writes `payloads` through `leader`, each acknowledged before the next; returns the
-/// acknowledged (index, payload) pairs.
-async fn write(leader: &Node, payloads: impl IntoIterator<Item = String>) -> Vec<(u64, String)> {
+/// Writes `payloads` through the leader of `nodes`, each acknowledged before the next;
+/// returns the acknowledged (index, payload) pairs. A write refused because leadership moved
+/// (certainly not appended) is sent again to the new leader; any other failure fails the test,
+/// as its outcome would be unknown.
+async fn write(nodes: &[&Node], payloads: impl IntoIterator<Item = String>) -> Vec<(u64, String)> {
     let mut acked = Vec::new();
     for payload in payloads {
         let record = Record { group: DEFAULT_GROUP, payload: payload.clone().into_bytes() };
-        let response = within(10, "a write", leader.raft.client_write(record)).await;
-        let response = response.unwrap_or_else(|e| panic!("write {payload}: {e}"));
-        assert_eq!(response.data.index, response.log_id.index);
-        acked.push((response.log_id.index, payload));
+        loop {
+            let leader = nodes[leader_of(nodes).await];
+            match within(10, "a write", leader.raft.client_write(record.clone())).await {
+                Ok(response) => {
+                    assert_eq!(response.data.index, response.log_id.index);
+                    acked.push((response.log_id.index, payload));
+                    break;
+                }
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => continue,
+                Err(e) => panic!("write {payload}: {e}"),
+            }
+        }
     }
     acked
 }
@@ -97,22 +112,22 @@ async fn three_nodes_elect_replicate_fail_over_and_catch_up() {
     within(10, "initialize", nodes[0].raft.initialize(members)).await.unwrap();
 
     // A leader, and replication to all three.
-    let at = leader_of(&nodes.iter().collect::<Vec<_>>()).await;
-    let mut acked = write(&nodes[at], (0..20).map(|i| format!("first {i}"))).await;
+    let mut acked = write(&all(&nodes), (0..20).map(|i| format!("first {i}"))).await;
     let last = acked.last().unwrap().0;
     for node in &nodes {
         assert_exactly(&applied(node, last).await, &acked);
     }
 
     // The leader stops for real: its Raft, its listener and connections, its data dir.
+    let at = leader_of(&all(&nodes)).await;
     let stopped = nodes.remove(at);
     let (stopped_id, stopped_dir, stopped_addr) = (stopped.id, stopped.dir.clone(), stopped.addr);
     stopped.stop().await;
 
     // A new leader among the two others takes writes.
-    let at = leader_of(&nodes.iter().collect::<Vec<_>>()).await;
+    let at = leader_of(&all(&nodes)).await;
     assert_ne!(nodes[at].id, stopped_id);
-    acked.extend(write(&nodes[at], (0..20).map(|i| format!("second {i}"))).await);
+    acked.extend(write(&all(&nodes), (0..20).map(|i| format!("second {i}"))).await);
     let last = acked.last().unwrap().0;
     for node in &nodes {
         assert_exactly(&applied(node, last).await, &acked);
@@ -123,8 +138,7 @@ async fn three_nodes_elect_replicate_fail_over_and_catch_up() {
     assert_exactly(&applied(&back, last).await, &acked);
     nodes.push(back);
     // It takes part again: a write after its return reaches all three.
-    let at = leader_of(&nodes.iter().collect::<Vec<_>>()).await;
-    acked.extend(write(&nodes[at], ["after the return".to_string()]).await);
+    acked.extend(write(&all(&nodes), ["after the return".to_string()]).await);
     let last = acked.last().unwrap().0;
     for node in &nodes {
         assert_exactly(&applied(node, last).await, &acked);
@@ -143,7 +157,7 @@ async fn a_new_member_catches_up_by_a_snapshot_sent_over_the_link() {
     let members = BTreeMap::from([(first.id, member(&first))]);
     within(10, "initialize", first.raft.initialize(members)).await.unwrap();
     leader_of(&[&first]).await;
-    let mut acked = write(&first, (0..30).map(|i| format!("before the snapshot {i}"))).await;
+    let mut acked = write(&[&first], (0..30).map(|i| format!("before the snapshot {i}"))).await;
     let last = acked.last().unwrap().0;
 
     // A snapshot at the last write, and the log purged through it: a new member can only be
@@ -163,7 +177,7 @@ async fn a_new_member_catches_up_by_a_snapshot_sent_over_the_link() {
     assert!(installed.is_some_and(|s| s.index >= last), "caught up by the snapshot: {installed:?}");
 
     // And it follows the log after it.
-    acked.extend(write(&first, ["after the snapshot".to_string()]).await);
+    acked.extend(write(&[&first], ["after the snapshot".to_string()]).await);
     let last = acked.last().unwrap().0;
     assert_exactly(&applied(&second, last).await, &acked);
 
@@ -199,7 +213,7 @@ async fn a_backlog_over_the_frame_cap_is_replicated_in_parts() {
             .collect::<String>()
     };
     let payloads: Vec<String> = (0..60).map(|i| format!("{i} {}", noise())).collect();
-    let acked = write(&first, payloads).await;
+    let acked = write(&[&first], payloads).await;
     let last = acked.last().unwrap().0;
 
     // The learner's backlog goes out in appends of a few entries each, every one under 8 KiB.
