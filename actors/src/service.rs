@@ -149,7 +149,7 @@ impl Replay for Rebuild {
     fn record(&mut self, lsn: Lsn, record: Record) -> Result<()> {
         self.progress.0 += 1;
         // Reading the clock every 1024 records keeps its cost out of the replay.
-        if self.progress.0 % 1024 == 0 && self.progress.1.elapsed() >= PROGRESS_EVERY {
+        if self.progress.0.is_multiple_of(1024) && self.progress.1.elapsed() >= PROGRESS_EVERY {
             self.progress.1 = std::time::Instant::now();
             tracing::info!(records_replayed = self.progress.0, lsn, "replaying the log");
         }

@@ -120,6 +120,8 @@ pub(crate) struct Core {
     /// Checkpoints written since the log opened, and their time in nanoseconds, for `stats`.
     pub(crate) checkpoints_written: AtomicU64,
     pub(crate) checkpoint_nanos: AtomicU64,
+    /// Serializes [`Wal::save_state`](crate::Wal::save_state) calls (they share `state.tmp`).
+    pub(crate) state_file: Mutex<()>,
     /// The commit thread, until it is joined.
     pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
     /// Test hook: make the next group write fail as if the disk had.

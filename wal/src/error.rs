@@ -179,6 +179,28 @@ pub enum Error {
         current: Lsn,
     },
 
+    /// [`crate::Wal::append_batch_at`] was given an LSN other than the next one: the record
+    /// would leave a hole or overwrite one.
+    #[error("cannot append at LSN {given}: the next LSN of the log is {next}")]
+    NotNextLsn {
+        /// The LSN asked for.
+        given: Lsn,
+        /// The LSN the next record gets.
+        next: Lsn,
+    },
+
+    /// [`crate::Wal::truncate_after`] was asked to remove records the checkpoint already
+    /// covers: they are gone from the log, so the truncation could not make it end there.
+    #[error(
+        "cannot truncate the log after LSN {lsn}: the checkpoint at LSN {checkpoint} covers it"
+    )]
+    TruncateBelowCheckpoint {
+        /// The LSN the log was to end at.
+        lsn: Lsn,
+        /// The checkpoint's LSN.
+        checkpoint: Lsn,
+    },
+
     /// A payload does not fit the frame's `u32` length field.
     #[error("a log record of {len} bytes is too large (the limit is {} bytes)", u32::MAX)]
     RecordTooLarge {
@@ -312,6 +334,20 @@ pub enum Corruption {
     )]
     Checkpoint {
         /// Path of the checkpoint file.
+        path: PathBuf,
+        /// What the check found.
+        defect: String,
+    },
+
+    /// The state file ([`crate::Wal::save_state`]) failed its checks. Never ignored: what it
+    /// held (a replicated log's vote, for one) must not silently go back to nothing.
+    #[error(
+        "the state file {} is damaged ({defect}); refusing to start. Restore the data dir \
+         from a backup.",
+        .path.display()
+    )]
+    State {
+        /// Path of the state file.
         path: PathBuf,
         /// What the check found.
         defect: String,

@@ -175,6 +175,7 @@ impl Wal {
             checkpoint_bytes: AtomicU64::new(ckpt_bytes),
             checkpoints_written: AtomicU64::new(0),
             checkpoint_nanos: AtomicU64::new(0),
+            state_file: Mutex::new(()),
             thread: Mutex::new(None),
             #[cfg(test)]
             fail_next_write: std::sync::atomic::AtomicBool::new(false),
@@ -325,6 +326,27 @@ impl Wal {
     /// # Errors
     /// As [`Wal::append_with`], plus [`Error::InvalidArgument`] for an empty batch.
     pub fn append_batch(&self, payloads: Vec<Vec<u8>>) -> Result<Commit> {
+        self.append_batch_checked(None, payloads)
+    }
+
+    /// [`Wal::append_batch`] at LSNs chosen by the caller: `payloads[0]` goes at `first`, which
+    /// must be the next LSN ([`Wal::last_lsn`] + 1), checked under the append lock. For a log
+    /// that copies another one position for position (a follower of a replicated log), where
+    /// a record at any other LSN would be a hole or an overwrite.
+    ///
+    /// # Errors
+    /// As [`Wal::append_batch`], plus [`Error::NotNextLsn`] (nothing queued) when `first` is not
+    /// the next LSN.
+    pub fn append_batch_at(&self, first: Lsn, payloads: Vec<Vec<u8>>) -> Result<Commit> {
+        self.append_batch_checked(Some(first), payloads)
+    }
+
+    /// [`Wal::append_batch`], refused unless the next LSN is `expected_first` when given.
+    fn append_batch_checked(
+        &self,
+        expected_first: Option<Lsn>,
+        payloads: Vec<Vec<u8>>,
+    ) -> Result<Commit> {
         if payloads.is_empty() {
             return Err(Error::invalid("append_batch needs at least one payload"));
         }
@@ -339,8 +361,11 @@ impl Wal {
         if let Some(e) = core.refuse(&appender) {
             return Err(e);
         }
-        appender.space.admit()?;
         let first = appender.next_lsn;
+        if let Some(given) = expected_first.filter(|&given| given != first) {
+            return Err(Error::NotNextLsn { given, next: first });
+        }
+        appender.space.admit()?;
         let commit = send(core, &mut appender, first, payloads)?;
         for size in sizes {
             appender.push_size(size);

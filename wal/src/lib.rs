@@ -15,6 +15,11 @@
 //! - `checkpointing.rs`: [`Wal::checkpoint`] and its variants: writing the checkpoint,
 //!   truncating the log it replaces, compacting a bloated log store.
 //! - `heal.rs`: [`Wal::heal`], re-opening a failed log from disk.
+//! - `positions.rs`: [`Wal::truncate_after`] and [`Wal::purge_through`], moving the log's
+//!   end back and its beginning forward (what a log replicated from another node needs,
+//!   with [`Wal::append_batch_at`]).
+//! - `state.rs`: [`Wal::save_state`] and [`Wal::state`], a few bytes kept durable beside the
+//!   records.
 //! - `handle.rs`: [`Wal`] and [`Commit`]: opening, appending, reading, statistics, shutdown.
 //! - `commit.rs`: the group-commit thread, the only writer of new records.
 //! - `core.rs`: the state the handles and the commit thread share, and the messages between
@@ -33,7 +38,7 @@
 //! - `lock.rs`: sled's file lock, probed and shared.
 //! - `error.rs`: [`Error`] and its detail types.
 //!
-//! On disk, the data dir holds exactly two entries:
+//! On disk, the data dir holds two entries, and a third for logs that keep a state:
 //! - `log/`: the sled database. Key = LSN as 8 big-endian bytes (so key order is LSN order),
 //!   value = `[version u8][len u32 LE][crc32 u32 LE][payload]`. A record over 4,000 bytes is
 //!   stored as chunks of at most that size, each framed, under 16-byte keys `[LSN][index u32
@@ -44,6 +49,8 @@
 //! - `checkpoint`: the latest snapshot: `[SHEETDCK][version u8][lsn u64][len u64][crc32]`, then
 //!   the snapshot in 1 MiB blocks, each behind its own CRC (`checkpoint.tmp` exists only while
 //!   one is being written).
+//! - `state`: the bytes of the last [`Wal::save_state`], `[SHEETDST]` then a frame
+//!   (`state.tmp` exists only while one is being written).
 //!
 //! `log.next/` and `log.old/` exist only while a checkpoint rewrites a bloated log store with
 //! its live records (sled never shrinks its files); a crash in between is completed or undone at
@@ -94,6 +101,10 @@
 //!   at recovery (torn tail); it was never acknowledged, because its flush did not complete.
 //! - Log records are truncated only after the checkpoint replacing them is durable (file fsync,
 //!   rename, directory fsync).
+//! - Records are removed from the end only by [`Wal::truncate_after`] (and by a heal, of
+//!   records never acknowledged), never below the checkpoint, and only once every record
+//!   queued before it is durable; it returns once the removal is durable, and LSNs go on from
+//!   the new end.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -115,8 +126,10 @@ mod heal;
 mod layout;
 mod lock;
 mod log;
+mod positions;
 mod recovery;
 mod space;
+mod state;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

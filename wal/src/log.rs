@@ -21,7 +21,9 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::layout::entry::{assemble, next_entry, span, split_entry, Kept};
+use crate::layout::entry::{
+    assemble, next_entry, put_records, records_of, span, split_entry, Kept,
+};
 use crate::layout::keys::{key, parse_key, Layout};
 use crate::layout::pack;
 use crate::{frame, fsutil, lock, Lsn};
@@ -168,8 +170,9 @@ pub(crate) struct LogStore {
 }
 
 /// The last few decoded packs, by first LSN; the oldest goes first. A record's bytes never
-/// change while it is stored, so an entry stays true while the store lives (a split pack
-/// holds the same records under new keys).
+/// change while it is stored, so an entry stays true until its record is removed (a split pack
+/// holds the same records under new keys); [`LogStore::truncate_after`], after which an LSN
+/// may be stored again with other bytes, empties it.
 #[derive(Debug, Default)]
 struct Unpacked {
     packs: std::collections::VecDeque<(Lsn, Vec<Vec<u8>>)>,
@@ -525,6 +528,46 @@ impl LogStore {
             Some(next) => self.remove_all(self.db.range(key(next)..)),
             None => Ok(0),
         }
+    }
+
+    /// Removes every record with LSN > `lsn` and makes that durable, keeping the records up
+    /// to `lsn` of a pack that runs past it (stored again under a key of their own). Returns
+    /// how many records or packs were removed or rewritten.
+    ///
+    /// Unlike [`LogStore::remove_after`] (heal: a pack holds one group, and the durable LSN
+    /// is a group's end) the cut may fall anywhere: a replicated log drops a leader's records
+    /// that the new leader does not have, wherever they begin.
+    pub(crate) fn truncate_after(&self, lsn: Lsn) -> Result<u64> {
+        let Some(next) = lsn.checked_add(1) else { return Ok(0) };
+        let mut batch = sled::Batch::default();
+        let mut removed = 0u64;
+        // The value with the greatest key below `next`'s: `lsn`'s own, one of its chunks, or
+        // the pack `lsn` lies in.
+        if let Some((k, stored)) = self.db.range(..key(next)).next_back().transpose()? {
+            let (first, layout) = parse_key(&k)?;
+            if let Layout::Pack { count } = layout {
+                if first + Lsn::from(count) - 1 > lsn {
+                    let parts = [(k.clone(), layout, stored)];
+                    let damaged = |defect| crate::error::Corruption::Record { lsn: first, defect };
+                    let records = records_of(&parts).map_err(damaged)?;
+                    batch.remove(k);
+                    let below = records[..=(lsn - first) as usize].iter().map(Vec::as_slice);
+                    put_records(&mut batch, first, below)?;
+                    removed += 1;
+                }
+            }
+        }
+        for item in self.db.range(key(next)..) {
+            let (k, _) = item?;
+            batch.remove(k);
+            removed += 1;
+        }
+        // Decoded packs may hold records removed here, and the LSNs are about to be reused.
+        self.unpacked.lock().unwrap_or_else(PoisonError::into_inner).packs.clear();
+        if removed > 0 {
+            self.write(batch)?;
+        }
+        Ok(removed)
     }
 
     /// Removes the keys of `items` in one durable batch; returns how many.

@@ -1039,7 +1039,7 @@ impl Replayer for RetainEven {
     }
 
     fn retains(&self, lsn: Lsn) -> bool {
-        lsn % 2 == 0
+        lsn.is_multiple_of(2)
     }
 }
 
@@ -1106,7 +1106,7 @@ fn successive_checkpoints_drop_what_retention_let_go_and_count_what_stays() {
         (0..40).map(|i| payload(i, if i % 7 == 0 { 9_000 } else { 40 + i as usize })).collect();
     let written = append_each(&wal, &payloads);
     // Retention moves forward: at each checkpoint the even records from `floor` on are kept.
-    let keeps = |floor: Lsn| move |lsn: Lsn| lsn >= floor && lsn % 2 == 0;
+    let keeps = |floor: Lsn| move |lsn: Lsn| lsn >= floor && lsn.is_multiple_of(2);
     for (checkpoint, floor) in [(10, 1), (20, 6), (20, 8), (30, 15), (40, 29)] {
         let retain = keeps(floor);
         wal.checkpoint_retaining(checkpoint, b"state", &retain).unwrap();
@@ -1418,4 +1418,136 @@ fn a_run_too_large_for_one_pack_is_stored_as_several() {
     drop(wal);
     let (_wal, _, collect) = recover(dir.path());
     assert_eq!(collect.records, written);
+}
+
+// --- Positions: appending at a given LSN, truncating after one, purging through one ---------
+
+/// Small payloads of one batch, so they share a pack.
+fn small(seeds: std::ops::RangeInclusive<u64>) -> Vec<Vec<u8>> {
+    seeds.map(|seed| payload(seed, 40)).collect()
+}
+
+#[test]
+fn append_at_takes_only_the_next_lsn() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    block_on(wal.append_batch_at(1, small(1..=3)).unwrap()).unwrap();
+    for wrong in [0, 1, 3, 5] {
+        match wal.append_batch_at(wrong, small(9..=9)) {
+            Err(Error::NotNextLsn { given, next: 4 }) => assert_eq!(given, wrong),
+            other => panic!("append at {wrong}: {other:?}"),
+        }
+    }
+    assert_eq!(wal.last_lsn(), 3, "a refused append assigns nothing");
+    assert_eq!(block_on(wal.append_batch_at(4, small(4..=4)).unwrap()).unwrap(), 4);
+}
+
+#[test]
+fn truncate_after_removes_the_records_above_durably_and_lsns_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (wal, _, _) = recover(dir.path());
+        block_on(wal.append_batch(small(1..=5)).unwrap()).unwrap();
+        // Still queued when the truncation starts: written, then removed.
+        let in_flight = wal.append_batch(vec![payload(6, 9000), payload(7, 40)]).unwrap();
+        // Read one record of the pack, so its decoded records are cached.
+        assert_eq!(wal.read(3).unwrap(), Some(payload(3, 40)));
+        assert!(wal.truncate_after(2).unwrap() > 0);
+        assert_eq!(block_on(in_flight).unwrap(), 7, "queued records were written before the cut");
+        assert_eq!(wal.last_lsn(), 2);
+        assert_eq!(wal.durable_lsn(), 2);
+        assert_eq!(wal.read(3).unwrap(), None);
+        // LSN 3 again, with other bytes: a read must not answer from the old pack.
+        block_on(wal.append_batch_at(3, vec![payload(33, 40), payload(34, 40)]).unwrap()).unwrap();
+        assert_eq!(wal.read(3).unwrap(), Some(payload(33, 40)));
+        assert_eq!(wal.truncate_after(9).unwrap(), 0, "nothing above the end");
+        wal.shutdown().unwrap();
+    }
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!(report.last_lsn, 4);
+    let expected =
+        vec![(1, payload(1, 40)), (2, payload(2, 40)), (3, payload(33, 40)), (4, payload(34, 40))];
+    assert_eq!(collect.records, expected);
+    assert_eq!(block_on(wal.append(payload(5, 40)).unwrap()).unwrap(), 5);
+}
+
+#[test]
+fn truncate_after_zero_empties_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (wal, _, _) = recover(dir.path());
+        block_on(wal.append_batch(small(1..=4)).unwrap()).unwrap();
+        wal.truncate_after(0).unwrap();
+        assert_eq!(wal.last_lsn(), 0);
+        wal.shutdown().unwrap();
+    }
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!((report.last_lsn, collect.records.len()), (0, 0));
+    assert_eq!(block_on(wal.append_batch_at(1, small(1..=1)).unwrap()).unwrap(), 1);
+}
+
+#[test]
+fn truncate_after_never_reaches_below_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _, _) = recover(dir.path());
+    block_on(wal.append_batch(small(1..=6)).unwrap()).unwrap();
+    wal.purge_through(3).unwrap();
+    match wal.truncate_after(2) {
+        Err(Error::TruncateBelowCheckpoint { lsn: 2, checkpoint: 3 }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(wal.last_lsn(), 6);
+    wal.truncate_after(3).unwrap();
+    assert_eq!(wal.last_lsn(), 3);
+}
+
+#[test]
+fn purge_through_removes_records_for_good_and_keeps_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (wal, _, _) = recover(dir.path());
+        block_on(wal.append_batch(small(1..=8)).unwrap()).unwrap();
+        wal.purge_through(5).unwrap();
+        // Already purged: nothing to do, no error.
+        wal.purge_through(2).unwrap();
+        assert_eq!(wal.read(5).unwrap(), None);
+        assert_eq!(wal.read(6).unwrap(), Some(payload(6, 40)));
+        wal.shutdown().unwrap();
+    }
+    let (_wal, report, collect) = recover(dir.path());
+    assert_eq!(report.checkpoint_lsn, Some(5));
+    assert_eq!(collect.checkpoint, Some((5, Vec::new())));
+    assert_eq!(
+        collect.records,
+        vec![(6, payload(6, 40)), (7, payload(7, 40)), (8, payload(8, 40))]
+    );
+}
+
+#[test]
+fn purge_through_past_the_end_moves_the_next_lsn_durably() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (wal, _, _) = recover(dir.path());
+        block_on(wal.append_batch(small(1..=3)).unwrap()).unwrap();
+        // Queued when the purge starts: written, then purged with the rest.
+        let in_flight = wal.append(payload(4, 40)).unwrap();
+        wal.purge_through(20).unwrap();
+        assert_eq!(block_on(in_flight).unwrap(), 4);
+        assert_eq!(wal.last_lsn(), 20);
+        assert_eq!(wal.durable_lsn(), 20);
+        block_on(wal.wait_durable(20)).unwrap();
+        assert_eq!(wal.read(4).unwrap(), None);
+        assert!(matches!(wal.append_batch_at(1, small(1..=1)), Err(Error::NotNextLsn { .. })));
+        wal.shutdown().unwrap();
+    }
+    {
+        let (wal, report, collect) = recover(dir.path());
+        assert_eq!((report.last_lsn, report.checkpoint_lsn), (20, Some(20)));
+        assert!(collect.records.is_empty());
+        assert_eq!(block_on(wal.append_batch_at(21, small(21..=22)).unwrap()).unwrap(), 22);
+        wal.shutdown().unwrap();
+    }
+    let (_wal, report, collect) = recover(dir.path());
+    assert_eq!(report.last_lsn, 22);
+    assert_eq!(collect.records, vec![(21, payload(21, 40)), (22, payload(22, 40))]);
 }

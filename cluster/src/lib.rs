@@ -1,0 +1,47 @@
+//! Replication of sheetd's log with [openraft](https://docs.rs/openraft): the one crate that
+//! names the consensus engine, so that its API changes touch this crate alone.
+//!
+//! Today this crate holds openraft's storage: the Raft log of a group kept on the `wal`, and a
+//! state machine of the applied records, both proven by openraft's own storage test suite
+//! (`tests/storage.rs`); and the cluster link ([`net`]): Raft traffic between nodes over TCP,
+//! authenticated with the cluster secret, on a runtime of its own, which a real 3-node group
+//! runs on in `tests/group.rs`. The wiring into the server and the domain's state machine (the
+//! sheet actors, applying records by overwrite, the wal's checkpoint as the Raft snapshot)
+//! come next.
+//!
+//! # Layout
+//!
+//! Crate map, one line per module; each uses only those listed after it:
+//! - `net/`: the cluster link: [`net::ClusterLink`] (listener, runtime, dispatch to the local
+//!   Raft), [`net::Network`] (openraft's network), the handshake and authenticated frames.
+//! - `state_machine.rs`: [`RecordsStateMachine`], the applied records in order, and its
+//!   snapshots.
+//! - `log_store.rs`: [`WalLogStore`], the Raft log on the wal: entry at index `i` = wal record
+//!   at LSN `i + 1`; vote, committed and last purged log id in the wal's state file.
+//! - `types.rs`: [`TypeConfig`] and what it names: [`Record`] (a group id and an opaque
+//!   payload), [`Applied`] (the position applied), [`ClusterNode`] (a member's addresses).
+//! - `error.rs`: [`Error`] and [`Result`].
+//!
+//! # Guarantees
+//!
+//! - Nothing is acknowledged before it is durable: an append's flush callback runs after the
+//!   wal's group commit fsynced it, a vote or commit point is saved with an fsync before the
+//!   call returns (see `log_store.rs` for the full list).
+//! - Every record carries its group id (0 today), so sheets can later be spread over groups.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod error;
+mod log_store;
+pub mod net;
+mod state_machine;
+mod types;
+
+pub use error::{Error, Result};
+pub use log_store::{RaftState, WalLogStore};
+pub use state_machine::{RecordsState, RecordsStateMachine, SnapshotData};
+pub use types::{
+    Applied, ClusterNode, Entry, GroupId, LogId, NodeId, Record, SnapshotMeta, StoredMembership,
+    TypeConfig, Vote, DEFAULT_GROUP,
+};

@@ -1,0 +1,468 @@
+//! The Raft log on the `wal`: openraft's [`RaftLogStorage`] and [`RaftLogReader`].
+//!
+//! Owns: [`WalLogStore`], the mapping from Raft log positions to wal records, and the Raft
+//! state kept beside them (vote, committed log id, last purged log id) in the wal's state file.
+//!
+//! # Layout
+//!
+//! | Raft                      | wal                                                        |
+//! |---------------------------|------------------------------------------------------------|
+//! | entry at index `i`        | record at LSN `i + 1`: the [`Entry`] (log id and payload) encoded with [`wal::codec`] |
+//! | `append`                  | [`Wal::append_batch_at`]: one batch, at the LSNs the leader chose |
+//! | `truncate_after(i)`       | [`Wal::truncate_after`]`(i + 1)`                            |
+//! | `purge(i)`                | [`Wal::purge_through`]`(i + 1)` (the wal's checkpoint at `i + 1`, empty) |
+//! | vote, committed, purged   | [`Wal::save_state`]: one encoded [`RaftState`]              |
+//!
+//! Why `i + 1` and not `i`: openraft's first entry (the membership `initialize` writes) has
+//! index 0, and the wal's LSNs begin at 1 (0 means "nothing").
+//!
+//! # Invariants
+//!
+//! - **Acknowledged only when durable.** An append's [`IOFlushed`] callback is called only
+//!   once the wal's group commit covering its last entry is fsynced (the [`wal::Commit`]
+//!   resolved); `save_vote` and `save_committed` return only once the state file is fsynced
+//!   and its directory entry too. Acknowledging earlier lets a node that loses power forget a
+//!   vote (two leaders in one term) or an entry a majority counted on.
+//! - **Readable when `append` returns.** The wal reads back only durable records, so entries
+//!   waiting for their fsync are kept in memory (`unflushed`) until it covers them; a reader
+//!   looks there first, then in the wal.
+//! - **No holes.** The wal refuses an entry at any LSN but the next. A log that never held an
+//!   entry begins where its first entry says; a purged log goes on right after the purged
+//!   entry, also when it was purged past its end (a snapshot from another node).
+//! - **The last purged log id is durable before the records go:** after a crash between the
+//!   two, the start finds the state file ahead of the wal and purges again.
+//! - **Truncation is durable when it returns**, and never reaches purged entries.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
+use openraft::{OptionalSend, RaftLogReader};
+use serde::{Deserialize, Serialize};
+use wal::{codec, Lsn, Wal};
+
+use crate::error::{Error, Result};
+use crate::types::{Entry, LogId, TypeConfig, Vote};
+
+/// The Raft state that is not log entries, kept durable in the wal's state file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaftState {
+    /// The last vote this node saved: never forgotten, or it could vote twice in one term.
+    pub vote: Option<Vote>,
+    /// The last committed log id this node learned, so a restart re-applies up to it at once
+    /// instead of waiting for a leader.
+    pub committed: Option<LogId>,
+    /// The log id of the last entry purged (the log begins after it).
+    pub last_purged: Option<LogId>,
+}
+
+/// The Raft log store of one group on its own wal. A cheap `Clone`: every clone is the same
+/// store, and one serves as openraft's log reader.
+#[derive(Clone)]
+pub struct WalLogStore {
+    inner: Arc<Inner>,
+}
+
+impl Debug for WalLogStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WalLogStore").field("dir", &self.inner.wal.dir()).finish_non_exhaustive()
+    }
+}
+
+/// What the clones share.
+struct Inner {
+    /// The log's records and state file.
+    wal: Wal,
+    /// The state as last made durable (only then published here, so a reader never sees a
+    /// vote a crash could take back).
+    state: Mutex<RaftState>,
+    /// Entries whose append is queued in the wal but not yet fsynced, by index: the wal does
+    /// not read them back before, and openraft reads them as soon as `append` returns.
+    unflushed: Mutex<BTreeMap<u64, Entry>>,
+    /// Where the entries present begin and end.
+    ends: Mutex<Ends>,
+}
+
+/// The entries present: indexes `first..=last.index`, none when `last` is `None`.
+#[derive(Debug, Clone, Copy)]
+struct Ends {
+    /// Index of the first entry present (or of the first one to come, when there is none):
+    /// the index of the wal's first LSN after its checkpoint.
+    first: u64,
+    /// Log id of the last entry present.
+    last: Option<LogId>,
+}
+
+/// The wal LSN of the entry at Raft index `index`.
+fn lsn_of(index: u64) -> Lsn {
+    index + 1
+}
+
+/// The Raft index of the entry at wal LSN `lsn` (> 0).
+fn index_of(lsn: Lsn) -> u64 {
+    lsn - 1
+}
+
+/// Locks a mutex, ignoring poisoning: every critical section here leaves its data whole.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A wal error as openraft's storage traits want it.
+fn io_err(e: impl Into<Error>) -> io::Error {
+    io::Error::other(e.into())
+}
+
+/// Runs blocking wal work (an fsync, a truncation) off the async worker threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(io::Error::other)?.map_err(io_err)
+}
+
+/// Replays nothing: the log store reads entries by position when openraft asks, so a start
+/// only needs the wal's own checks (contiguity, frames) and its last LSN.
+struct Skip;
+
+impl wal::Replayer for Skip {
+    fn checkpoint(
+        &mut self,
+        _lsn: Lsn,
+        _snapshot: &mut dyn io::Read,
+    ) -> std::result::Result<(), wal::BoxError> {
+        // The "checkpoint" of a Raft log is only its purge point (an empty snapshot).
+        Ok(())
+    }
+
+    fn record(&mut self, _lsn: Lsn, _payload: &[u8]) -> std::result::Result<(), wal::BoxError> {
+        Ok(())
+    }
+}
+
+impl WalLogStore {
+    /// Opens (or creates) the log in the data dir `dir` with the wal's default settings.
+    /// Blocking: the wal recovers its log (checks every record) before this returns.
+    ///
+    /// # Errors
+    /// As [`WalLogStore::open_with`].
+    pub fn open(dir: impl Into<PathBuf>) -> Result<Self> {
+        Self::open_with(wal::Config::default_for(dir))
+    }
+
+    /// Opens (or creates) the log with the wal settings `config`. Blocking.
+    ///
+    /// # Errors
+    /// Whatever [`Wal::recover`] refuses (damage, a data dir in use), a damaged state file,
+    /// an entry or state that does not decode.
+    pub fn open_with(config: wal::Config) -> Result<Self> {
+        let (wal, report) = Wal::recover(config, &mut Skip)?;
+        let state: RaftState = match wal.state()? {
+            Some(bytes) => codec::decode(&bytes)?,
+            None => RaftState::default(),
+        };
+        // A crash between saving the last purged log id and purging: purge again.
+        if let Some(purged) = &state.last_purged {
+            if report.checkpoint_lsn.unwrap_or(0) < lsn_of(purged.index) {
+                wal.purge_through(lsn_of(purged.index))?;
+            }
+        }
+        let floor = wal.stats().checkpoint_lsn;
+        let last_lsn = wal.last_lsn();
+        let last = if last_lsn > floor { Some(read_entry(&wal, last_lsn)?.log_id) } else { None };
+        let ends = Ends { first: index_of(floor + 1), last };
+        tracing::debug!(dir = %wal.dir().display(), ?ends, ?state, "raft log opened");
+        Ok(WalLogStore {
+            inner: Arc::new(Inner {
+                wal,
+                state: Mutex::new(state),
+                unflushed: Mutex::new(BTreeMap::new()),
+                ends: Mutex::new(ends),
+            }),
+        })
+    }
+
+    /// The Raft state as last saved.
+    pub fn raft_state(&self) -> RaftState {
+        lock(&self.inner.state).clone()
+    }
+
+    /// Stops the wal: queued entries are flushed, the data dir is released (it can be opened
+    /// again, in this process too). Every clone stops with it.
+    ///
+    /// # Errors
+    /// The wal's failure, if it had failed.
+    pub fn shutdown(&self) -> Result<()> {
+        Ok(self.inner.wal.shutdown()?)
+    }
+
+    /// Saves the state `change` makes of the current one, durably, then publishes it.
+    async fn save(&self, change: impl FnOnce(&mut RaftState)) -> io::Result<()> {
+        let mut state = lock(&self.inner.state).clone();
+        change(&mut state);
+        let inner = Arc::clone(&self.inner);
+        let saved = state.clone();
+        blocking(move || Ok(inner.wal.save_state(&codec::encode(&saved)?)?)).await?;
+        *lock(&self.inner.state) = state;
+        Ok(())
+    }
+
+    /// The entry at `index`: waiting for its fsync, or in the wal.
+    fn entry(&self, index: u64) -> Result<Option<Entry>> {
+        if let Some(entry) = lock(&self.inner.unflushed).get(&index) {
+            return Ok(Some(entry.clone()));
+        }
+        // Not waiting any more, so durable (entries leave `unflushed` only once they are).
+        match self.inner.wal.read(lsn_of(index))? {
+            Some(bytes) => Ok(Some(codec::decode(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Reads and decodes the durable record at `lsn`, which must be there.
+fn read_entry(wal: &Wal, lsn: Lsn) -> Result<Entry> {
+    let bytes = wal.read(lsn)?.ok_or(Error::MissingEntry { index: index_of(lsn) })?;
+    Ok(codec::decode(&bytes)?)
+}
+
+impl RaftLogReader<TypeConfig> for WalLogStore {
+    /// The entries present in `range`, in order. Blocking reads of the wal: its recent records
+    /// are in sled's cache.
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> io::Result<Vec<Entry>> {
+        let ends = *lock(&self.inner.ends);
+        let Some(last) = ends.last else { return Ok(Vec::new()) };
+        let start = match range.start_bound() {
+            Bound::Included(&i) => i,
+            Bound::Excluded(&i) => i.saturating_add(1),
+            Bound::Unbounded => 0,
+        }
+        .max(ends.first);
+        let end = match range.end_bound() {
+            Bound::Included(&i) => i.saturating_add(1),
+            Bound::Excluded(&i) => i,
+            Bound::Unbounded => u64::MAX,
+        }
+        .min(last.index + 1);
+        let mut entries = Vec::with_capacity(end.saturating_sub(start).min(4096) as usize);
+        for index in start..end {
+            match self.entry(index).map_err(io_err)? {
+                Some(entry) => entries.push(entry),
+                // Purged meanwhile (the range began too early) or truncated (it ended too
+                // late): what is present is a contiguous run; stop at its end.
+                None if entries.is_empty() => continue,
+                None => break,
+            }
+        }
+        Ok(entries)
+    }
+
+    async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
+        Ok(lock(&self.inner.state).vote)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for WalLogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> io::Result<LogState<TypeConfig>> {
+        let last_purged = lock(&self.inner.state).last_purged;
+        let last = lock(&self.inner.ends).last;
+        // Purged past its end, the log's last log id is the purged one.
+        Ok(LogState { last_purged_log_id: last_purged, last_log_id: last.max(last_purged) })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
+        let vote = *vote;
+        self.save(|state| state.vote = Some(vote)).await
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
+        self.save(|state| state.committed = committed).await
+    }
+
+    async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
+        Ok(lock(&self.inner.state).committed)
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> io::Result<()>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+            callback.io_completed(Ok(()));
+            return Ok(());
+        };
+        let (first_index, last_id) = (first.log_id.index, last.log_id);
+        if entries.iter().zip(first_index..).any(|(e, index)| e.log_id.index != index) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("entries to append are not consecutive from index {first_index}"),
+            ));
+        }
+        let wal = self.inner.wal.clone();
+        // A log that never held an entry may begin at any index (openraft's own storage suite
+        // starts logs anywhere): move the wal's beginning there. After a purge the log goes on
+        // right after the purged entry (a node given a snapshot purges through it first), and
+        // anywhere else the wal refuses a gap below.
+        let never_held =
+            lock(&self.inner.state).last_purged.is_none() && lock(&self.inner.ends).last.is_none();
+        if never_held && lsn_of(first_index) > wal.last_lsn() + 1 {
+            let at = lsn_of(first_index) - 1;
+            let purging = wal.clone();
+            blocking(move || Ok(purging.purge_through(at)?)).await?;
+            lock(&self.inner.ends).first = first_index;
+        }
+        let payloads = entries.iter().map(codec::encode).collect::<wal::Result<Vec<_>>>();
+        let commit = wal.append_batch_at(lsn_of(first_index), payloads.map_err(io_err)?);
+        let commit = commit.map_err(io_err)?;
+        lock(&self.inner.unflushed).extend(entries.into_iter().map(|e| (e.log_id.index, e)));
+        lock(&self.inner.ends).last = Some(last_id);
+        let inner = Arc::clone(&self.inner);
+        tokio::spawn(async move {
+            // The group commit covering the last entry (and so every earlier one) is fsynced.
+            let flushed = commit.await;
+            // Drop what the wal now serves itself. By the durable LSN, not this append's own:
+            // after a truncation the same indexes may hold newer entries still waiting. Read
+            // under the lock: every entry in the map then, up to that LSN, is durable.
+            let mut unflushed = lock(&inner.unflushed);
+            let durable = inner.wal.durable_lsn();
+            *unflushed = unflushed.split_off(&index_of(durable + 1));
+            drop(unflushed);
+            callback.io_completed(flushed.map(drop).map_err(io_err));
+        });
+        Ok(())
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> io::Result<()> {
+        let keep = last_log_id.map_or(0, |id| lsn_of(id.index));
+        let wal = self.inner.wal.clone();
+        blocking(move || Ok(wal.truncate_after(keep)?)).await?;
+        let mut unflushed = lock(&self.inner.unflushed);
+        unflushed.split_off(&index_of(keep + 1));
+        drop(unflushed);
+        let mut ends = lock(&self.inner.ends);
+        ends.last = match last_log_id {
+            // Every entry present was above it.
+            None => None,
+            Some(id) if id.index < ends.first => None,
+            Some(id) => match ends.last {
+                Some(last) if id.index < last.index => Some(id),
+                // Nothing above it to remove.
+                unchanged => unchanged,
+            },
+        };
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
+        if lock(&self.inner.state).last_purged.is_some_and(|purged| purged >= log_id) {
+            return Ok(());
+        }
+        // Durable first: the start after a crash completes a purge it finds half done.
+        self.save(|state| state.last_purged = Some(log_id)).await?;
+        let wal = self.inner.wal.clone();
+        blocking(move || Ok(wal.purge_through(lsn_of(log_id.index))?)).await?;
+        let mut unflushed = lock(&self.inner.unflushed);
+        *unflushed = unflushed.split_off(&(log_id.index + 1));
+        drop(unflushed);
+        let mut ends = lock(&self.inner.ends);
+        ends.first = ends.first.max(log_id.index + 1);
+        if ends.last.is_some_and(|last| last.index <= log_id.index) {
+            ends.last = None;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures_util::FutureExt;
+    use openraft::type_config::TypeConfigExt;
+    use openraft::EntryPayload;
+
+    use super::*;
+    use crate::types::Record;
+
+    fn entry(index: u64) -> Entry {
+        let leader = openraft::impls::leader_id_adv::LeaderId { term: 1, node_id: 1 };
+        let record = Record { group: 0, payload: format!("record {index}").into_bytes() };
+        Entry { log_id: LogId::new(leader, index), payload: EntryPayload::Normal(record) }
+    }
+
+    /// The pitfall other stores fell into: acknowledging an append before it is on disk.
+    /// With the wal's group commit held, the entries are readable but not acknowledged.
+    #[allow(
+        clippy::await_holding_lock,
+        reason = "the guard holds the wal's commit thread on purpose; nothing awaited takes it"
+    )]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_append_is_acknowledged_only_once_fsynced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = WalLogStore::open(dir.path()).unwrap();
+        let wal = store.inner.wal.clone();
+        let held = wal.hold_commits();
+        let (tx, mut rx) = TypeConfig::oneshot();
+        let entries: Vec<Entry> = (0..5).map(entry).collect();
+        store.append(entries.clone(), IOFlushed::signal(tx)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!((&mut rx).now_or_never().is_none(), "acknowledged before the fsync");
+        assert_eq!(wal.durable_lsn(), 0);
+        assert_eq!(store.try_get_log_entries(0..5).await.unwrap(), entries, "readable meanwhile");
+        drop(held);
+        rx.await.unwrap().unwrap();
+        assert_eq!(wal.durable_lsn(), lsn_of(4));
+        assert!(lock(&store.inner.unflushed).is_empty(), "the wal serves them now");
+        assert_eq!(store.try_get_log_entries(..).await.unwrap(), entries);
+    }
+
+    /// A truncation that comes while an append waits for its fsync: the waiting entries are
+    /// written, then removed, and their replacements are read back, not them.
+    #[allow(
+        clippy::await_holding_lock,
+        reason = "the guard holds the wal's commit thread on purpose; nothing awaited takes it"
+    )]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_truncation_removes_entries_still_waiting_for_their_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = WalLogStore::open(dir.path()).unwrap();
+        let (tx, rx) = TypeConfig::oneshot();
+        store.append((0..3).map(entry).collect::<Vec<_>>(), IOFlushed::signal(tx)).await.unwrap();
+        rx.await.unwrap().unwrap();
+        let wal = store.inner.wal.clone();
+        let held = wal.hold_commits();
+        let (tx, rx) = TypeConfig::oneshot();
+        store.append((3..6).map(entry).collect::<Vec<_>>(), IOFlushed::signal(tx)).await.unwrap();
+        let truncating = {
+            let mut store = store.clone();
+            tokio::spawn(async move { store.truncate_after(Some(entry(3).log_id)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(held);
+        truncating.await.unwrap().unwrap();
+        rx.await.unwrap().unwrap();
+        let mut replacement = entry(4);
+        replacement.log_id =
+            LogId::new(openraft::impls::leader_id_adv::LeaderId { term: 2, node_id: 2 }, 4);
+        let (tx, rx) = TypeConfig::oneshot();
+        store.append(vec![replacement.clone()], IOFlushed::signal(tx)).await.unwrap();
+        rx.await.unwrap().unwrap();
+        let mut expected: Vec<Entry> = (0..4).map(entry).collect();
+        expected.push(replacement);
+        assert_eq!(store.try_get_log_entries(..).await.unwrap(), expected);
+    }
+}

@@ -1,0 +1,322 @@
+//! The calling side of the link: openraft's network, one [`PeerClient`] per target and purpose.
+//!
+//! Owns: [`Network`] (`RaftNetworkFactory`) and [`PeerClient`] (`RaftNetworkV2`): opening a
+//! connection from the node's own raft host, its handshake, one request and its reply at a time,
+//! timeouts, and the mapping of failures to openraft's errors.
+//!
+//! openraft makes a client per target for replication, another for heartbeats, another for
+//! snapshots, and drives each one RPC at a time; so each client owns at most one connection and
+//! needs no multiplexing, and a long snapshot never delays a heartbeat (different connections).
+
+use std::future::Future;
+use std::io::{self, Cursor};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::errors::{
+    NetworkError, RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable,
+};
+use openraft::network::{RPCOption, RPCTypes, RaftNetworkFactory, RaftNetworkV2};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use openraft::type_config::alias::SnapshotOf;
+use serde::de::DeserializeOwned;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::{timeout_at, Instant};
+
+use super::channel::Channel;
+use super::message::{self, Reply, Request, Rpc};
+use super::server::LinkShared;
+use crate::types::{ClusterNode, GroupId, NodeId, TypeConfig, Vote};
+
+/// openraft's network factory for one group: clients that send from this node's raft host,
+/// on the link's runtime. Made by [`super::ClusterLink::network`].
+#[derive(Debug, Clone)]
+pub struct Network {
+    shared: Arc<LinkShared>,
+    group: GroupId,
+}
+
+impl Network {
+    pub(crate) fn new(shared: Arc<LinkShared>, group: GroupId) -> Self {
+        Network { shared, group }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    /// A client that connects when first used (openraft wants no connection here).
+    async fn new_client(&mut self, target: NodeId, node: &ClusterNode) -> PeerClient {
+        PeerClient {
+            shared: Arc::clone(&self.shared),
+            group: self.group,
+            target,
+            addr: node.raft_addr.clone(),
+            channel: None,
+        }
+    }
+}
+
+/// RPCs to one peer over one connection, opened on first use and again after a failure.
+#[derive(Debug)]
+pub struct PeerClient {
+    shared: Arc<LinkShared>,
+    group: GroupId,
+    target: NodeId,
+    /// `host:port` of the target's raft address, as the membership names it.
+    addr: String,
+    /// The open connection, if any. Taken out while an RPC runs: an RPC abandoned half-way
+    /// leaves the stream at an unknown place, so its connection is never reused.
+    channel: Option<Channel<TcpStream>>,
+}
+
+/// Why an RPC got no reply.
+#[derive(Debug)]
+enum Failure {
+    /// No connection could be made or authenticated: openraft backs off before the next try.
+    Unreachable(io::Error),
+    /// The connection failed during the RPC: openraft may retry at once.
+    Network(io::Error),
+    /// No reply within the RPC's time.
+    Timeout,
+    /// The peer answered that it could not serve the RPC (stopped, another group).
+    Remote(String),
+}
+
+impl PeerClient {
+    /// Sends `rpc` and waits for its reply, within `ttl`, on the link's runtime.
+    async fn call<T>(&mut self, rpc: Rpc, ttl: Duration) -> Result<T, Failure>
+    where
+        T: DeserializeOwned,
+    {
+        let request =
+            message::encode(&Request { group: self.group, rpc }).map_err(Failure::Network)?;
+        self.call_encoded(request, ttl).await
+    }
+
+    /// Sends the encoded request `request` and waits for its reply, within `ttl`, on the
+    /// link's runtime.
+    async fn call_encoded<T>(&mut self, request: Vec<u8>, ttl: Duration) -> Result<T, Failure>
+    where
+        T: DeserializeOwned,
+    {
+        // The peer would refuse it and close the connection: fail here and keep it.
+        let max = self.shared.config.max_frame_bytes;
+        if !message::fits(&request, max) {
+            let e = io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a message of {} bytes, over the link's cap of {max}", request.len()),
+            );
+            return Err(Failure::Network(e));
+        }
+        let channel = self.channel.take();
+        let (shared, target, addr) = (Arc::clone(&self.shared), self.target, self.addr.clone());
+        let exchange = self.shared.handle.spawn(async move {
+            let deadline = Instant::now() + ttl;
+            exchange(&shared, target, &addr, channel, &request, deadline).await
+        });
+        let (channel, reply) = exchange
+            .await
+            .map_err(|_| Failure::Unreachable(io::Error::other("the cluster link has stopped")))?;
+        self.channel = channel;
+        let reply: Reply<T> = message::decode(&reply?, self.shared.config.max_frame_bytes)
+            .map_err(Failure::Network)?;
+        reply.map_err(Failure::Remote)
+    }
+
+    fn rpc_error(&self, failure: Failure, action: RPCTypes, ttl: Duration) -> RPCError<TypeConfig> {
+        match failure {
+            Failure::Unreachable(e) => RPCError::Unreachable(Unreachable::new(&e)),
+            Failure::Network(e) => RPCError::Network(NetworkError::new(&e)),
+            Failure::Timeout => RPCError::Timeout(Timeout {
+                action,
+                id: self.shared.config.node_id,
+                target: self.target,
+                timeout: ttl,
+            }),
+            // The peer is up but its Raft cannot answer (stopping, or not this group): back
+            // off as from an unreachable node.
+            Failure::Remote(why) => RPCError::Unreachable(Unreachable::from_string(format!(
+                "node {} could not answer: {why}",
+                self.target
+            ))),
+        }
+    }
+}
+
+/// One request and its reply on `channel`, or on a new connection. Returns the connection to
+/// keep (none after any failure) and the reply's bytes.
+async fn exchange(
+    shared: &LinkShared,
+    target: NodeId,
+    addr: &str,
+    mut channel: Option<Channel<TcpStream>>,
+    request: &[u8],
+    deadline: Instant,
+) -> (Option<Channel<TcpStream>>, Result<Vec<u8>, Failure>) {
+    let max = shared.config.max_frame_bytes;
+    loop {
+        let reused = channel.is_some();
+        let mut ch = match channel.take() {
+            Some(ch) => ch,
+            None => {
+                // The handshake has its own, usually shorter, bound.
+                let by = deadline.min(Instant::now() + shared.config.handshake_timeout);
+                match timeout_at(by, connect(shared, target, addr)).await {
+                    Ok(Ok(ch)) => ch,
+                    Ok(Err(e)) => return (None, Err(Failure::Unreachable(e))),
+                    Err(_) => {
+                        let e = io::Error::new(io::ErrorKind::TimedOut, "no handshake in time");
+                        return (None, Err(Failure::Unreachable(e)));
+                    }
+                }
+            }
+        };
+        let round_trip = async {
+            ch.send(request).await?;
+            ch.recv(max).await
+        };
+        match timeout_at(deadline, round_trip).await {
+            Ok(Ok(reply)) => return (Some(ch), Ok(reply)),
+            // A kept connection may have been closed by the peer meanwhile (idle, restarted):
+            // one more try on a fresh one. Raft RPCs may be sent twice.
+            Ok(Err(e)) if reused => {
+                tracing::debug!(target, error = %e, "cluster link: kept connection failed, reconnecting");
+                continue;
+            }
+            Ok(Err(e)) => return (None, Err(Failure::Network(e))),
+            Err(_) => return (None, Err(Failure::Timeout)),
+        }
+    }
+}
+
+/// Opens an authenticated connection to `target` at `addr`, from the link's host.
+async fn connect(
+    shared: &LinkShared,
+    target: NodeId,
+    addr: &str,
+) -> io::Result<Channel<TcpStream>> {
+    let local = shared.local_ip;
+    let remote: SocketAddr = tokio::net::lookup_host(addr)
+        .await?
+        .find(|a| local.is_none_or(|ip| ip.is_ipv4() == a.is_ipv4()))
+        .ok_or_else(|| {
+            io::Error::new(io::ErrorKind::AddrNotAvailable, format!("{addr}: no usable address"))
+        })?;
+    let socket = if remote.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    if let Some(ip) = local {
+        // From our raft host, so a rule cutting two raft addresses apart cuts this too.
+        socket.bind(SocketAddr::new(ip, 0))?;
+    }
+    let stream = socket.connect(remote).await?;
+    stream.set_nodelay(true)?;
+    let config = &shared.config;
+    Channel::client(stream, config.node_id, &config.secret, Some(target)).await
+}
+
+impl RaftNetworkV2<TypeConfig> for PeerClient {
+    type SnapshotData = Cursor<Vec<u8>>;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let ttl = option.soft_ttl();
+        let max = self.shared.config.max_frame_bytes;
+        let all = rpc.entries.len();
+        let mut request = Request { group: self.group, rpc: Rpc::AppendEntries(rpc) };
+        let encode = |request: &Request| message::encode(request).map_err(Failure::Network);
+        let mut encoded = encode(&request);
+        // Over the frame cap: send the first half of the entries, again and again, until it
+        // fits, and report a partial success (openraft's contract for a network that sends a
+        // prefix): openraft sends the rest next. One entry over the cap cannot go: the RPC
+        // fails, and keeps failing, loudly.
+        while let (Ok(bytes), Rpc::AppendEntries(rpc)) = (&encoded, &mut request.rpc) {
+            if message::fits(bytes, max) || rpc.entries.len() <= 1 {
+                break;
+            }
+            rpc.entries.truncate(rpc.entries.len() / 2);
+            encoded = encode(&request);
+        }
+        if let Ok(bytes) = &encoded {
+            if !message::fits(bytes, max) {
+                tracing::error!(
+                    target = self.target,
+                    bytes = bytes.len(),
+                    max,
+                    "cluster link: one entry is over the frame cap; it cannot be replicated"
+                );
+            }
+        }
+        let sent_last = match &request.rpc {
+            Rpc::AppendEntries(rpc) if rpc.entries.len() < all => {
+                rpc.entries.last().map(|entry| entry.log_id)
+            }
+            _ => None,
+        };
+        let reply = match encoded {
+            Ok(bytes) => self.call_encoded(bytes, ttl).await,
+            Err(failure) => Err(failure),
+        };
+        match reply {
+            Ok(AppendEntriesResponse::Success) if sent_last.is_some() => {
+                Ok(AppendEntriesResponse::PartialSuccess(sent_last))
+            }
+            Ok(response) => Ok(response),
+            Err(f) => Err(self.rpc_error(f, RPCTypes::AppendEntries, ttl)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let ttl = option.soft_ttl();
+        let reply = self.call(Rpc::Vote(rpc), ttl).await;
+        reply.map_err(|f| self.rpc_error(f, RPCTypes::Vote, ttl))
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let ttl = option.soft_ttl();
+        let reply = self.call(Rpc::PreVote(rpc), ttl).await;
+        reply.map_err(|f| self.rpc_error(f, RPCTypes::Vote, ttl))
+    }
+
+    /// The whole snapshot in one frame: it is in memory on both sides anyway (the state
+    /// machine's snapshot data is a `Vec`). A snapshot over the link's cap fails to send.
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: SnapshotOf<TypeConfig, Self::SnapshotData>,
+        cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let ttl = option.soft_ttl();
+        let rpc = Rpc::Snapshot { vote, meta: snapshot.meta, data: snapshot.snapshot.into_inner() };
+        let reply = tokio::select! {
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+            reply = self.call(rpc, ttl) => reply,
+        };
+        reply.map_err(|f| self.rpc_error(f, RPCTypes::InstallSnapshot, ttl).into())
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let ttl = option.soft_ttl();
+        let reply = self.call(Rpc::TransferLeader(rpc), ttl).await;
+        reply.map_err(|f| self.rpc_error(f, RPCTypes::TransferLeader, ttl))
+    }
+}

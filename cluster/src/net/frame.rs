@@ -1,0 +1,93 @@
+//! Length-prefixed frames: a 4-byte big-endian length, then the body.
+//!
+//! Owns: reading a frame without trusting its prefix (checked against a cap before any body
+//! byte is read, and the body read as it arrives rather than allocated from the prefix), and
+//! writing one in a single buffer.
+
+use std::io;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// The largest frame of the handshake, in bytes: its messages are a few dozen bytes, so an
+/// unauthenticated peer can make a connection hold no more than this.
+pub const HANDSHAKE_FRAME_MAX: usize = 128;
+
+/// The length prefix's size.
+const PREFIX: usize = 4;
+
+/// Reads one frame of at most `max` bytes.
+///
+/// # Errors
+/// `InvalidData` for a prefix over `max`; `UnexpectedEof` for a stream that ends inside a
+/// frame; the stream's own errors.
+pub(crate) async fn read<S: AsyncRead + Unpin>(stream: &mut S, max: usize) -> io::Result<Vec<u8>> {
+    let mut prefix = [0u8; PREFIX];
+    stream.read_exact(&mut prefix).await?;
+    let len = u32::from_be_bytes(prefix) as usize;
+    if len > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a frame of {len} bytes, over the cap of {max}"),
+        ));
+    }
+    // Grown as bytes arrive: a peer announcing a large frame and sending nothing costs nothing.
+    let mut body = Vec::with_capacity(len.min(64 << 10));
+    (&mut *stream).take(len as u64).read_to_end(&mut body).await?;
+    if body.len() != len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("the stream ended inside a frame ({} of {len} bytes)", body.len()),
+        ));
+    }
+    Ok(body)
+}
+
+/// Writes one frame made of `parts` (concatenated), in one buffer so it leaves in as few
+/// segments as the kernel allows, and flushes it.
+///
+/// # Errors
+/// `InvalidInput` for a frame over 4 GiB; the stream's own errors.
+pub(crate) async fn write<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    parts: &[&[u8]],
+) -> io::Result<()> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let prefix = u32::try_from(len).map_err(|_| {
+        io::Error::new(io::ErrorKind::InvalidInput, format!("a frame of {len} bytes"))
+    })?;
+    let mut out = Vec::with_capacity(PREFIX + len);
+    out.extend_from_slice(&prefix.to_be_bytes());
+    for part in parts {
+        out.extend_from_slice(part);
+    }
+    stream.write_all(&out).await?;
+    stream.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_frame_round_trips_and_the_cap_is_checked_before_the_body() {
+        let mut buf = Vec::new();
+        write(&mut buf, &[b"he", b"llo"]).await.unwrap();
+        assert_eq!(read(&mut &buf[..], 5).await.unwrap(), b"hello");
+        let err = read(&mut &buf[..], 4).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+
+        // A huge prefix and no body: refused without allocating.
+        let huge = u32::MAX.to_be_bytes();
+        assert_eq!(
+            read(&mut &huge[..], 1 << 20).await.unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
+        // Truncated: the prefix says 5, 3 bytes follow.
+        let mut short = 5u32.to_be_bytes().to_vec();
+        short.extend_from_slice(b"abc");
+        assert_eq!(
+            read(&mut &short[..], 16).await.unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+    }
+}

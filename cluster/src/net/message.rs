@@ -1,0 +1,87 @@
+//! What the link's frames carry: a request (the group it is for and the Raft RPC) and its
+//! reply, both encoded with [`wal::codec`].
+//!
+//! Owns: [`Request`], [`Rpc`], the reply's shape (`Result<T, String>`) and the capped decoding.
+
+use std::io;
+
+use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use wal::codec;
+
+use crate::types::{GroupId, SnapshotMeta, TypeConfig, Vote};
+
+/// One request on the link: every message names its group, so one link can later serve many
+/// groups.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Request {
+    /// The Raft group the RPC is for.
+    pub group: GroupId,
+    /// The RPC.
+    pub rpc: Rpc,
+}
+
+/// The Raft RPCs, as openraft's network passes them.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Rpc {
+    /// Entries to append, or a heartbeat (no entries).
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    /// A candidate's request for a vote.
+    Vote(VoteRequest<TypeConfig>),
+    /// Whether a vote would be granted, changing nothing.
+    PreVote(VoteRequest<TypeConfig>),
+    /// A whole snapshot to install: the leader's vote, its metadata, its bytes.
+    Snapshot {
+        /// The sending leader's vote, checked by the receiver.
+        vote: Vote,
+        /// What the snapshot holds.
+        meta: SnapshotMeta,
+        /// The snapshot's bytes.
+        data: Vec<u8>,
+    },
+    /// The leader hands over to the receiver.
+    TransferLeader(TransferLeaderRequest<TypeConfig>),
+}
+
+impl Rpc {
+    /// The RPC's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Rpc::AppendEntries(_) => "append_entries",
+            Rpc::Vote(_) => "vote",
+            Rpc::PreVote(_) => "pre_vote",
+            Rpc::Snapshot { .. } => "snapshot",
+            Rpc::TransferLeader(_) => "transfer_leader",
+        }
+    }
+}
+
+/// A reply: the RPC's response, or why the receiving node could not answer it (its Raft has
+/// stopped, the group is not there), as text: the caller only backs off and retries, so the
+/// error's structure is of no use to it, and text decodes the same for every response type.
+pub(crate) type Reply<T> = Result<T, String>;
+
+/// Encodes a message.
+pub(crate) fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
+    codec::encode(value).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+/// Whether the encoded message `bytes` fits a link whose cap is `max`: its frame and its
+/// decoded size both at most `max` (a compressed message decodes larger than it travels).
+pub(crate) fn fits(bytes: &[u8], max: usize) -> bool {
+    bytes.len() <= max && codec::decoded_len(bytes) <= max
+}
+
+/// Decodes a message of at most `max` decoded bytes: the size a compressed body claims is
+/// checked before it is decompressed, so a small frame cannot expand into a large allocation.
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8], max: usize) -> io::Result<T> {
+    let len = codec::decoded_len(bytes);
+    if len > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a message decoding to {len} bytes, over the cap of {max}"),
+        ));
+    }
+    codec::decode(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}

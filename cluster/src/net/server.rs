@@ -1,0 +1,333 @@
+//! The node's end of the cluster link: its listener, the runtime all link traffic runs on, and
+//! the dispatch of incoming requests to the local Raft.
+//!
+//! Owns: [`ClusterLink`] (the runtime thread, the listener, the caps on connections), each
+//! incoming connection's handshake and request loop, and the rate-limited log of refusals.
+//!
+//! Why a runtime of its own, on a thread of its own: the server's HTTP workers may be saturated
+//! by clients; heartbeats and votes must still be read and answered within the election
+//! timeout, or followers stand for election under load. Outgoing RPCs run here too
+//! ([`super::Network`] spawns them on this runtime), so both directions of Raft traffic are
+//! independent of how busy the rest of the process is; and the node's Raft itself is meant to
+//! be built here ([`ClusterLink::runtime`]), so its ticks and heartbeats are too.
+
+use std::fmt;
+use std::io::{self, Cursor};
+use std::net::{IpAddr, SocketAddr, TcpListener as StdListener, ToSocketAddrs};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use openraft::storage::RaftStateMachine;
+use openraft::type_config::alias::SnapshotOf;
+use openraft::Raft;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::Handle;
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::time::timeout;
+
+use super::channel::Channel;
+use super::client::Network;
+use super::message::{self, Reply, Request, Rpc};
+use super::LinkConfig;
+use crate::types::{GroupId, TypeConfig};
+
+/// What the link's parts share: its settings, where its runtime is, and the host outgoing
+/// connections leave from.
+#[derive(Debug)]
+pub(crate) struct LinkShared {
+    pub(crate) config: LinkConfig,
+    pub(crate) handle: Handle,
+    /// The listener's IP, unless it listens on every address: outgoing connections are bound
+    /// to it, so that cutting traffic between two raft addresses cuts everything between them.
+    pub(crate) local_ip: Option<IpAddr>,
+}
+
+/// A node's cluster link: a listener on its raft address, a small runtime on a thread of its
+/// own, and the [`Network`] openraft sends through. Stops when dropped.
+#[derive(Debug)]
+pub struct ClusterLink {
+    shared: Arc<LinkShared>,
+    local_addr: SocketAddr,
+    /// The bound listener, until [`ClusterLink::serve`] takes it.
+    listener: Mutex<Option<StdListener>>,
+    /// Ends the runtime thread's wait (the thread then drops the runtime and every task).
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl ClusterLink {
+    /// Binds the listener on `addr` (port 0 picks a free port: see
+    /// [`ClusterLink::local_addr`]) and starts the link's runtime thread. Nothing is accepted
+    /// until [`ClusterLink::serve`].
+    ///
+    /// # Errors
+    /// The bind's error (the address is in use, not local), the runtime's or thread's.
+    pub fn bind(addr: impl ToSocketAddrs, config: LinkConfig) -> io::Result<Self> {
+        let listener = StdListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let local_addr = listener.local_addr()?;
+        let local_ip = Some(local_addr.ip()).filter(|ip| !ip.is_unspecified());
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(format!("cluster-link-{}", config.node_id))
+            .spawn(move || {
+            // A current-thread runtime runs its tasks while this thread blocks on it.
+            runtime.block_on(async {
+                let _ = stopped.await;
+            });
+            // Dropping it drops every task: the listener and all connections close.
+            drop(runtime);
+        })?;
+        Ok(ClusterLink {
+            shared: Arc::new(LinkShared { config, handle, local_ip }),
+            local_addr,
+            listener: Mutex::new(Some(listener)),
+            stop: Mutex::new(Some(stop)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The link's runtime. Build the node's [`Raft`] on it (`Raft::new` inside a task spawned
+    /// here): openraft runs its core, its heartbeats and its replication on the runtime that
+    /// built it, so on this one they are as independent of HTTP load as the link's sockets.
+    pub fn runtime(&self) -> &Handle {
+        &self.shared.handle
+    }
+
+    /// The network for `group`'s Raft: openraft's `RaftNetworkFactory`, sending from this
+    /// link's host on its runtime.
+    pub fn network(&self, group: GroupId) -> Network {
+        Network::new(Arc::clone(&self.shared), group)
+    }
+
+    /// Starts accepting peers and answering their requests for `group` with `raft`.
+    ///
+    /// # Errors
+    /// `AlreadyExists` when called a second time; the listener's registration error.
+    pub fn serve<SM>(&self, group: GroupId, raft: Raft<TypeConfig, SM>) -> io::Result<()>
+    where
+        SM: RaftStateMachine<TypeConfig, SnapshotData = Cursor<Vec<u8>>>,
+    {
+        let Some(listener) = lock(&self.listener).take() else {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "the link serves already"));
+        };
+        let listener = {
+            let _runtime = self.shared.handle.enter();
+            TcpListener::from_std(listener)?
+        };
+        let serving = Arc::new(Serving {
+            shared: Arc::clone(&self.shared),
+            group,
+            raft,
+            refusals: RefusalLog::new(),
+        });
+        self.shared.handle.spawn(accept_loop(listener, serving));
+        Ok(())
+    }
+
+    /// Stops the link: the listener closes, every connection in and out is dropped, RPCs
+    /// under way fail. Waits for the runtime thread to end. Idempotent.
+    pub fn shutdown(&self) {
+        if let Some(stop) = lock(&self.stop).take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = lock(&self.thread).take() {
+            if thread.join().is_err() {
+                tracing::error!(
+                    node = self.shared.config.node_id,
+                    "the cluster link's thread panicked"
+                );
+            }
+        }
+        // Never served: the listener is still here; close it too.
+        lock(&self.listener).take();
+    }
+}
+
+impl Drop for ClusterLink {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// What every connection's task needs.
+struct Serving<SM: RaftStateMachine<TypeConfig>> {
+    shared: Arc<LinkShared>,
+    group: GroupId,
+    raft: Raft<TypeConfig, SM>,
+    refusals: RefusalLog,
+}
+
+/// Warnings about refused connections, at most one a second, each saying how many were left
+/// out since the last: a flood of bad connections must not become a flood of log lines.
+struct RefusalLog {
+    /// When the next warning may be written, and how many were left out meanwhile.
+    state: Mutex<(Instant, u64)>,
+}
+
+impl RefusalLog {
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn new() -> Self {
+        RefusalLog { state: Mutex::new((Instant::now(), 0)) }
+    }
+
+    /// Logs the refusal of `peer` for `reason` (never anything keyed by the secret), or counts
+    /// it.
+    fn warn(&self, peer: SocketAddr, reason: &dyn fmt::Display) {
+        let now = Instant::now();
+        let mut state = lock(&self.state);
+        if now < state.0 {
+            state.1 += 1;
+            return;
+        }
+        let left_out = std::mem::take(&mut state.1);
+        state.0 = now + Self::EVERY;
+        drop(state);
+        tracing::warn!(%peer, %reason, left_out, "cluster link: connection refused");
+    }
+}
+
+async fn accept_loop<SM>(listener: TcpListener, serving: Arc<Serving<SM>>)
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = Cursor<Vec<u8>>>,
+{
+    let config = &serving.shared.config;
+    let handshakes = Arc::new(Semaphore::new(config.max_handshakes));
+    let connections = Arc::new(Semaphore::new(config.max_connections));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors, a connection reset before it was accepted: the
+                // listener itself is fine. A short pause so a persistent error does not spin.
+                tracing::warn!(error = %e, "cluster link: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(handshake) = Arc::clone(&handshakes).try_acquire_owned() else {
+            serving.refusals.warn(peer, &"too many handshakes under way");
+            continue;
+        };
+        tokio::spawn(serve_connection(
+            stream,
+            peer,
+            handshake,
+            Arc::clone(&connections),
+            Arc::clone(&serving),
+        ));
+    }
+}
+
+/// One incoming connection: the handshake within its timeout, then requests answered one at a
+/// time until the peer closes, falls silent, or sends anything wrong.
+async fn serve_connection<SM>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    handshake: OwnedSemaphorePermit,
+    connections: Arc<Semaphore>,
+    serving: Arc<Serving<SM>>,
+) where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = Cursor<Vec<u8>>>,
+{
+    let config = &serving.shared.config;
+    // Small frames (heartbeats, votes) must not wait for Nagle's algorithm.
+    let _ = stream.set_nodelay(true);
+    let shaken =
+        timeout(config.handshake_timeout, Channel::server(stream, config.node_id, &config.secret))
+            .await;
+    let mut channel = match shaken {
+        Ok(Ok(channel)) => channel,
+        Ok(Err(e)) => {
+            serving.refusals.warn(peer, &e);
+            return;
+        }
+        Err(_) => {
+            serving.refusals.warn(peer, &"no handshake in time");
+            return;
+        }
+    };
+    drop(handshake);
+    let Ok(_connection) = connections.try_acquire_owned() else {
+        serving.refusals.warn(peer, &"too many connections open");
+        return;
+    };
+    let node = channel.peer();
+    tracing::debug!(%peer, node, "cluster link: peer authenticated");
+    let max = config.max_frame_bytes;
+    loop {
+        let body = match timeout(config.idle_timeout, channel.recv(max)).await {
+            Ok(Ok(body)) => body,
+            Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                tracing::debug!(%peer, node, "cluster link: peer closed");
+                return;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(%peer, node, error = %e, "cluster link: connection closed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, node, "cluster link: idle connection closed");
+                return;
+            }
+        };
+        let reply = match message::decode::<Request>(&body, max) {
+            Ok(request) => dispatch(&serving, request).await,
+            Err(e) => Err(e),
+        };
+        let sent = match reply {
+            Ok(reply) => channel.send(&reply).await,
+            Err(e) => {
+                // Authenticated yet undecodable: a peer of another version. Say so and close.
+                tracing::warn!(%peer, node, error = %e, "cluster link: bad request");
+                return;
+            }
+        };
+        if let Err(e) = sent {
+            tracing::debug!(%peer, node, error = %e, "cluster link: reply not sent");
+            return;
+        }
+    }
+}
+
+/// Answers one request with the local Raft: the encoded [`Reply`] of its RPC.
+async fn dispatch<SM>(serving: &Serving<SM>, request: Request) -> io::Result<Vec<u8>>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = Cursor<Vec<u8>>>,
+{
+    if request.group != serving.group {
+        // `Reply<()>`'s error decodes as any `Reply<T>`'s: the error side is the same text.
+        let refusal: Reply<()> = Err(format!("group {} is not served here", request.group));
+        return message::encode(&refusal);
+    }
+    let raft = &serving.raft;
+    match request.rpc {
+        Rpc::AppendEntries(rpc) => {
+            message::encode(&raft.append_entries(rpc).await.map_err(|e| e.to_string()))
+        }
+        Rpc::Vote(rpc) => message::encode(&raft.vote(rpc).await.map_err(|e| e.to_string())),
+        Rpc::PreVote(rpc) => message::encode(&raft.pre_vote(rpc).await.map_err(|e| e.to_string())),
+        Rpc::Snapshot { vote, meta, data } => {
+            let snapshot =
+                SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> { meta, snapshot: Cursor::new(data) };
+            let installed = raft.install_full_snapshot(vote, snapshot).await;
+            message::encode(&installed.map_err(|e| e.to_string()))
+        }
+        Rpc::TransferLeader(rpc) => {
+            message::encode(&raft.handle_transfer_leader(rpc).await.map_err(|e| e.to_string()))
+        }
+    }
+}

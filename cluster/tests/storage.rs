@@ -1,0 +1,201 @@
+//! The Raft storage on the wal: openraft's own storage suite, then restarts of a real data dir
+//! (the store closed and opened again) for what the suite cannot see.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use cluster::{
+    ClusterNode, Entry, LogId, Record, RecordsStateMachine, TypeConfig, Vote, WalLogStore,
+};
+use openraft::storage::{IOFlushed, RaftLogStorage, RaftStateMachine};
+use openraft::testing::log::{StoreBuilder, Suite};
+use openraft::type_config::TypeConfigExt;
+use openraft::{EntryPayload, Membership, RaftLogReader, RaftSnapshotBuilder, StorageError};
+use tempfile::TempDir;
+
+/// A log store on a fresh temporary data dir (kept alive by the returned `TempDir`) and an
+/// empty state machine, for each test of the suite.
+struct FreshDir;
+
+impl StoreBuilder<TypeConfig, WalLogStore, RecordsStateMachine, TempDir> for FreshDir {
+    async fn build(
+        &self,
+    ) -> Result<(TempDir, WalLogStore, RecordsStateMachine), StorageError<TypeConfig>> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = WalLogStore::open(dir.path()).expect("open the log store");
+        Ok((dir, store, RecordsStateMachine::default()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_storage_suite() {
+    Suite::test_all(FreshDir).await.expect("openraft's storage suite");
+}
+
+// --- restarts ---------------------------------------------------------------------------
+
+fn log_id(term: u64, node: u64, index: u64) -> LogId {
+    LogId::new(openraft::impls::leader_id_adv::LeaderId { term, node_id: node }, index)
+}
+
+fn record_entry(term: u64, index: u64, payload: &[u8]) -> Entry {
+    let record = Record { group: cluster::DEFAULT_GROUP, payload: payload.to_vec() };
+    Entry { log_id: log_id(term, 1, index), payload: EntryPayload::Normal(record) }
+}
+
+fn membership_entry(term: u64, index: u64, voters: &[u64]) -> Entry {
+    let voters: BTreeSet<u64> = voters.iter().copied().collect();
+    let nodes = voters.iter().map(|&id| {
+        let node = ClusterNode {
+            raft_addr: format!("127.0.0.{id}:9100"),
+            api_addr: format!("127.0.0.{id}:8080"),
+        };
+        (id, node)
+    });
+    let membership =
+        Membership::new(vec![voters.clone()], nodes.collect::<BTreeMap<_, _>>()).unwrap();
+    Entry { log_id: log_id(term, 1, index), payload: EntryPayload::Membership(membership) }
+}
+
+/// Appends `entries` and waits for their flush callback: they are durable when it returns.
+async fn append(store: &mut WalLogStore, entries: Vec<Entry>) {
+    let (tx, rx) = TypeConfig::oneshot();
+    store.append(entries, IOFlushed::signal(tx)).await.unwrap();
+    rx.await.unwrap().unwrap();
+}
+
+async fn all_entries(store: &mut WalLogStore) -> Vec<Entry> {
+    store.get_log_reader().await.try_get_log_entries(..).await.unwrap()
+}
+
+/// Closes the store (the wal flushes and releases the dir) and opens it again.
+fn restart(store: WalLogStore, dir: &Path) -> WalLogStore {
+    store.shutdown().unwrap();
+    drop(store);
+    WalLogStore::open(dir).unwrap()
+}
+
+fn first_entries() -> Vec<Entry> {
+    let mut entries = vec![membership_entry(1, 0, &[1, 2, 3])];
+    entries.extend((1..=9).map(|i| record_entry(1, i, format!("record {i}").as_bytes())));
+    // One over the wal's chunk size, stored in parts.
+    entries.push(record_entry(2, 10, &vec![7u8; 20_000]));
+    entries
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_vote_and_commit_point_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = WalLogStore::open(dir.path()).unwrap();
+    append(&mut store, first_entries()).await;
+    let vote = Vote::new_committed(2, 1);
+    store.save_vote(&vote).await.unwrap();
+    store.save_committed(Some(log_id(1, 1, 8))).await.unwrap();
+
+    let mut store = restart(store, dir.path());
+    assert_eq!(all_entries(&mut store).await, first_entries());
+    assert_eq!(store.get_log_reader().await.read_vote().await.unwrap(), Some(vote));
+    assert_eq!(store.read_committed().await.unwrap(), Some(log_id(1, 1, 8)));
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!((state.last_purged_log_id, state.last_log_id), (None, Some(log_id(2, 1, 10))));
+
+    // The log goes on where it ended.
+    append(&mut store, vec![record_entry(2, 11, b"after the restart")]).await;
+    let mut store = restart(store, dir.path());
+    assert_eq!(all_entries(&mut store).await.len(), 12);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncation_is_durable_and_the_log_goes_on_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = WalLogStore::open(dir.path()).unwrap();
+    append(&mut store, first_entries()).await;
+    // A new leader of term 3 does not have entries 6..=10 of term 1 and 2.
+    store.truncate_after(Some(log_id(1, 1, 5))).await.unwrap();
+    append(&mut store, vec![record_entry(3, 6, b"the new leader's 6")]).await;
+
+    let mut store = restart(store, dir.path());
+    let entries = all_entries(&mut store).await;
+    let mut expected = first_entries()[..=5].to_vec();
+    expected.push(record_entry(3, 6, b"the new leader's 6"));
+    assert_eq!(entries, expected);
+    assert_eq!(store.get_log_state().await.unwrap().last_log_id, Some(log_id(3, 1, 6)));
+
+    store.truncate_after(None).await.unwrap();
+    let mut store = restart(store, dir.path());
+    assert!(all_entries(&mut store).await.is_empty());
+    assert_eq!(store.get_log_state().await.unwrap().last_log_id, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_keeps_the_last_purged_log_id_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = WalLogStore::open(dir.path()).unwrap();
+    append(&mut store, first_entries()).await;
+    store.purge(log_id(1, 1, 4)).await.unwrap();
+
+    let mut store = restart(store, dir.path());
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 4)));
+    assert_eq!(state.last_log_id, Some(log_id(2, 1, 10)));
+    assert_eq!(all_entries(&mut store).await, first_entries()[5..].to_vec());
+
+    // Past the end (a snapshot from another node covers more than this log holds): the log
+    // is empty and begins after it.
+    store.purge(log_id(4, 2, 30)).await.unwrap();
+    let mut store = restart(store, dir.path());
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(4, 2, 30)));
+    assert_eq!(state.last_log_id, Some(log_id(4, 2, 30)));
+    assert!(all_entries(&mut store).await.is_empty());
+    append(&mut store, vec![record_entry(4, 31, b"first after the snapshot")]).await;
+    let mut store = restart(store, dir.path());
+    assert_eq!(
+        all_entries(&mut store).await,
+        vec![record_entry(4, 31, b"first after the snapshot")]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_are_readable_before_their_fsync_and_holes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = WalLogStore::open(dir.path()).unwrap();
+    let (tx, rx) = TypeConfig::oneshot();
+    store.append(first_entries(), IOFlushed::signal(tx)).await.unwrap();
+    // Readable as soon as `append` returned, flushed or not.
+    assert_eq!(all_entries(&mut store).await, first_entries());
+    rx.await.unwrap().unwrap();
+    assert_eq!(all_entries(&mut store).await, first_entries());
+
+    let (tx, _rx) = TypeConfig::oneshot();
+    let hole = store.append(vec![record_entry(2, 12, b"after a hole")], IOFlushed::signal(tx));
+    assert!(hole.await.is_err(), "index 11 is missing");
+    let (tx, _rx) = TypeConfig::oneshot();
+    let overwrite = store.append(vec![record_entry(3, 5, b"over 5")], IOFlushed::signal(tx));
+    assert!(overwrite.await.is_err(), "an entry is replaced only after a truncation");
+    assert_eq!(all_entries(&mut store).await, first_entries());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_machine_applies_records_in_order_and_snapshots_exactly_that_state() {
+    let mut sm = RecordsStateMachine::default();
+    // Without responders: openraft makes them, for client writes only.
+    let stream = futures_util::stream::iter(first_entries().into_iter().map(|e| Ok((e, None))));
+    sm.apply(stream).await.unwrap();
+    let state = sm.state();
+    assert_eq!(state.last_applied, Some(log_id(2, 1, 10)));
+    assert_eq!(state.records.len(), 10);
+    assert!(state.records.iter().zip(1..).all(|((index, _), want)| *index == want));
+
+    let snapshot = sm.build_snapshot().await.unwrap();
+    let mut other = RecordsStateMachine::default();
+    other.install_snapshot(&snapshot.meta, snapshot.snapshot).await.unwrap();
+    assert_eq!(other.state(), state);
+
+    // A snapshot whose bytes do not hold the state its metadata names is refused.
+    let mut meta = snapshot.meta.clone();
+    meta.last_log_id = Some(log_id(2, 1, 11));
+    let bytes = sm.get_current_snapshot().await.unwrap().unwrap().snapshot;
+    assert!(other.install_snapshot(&meta, bytes).await.is_err());
+    assert_eq!(other.state(), state, "a refused snapshot changes nothing");
+}
