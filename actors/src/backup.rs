@@ -20,8 +20,13 @@
 //! H [checkpoint LSN C u64][position P u64][taken at, ms since the epoch, i64]   (all LE)
 //! S [len u32][snapshot bytes]     repeated: the checkpoint snapshot, in pieces
 //! R [lsn u64][len u64][record]    repeated, increasing LSNs: retained ones <= C, then C+1..=P
+//! F [name len u16][name][len u64][bytes]   repeated: files the server keeps beside the log
 //! E [records u64]                 how many R items came before
 //! ```
+//!
+//! The files (`F`) are the server's own, named by it: the key cursors are signed with, so a
+//! client's change-feed cursor means the same position on the restored server. They are not
+//! part of the state's digest; their bytes are covered by the blocks' checksums.
 //!
 //! The manifest (the summary block, kind 2) is JSON: [`Manifest`]. A writer never holds more
 //! than a block, and a reader never more than a block and one record beside the state it
@@ -131,6 +136,9 @@ pub struct Manifest {
     pub retained_records: u64,
     /// The state's digest ([`crate::digest`]), 64 hex digits.
     pub digest: String,
+    /// The names of the files carried beside the log.
+    #[serde(default)]
+    pub files: Vec<String>,
 }
 
 /// The manifest's counts.
@@ -224,13 +232,25 @@ fn manifest_counts(counts: &Counts, rebuild: &Rebuild) -> ManifestCounts {
     }
 }
 
-/// Writes the backup of `copies` to `out`, calling `progress` after each record (and once the
-/// snapshot is out); returns its manifest. Blocking: it reads the log.
+/// Whether `name` may name a file a backup carries: a plain name inside the data dir.
+fn plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\', '\0'])
+}
+
+/// Writes the backup of `copies` and `files` (name and bytes of files kept beside the log) to
+/// `out`, calling `progress` after each record (and once the snapshot is out); returns its
+/// manifest. Blocking: it reads the log.
 ///
 /// # Errors
-/// The log no longer holds a record the backup needs, a record cannot be read, or `out` fails.
+/// The log no longer holds a record the backup needs, a record cannot be read, a file name is
+/// not a plain name, or `out` fails.
 pub fn write(
     copies: BackupCopies,
+    files: &[(String, Vec<u8>)],
     out: impl Write,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Manifest> {
@@ -280,6 +300,16 @@ pub fn write(
         done.records += 1;
         progress(Progress { bytes: bytes(&out), ..done });
     }
+    for (name, bytes) in files {
+        if !plain_name(name) {
+            return Err(BackupError::Content(format!("`{name}` is not a plain file name")));
+        }
+        out.write_all(b"F")?;
+        out.write_all(&(name.len() as u16).to_le_bytes())?;
+        out.write_all(name.as_bytes())?;
+        out.write_all(&(bytes.len() as u64).to_le_bytes())?;
+        out.write_all(bytes)?;
+    }
     out.write_all(b"E")?;
     out.write_all(&done.records.to_le_bytes())?;
     let counts = rebuild.counts();
@@ -293,6 +323,7 @@ pub fn write(
         records: position - ckpt,
         retained_records: retained.len() as u64,
         digest: rebuild.digest().to_string(),
+        files: files.iter().map(|(name, _)| name.clone()).collect(),
     };
     let summary = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
     let mut file = out.finish(MANIFEST, &summary)?;
@@ -315,6 +346,13 @@ fn read_array<const N: usize>(r: &mut impl Read) -> Result<[u8; N]> {
     let mut buf = [0u8; N];
     r.read_exact(&mut buf).map_err(BackupError::from_read)?;
     Ok(buf)
+}
+
+/// An item after the snapshot.
+enum Item {
+    Record(Lsn, Vec<u8>),
+    File(String, Vec<u8>),
+    End,
 }
 
 /// The header item.
@@ -348,8 +386,8 @@ impl<R: Read> Items<R> {
         Ok(self.pending.take().expect("the snapshot ends at the next tag"))
     }
 
-    /// The next record, or `None` at the end item (its count checked).
-    fn record(&mut self, tag: u8) -> Result<Option<(Lsn, Vec<u8>)>> {
+    /// The next item after the snapshot: a record, a file, or the end (its count checked).
+    fn item(&mut self, tag: u8) -> Result<Item> {
         match tag {
             b'R' => {
                 let lsn = u64::from_le_bytes(read_array(&mut self.blocks)?);
@@ -370,7 +408,31 @@ impl<R: Read> Items<R> {
                     return Err(BackupError::Content(format!("record {lsn} is cut short")));
                 }
                 self.records += 1;
-                Ok(Some((lsn, bytes)))
+                Ok(Item::Record(lsn, bytes))
+            }
+            b'F' => {
+                let len = u16::from_le_bytes(read_array(&mut self.blocks)?);
+                let mut name = vec![0u8; usize::from(len)];
+                self.blocks.read_exact(&mut name).map_err(BackupError::from_read)?;
+                let name = String::from_utf8(name)
+                    .ok()
+                    .filter(|n| plain_name(n))
+                    .ok_or_else(|| BackupError::Content("a file has no plain name".to_owned()))?;
+                let len = u64::from_le_bytes(read_array(&mut self.blocks)?);
+                if len > 1 << 24 {
+                    return Err(BackupError::Content(format!(
+                        "file {name} has an impossible length"
+                    )));
+                }
+                let mut bytes = Vec::with_capacity(len as usize);
+                (&mut self.blocks)
+                    .take(len)
+                    .read_to_end(&mut bytes)
+                    .map_err(BackupError::from_read)?;
+                if bytes.len() as u64 != len {
+                    return Err(BackupError::Content(format!("file {name} is cut short")));
+                }
+                Ok(Item::File(name, bytes))
             }
             b'E' => {
                 let count = u64::from_le_bytes(read_array(&mut self.blocks)?);
@@ -380,7 +442,7 @@ impl<R: Read> Items<R> {
                         self.records
                     )));
                 }
-                Ok(None)
+                Ok(Item::End)
             }
             other => Err(BackupError::Content(format!("it holds an item of unknown kind {other}"))),
         }
@@ -453,7 +515,17 @@ pub fn verify(file: impl Read, progress: &mut dyn FnMut(Progress)) -> Result<Ver
         .map_err(|e| BackupError::Content(format!("its snapshot does not decode: {e}")))?;
     let mut tag = items.after_snapshot()?;
     let mut order = Order::new(head.checkpoint);
-    while let Some((lsn, bytes)) = items.record(tag)? {
+    let mut files = Vec::new();
+    loop {
+        let (lsn, bytes) = match items.item(tag)? {
+            Item::Record(lsn, bytes) => (lsn, bytes),
+            Item::File(name, _) => {
+                files.push(name);
+                tag = items.next_tag()?;
+                continue;
+            }
+            Item::End => break,
+        };
         order.next(lsn)?;
         let record: Record = codec::decode(&bytes)
             .map_err(|e| BackupError::Content(format!("record {lsn} does not decode: {e}")))?;
@@ -465,8 +537,10 @@ pub fn verify(file: impl Read, progress: &mut dyn FnMut(Progress)) -> Result<Ver
     }
     order.end(head.position)?;
     let manifest = items.manifest()?;
-    if (manifest.position, manifest.checkpoint_lsn) != (head.position, head.checkpoint) {
-        return Err(BackupError::Content("its manifest names other positions".to_owned()));
+    if (manifest.position, manifest.checkpoint_lsn) != (head.position, head.checkpoint)
+        || manifest.files != files
+    {
+        return Err(BackupError::Content("its manifest does not describe its items".to_owned()));
     }
     let found = rebuild.digest().to_string();
     if found != manifest.digest {
@@ -567,13 +641,33 @@ fn write_dir(file: impl Read, data_dir: &Path) -> Result<()> {
         })
         .map_err(|e| failed.take().unwrap_or_else(|| crate::Error::from(e).into()))?;
     let mut tag = items.after_snapshot()?;
-    while let Some((lsn, bytes)) = items.record(tag)? {
-        restore.record(lsn, &bytes).map_err(crate::Error::from)?;
+    let mut files = Vec::new();
+    loop {
+        match items.item(tag)? {
+            Item::Record(lsn, bytes) => restore.record(lsn, &bytes).map_err(crate::Error::from)?,
+            Item::File(name, bytes) => files.push((name, bytes)),
+            Item::End => break,
+        }
         tag = items.next_tag()?;
     }
     items.manifest()?;
     restore.finish().map_err(crate::Error::from)?;
+    for (name, bytes) in files {
+        write_private(&data_dir.join(name), &bytes)?;
+    }
+    let dir = std::fs::File::open(data_dir)?;
+    dir.sync_all()?;
     Ok(())
+}
+
+/// Writes a file only its owner reads (what the server keeps beside the log may be secret),
+/// durably.
+fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 /// The manifest of the backup in `file`, read through its trailer without checking the rest.
@@ -646,7 +740,8 @@ mod tests {
         let position = copies.position();
         let mut file = Vec::new();
         let manifest = tokio::task::spawn_blocking(move || {
-            write(copies, &mut file, &mut |_| {}).map(|m| (m, file))
+            write(copies, &[("cursor.key".to_owned(), vec![7; 32])], &mut file, &mut |_| {})
+                .map(|m| (m, file))
         })
         .await
         .unwrap();
@@ -667,6 +762,7 @@ mod tests {
         assert_eq!(restore(&path, &target, &mut |_| {}).unwrap(), manifest);
         assert!(matches!(restore(&path, &target, &mut |_| {}), Err(BackupError::NotEmpty(_))));
 
+        assert_eq!(std::fs::read(target.join("cursor.key")).unwrap(), vec![7; 32]);
         let (restored, report) = Service::open(config(&target)).unwrap();
         assert_eq!(report.last_lsn, position);
         assert_eq!(restored.sheet_snapshot(10).unwrap().state.rows.len(), 9);
