@@ -340,6 +340,9 @@ struct Items<R: Read> {
     /// Bytes left in the snapshot piece being read.
     left: usize,
     records: u64,
+    /// Damage met while the snapshot's decoder read: its own error would only say the bytes
+    /// did not decode.
+    damage: Option<BlockError>,
 }
 
 fn read_array<const N: usize>(r: &mut impl Read) -> Result<[u8; N]> {
@@ -365,7 +368,7 @@ struct Head {
 impl<R: Read> Items<R> {
     fn open(file: R) -> Result<(Items<R>, Head)> {
         let blocks = BlockReader::open(file, "sheetd backup", MAGIC, FORMAT)?;
-        let mut items = Items { blocks, pending: None, left: 0, records: 0 };
+        let mut items = Items { blocks, pending: None, left: 0, records: 0, damage: None };
         if read_array::<1>(&mut items.blocks)? != *b"H" {
             return Err(BackupError::Content("it does not start with its header".to_owned()));
         }
@@ -469,6 +472,21 @@ struct Snapshot<'a, R: Read>(&'a mut Items<R>);
 
 impl<R: Read> Read for Snapshot<'_, R> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        self.read_pieces(out).map_err(|e| {
+            if !e.get_ref().is_some_and(|inner| inner.is::<BlockError>()) {
+                return e;
+            }
+            let message = e.to_string();
+            if let Ok(damage) = e.into_inner().expect("checked").downcast::<BlockError>() {
+                self.0.damage.get_or_insert(*damage);
+            }
+            io::Error::new(io::ErrorKind::InvalidData, message)
+        })
+    }
+}
+
+impl<R: Read> Snapshot<'_, R> {
+    fn read_pieces(&mut self, out: &mut [u8]) -> io::Result<usize> {
         let items = &mut *self.0;
         if items.pending.is_some() {
             return Ok(0);
@@ -510,9 +528,12 @@ pub struct Verified {
 pub fn verify(file: impl Read, progress: &mut dyn FnMut(Progress)) -> Result<Verified> {
     let (mut items, head) = Items::open(file)?;
     let mut rebuild = fresh_rebuild(head.taken_at);
-    rebuild
-        .checkpoint(head.checkpoint, &mut Snapshot(&mut items))
-        .map_err(|e| BackupError::Content(format!("its snapshot does not decode: {e}")))?;
+    if let Err(e) = rebuild.checkpoint(head.checkpoint, &mut Snapshot(&mut items)) {
+        return Err(match items.damage.take() {
+            Some(damage) => damage.into(),
+            None => BackupError::Content(format!("its snapshot does not decode: {e}")),
+        });
+    }
     let mut tag = items.after_snapshot()?;
     let mut order = Order::new(head.checkpoint);
     let mut files = Vec::new();
@@ -635,7 +656,10 @@ fn write_dir(file: impl Read, data_dir: &Path) -> Result<()> {
         .checkpoint(head.checkpoint, &mut |out| {
             io::copy(&mut Snapshot(&mut items), out).map(drop).map_err(|e| {
                 let message = e.to_string();
-                failed = Some(BackupError::from_read(e));
+                failed = Some(match items.damage.take() {
+                    Some(damage) => damage.into(),
+                    None => BackupError::from_read(e),
+                });
                 wal::Error::Io(io::Error::other(message))
             })
         })
