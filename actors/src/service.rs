@@ -741,6 +741,12 @@ impl Service {
         })
     }
 
+    /// Whether a backup (or a checkpoint) holds the checkpoint exclusion now, so a checkpoint
+    /// would wait for it.
+    pub fn checkpoints_held(&self) -> bool {
+        self.checkpointing.try_lock().is_err()
+    }
+
     /// The tagged copies of the directory, every sheet and the side stores (see the module
     /// docs), once the newest tag is durable.
     async fn copies(&self) -> Result<Copies> {
