@@ -40,12 +40,13 @@ impl Reporter {
     fn tick(&mut self, p: Progress) {
         if self.last.elapsed() >= Duration::from_secs(1) {
             self.last = Instant::now();
-            let rows = self.rows.map(|r| format!(" (a state of {r} rows)")).unwrap_or_default();
+            let rows = self.rows.map(|r| format!(", a state of {r} rows")).unwrap_or_default();
+            let records =
+                if p.records > 0 { format!(", {} log records", p.records) } else { String::new() };
             eprintln!(
-                "{}: {:.1} MB, {} records after {:.0?}{rows}",
+                "{}: {:.1} MB{records}{rows} after {:.0?}",
                 self.what,
                 p.bytes as f64 / 1e6,
-                p.records,
                 self.started.elapsed()
             );
         }

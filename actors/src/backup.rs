@@ -41,7 +41,8 @@
 //! [`verify`] reads every block, rebuilds the state in memory from the snapshot and the records
 //! after C, and compares its digest ([`crate::digest`]) with the manifest's. [`restore`] does
 //! that first and writes nothing unless it passes; then it writes the data dir, recovers it as
-//! a start would, and compares the digest again, removing what it wrote on a mismatch.
+//! a start would (without the actors), and compares the digest again, removing what it wrote
+//! on a mismatch.
 
 use std::io::{self, Read, Write};
 use std::path::Path;
@@ -630,7 +631,8 @@ pub fn restore(
     let manifest = verify(open()?, progress)?.manifest;
     let existed = data_dir.exists();
     let written = write_dir(open()?, data_dir).and_then(|()| {
-        let found = Service::inspect(data_dir, manifest.created_at_ms)?.digest.to_string();
+        let found =
+            Service::recover_and_inspect(data_dir, manifest.created_at_ms)?.digest.to_string();
         if found != manifest.digest {
             return Err(BackupError::RestoredMismatch { expected: manifest.digest.clone(), found });
         }
@@ -762,6 +764,12 @@ mod tests {
         }
         let copies = service.backup().await.unwrap();
         let position = copies.position();
+        // A checkpoint now would truncate the records the backup is about to read: it waits.
+        let checkpointing = service.clone();
+        let checkpoint = actix_rt::spawn(async move { checkpointing.checkpoint().await });
+        actix_rt::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!checkpoint.is_finished(), "a checkpoint ran while a backup held its copies");
+        assert!(service.checkpoints_held());
         let mut file = Vec::new();
         let manifest = tokio::task::spawn_blocking(move || {
             write(copies, &[("cursor.key".to_owned(), vec![7; 32])], &mut file, &mut |_| {})
@@ -770,6 +778,8 @@ mod tests {
         .await
         .unwrap();
         let (manifest, file) = manifest.unwrap();
+        let after = checkpoint.await.unwrap().unwrap();
+        assert!(after.lsn >= position, "the checkpoint ran once the backup was written");
         assert_eq!(manifest.position, position);
         assert_eq!(manifest.counts.rows, 9);
         assert!(manifest.retained_records > 0, "{manifest:?}");

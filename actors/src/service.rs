@@ -44,8 +44,8 @@ use crate::directory::{
 };
 use crate::error::{Error, Result};
 use crate::log::{
-    codec, encode_snapshot, AppendOptions, Lsn, RecoveryReport, Replay, WalLog, WalLogConfig,
-    WalStats,
+    codec, encode_snapshot, AppendOptions, Lsn, RecordLog, RecoveryReport, Replay, WalLog,
+    WalLogConfig, WalStats,
 };
 use crate::model::{KeyId, Millis, Row, RowId, SheetId};
 use crate::publish::Published;
@@ -488,6 +488,21 @@ impl Service {
     pub fn verify(data_dir: &std::path::Path) -> Result<(RecoveryReport, Counts)> {
         let inspected = Service::inspect(data_dir, chrono::Utc::now().timestamp_millis())?;
         Ok((inspected.report, inspected.counts))
+    }
+
+    /// Opens a data dir no one holds as a start would (recovery may write, as a start's does)
+    /// without starting the actors, and returns what it holds and its digest, idempotent
+    /// answers judged by their age at `now`; the log is closed again. For a dir just written
+    /// by a restore: no copy of its log is made, and its first start finds it recovered.
+    pub(crate) fn recover_and_inspect(
+        data_dir: &std::path::Path,
+        now: Millis,
+    ) -> Result<Inspection> {
+        let mut rebuild = fresh_rebuild(now);
+        let config = WalLogConfig { dir: data_dir.to_owned(), min_free_bytes: None };
+        let (log, report) = WalLog::open(config, &mut rebuild)?;
+        log.shutdown()?;
+        Ok(Inspection { report, counts: rebuild.counts(), digest: rebuild.digest() })
     }
 
     /// [`Service::verify`], with the digest of the state a start would rebuild, idempotent

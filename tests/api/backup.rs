@@ -128,9 +128,23 @@ async fn an_online_backup_under_writes_restores_exactly_an_acknowledged_state() 
         .map(|n| actix_rt::spawn(writer(source.base.clone(), n, acked.clone(), stop.clone())))
         .collect();
     actix_rt::time::sleep(Duration::from_millis(800)).await;
-    let began = Instant::now();
     let file = dir.path().join("online.backup");
     let admin_url = source.admin.trim_end_matches("/admin/v1").to_owned();
+    let refused = sheetd(args(&[
+        "backup",
+        "--admin-url",
+        &admin_url,
+        "--admin-token",
+        "adm_not_the_token",
+        "--out",
+        path(&file),
+    ]))
+    .await;
+    assert!(!refused.status.success());
+    assert!(stderr(&refused).contains("401"), "{}", stderr(&refused));
+    assert!(!stderr(&refused).contains("adm_not_the_token"), "the token is never printed");
+    assert!(!file.exists() && !dir.path().join("online.backup.tmp").exists());
+    let began = Instant::now();
     let out = sheetd(args(&[
         "backup",
         "--admin-url",
