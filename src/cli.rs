@@ -32,7 +32,7 @@ use crate::views::timestamp;
 
 /// Print an error the operator's way and fail: the message and each cause that adds to it
 /// (the domain's errors already repeat their source's message).
-fn fail(what: &str, e: anyhow::Error) -> ExitCode {
+pub(crate) fn fail(what: &str, e: anyhow::Error) -> ExitCode {
     let mut text = e.to_string();
     for cause in e.chain().skip(1) {
         let cause = cause.to_string();
@@ -44,14 +44,17 @@ fn fail(what: &str, e: anyhow::Error) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// `sheetd check`: replay a copy of the log, print what the data dir holds, and exit non-zero
+/// `sheetd check`: replay a copy of the log, print what the data dir holds and the digest of
+/// its state (as a backup's manifest states it), and exit non-zero
 /// on any damage (a torn last record, a damaged record anywhere else, a damaged checkpoint, a
 /// gap in the log).
 pub fn check(data_dir: &Path) -> ExitCode {
-    let (report, counts) = match Service::verify(data_dir) {
-        Ok(x) => x,
-        Err(e) => return fail("check", anyhow::Error::new(e)),
-    };
+    let now = chrono::Utc::now().timestamp_millis();
+    let actors::service::Inspection { report, counts, digest } =
+        match Service::inspect(data_dir, now) {
+            Ok(x) => x,
+            Err(e) => return fail("check", anyhow::Error::new(e)),
+        };
     println!(
         "log: checkpoint at {}, {} records replayed ({} bytes), last LSN {}",
         report.checkpoint_lsn.map_or("none".to_owned(), |l| format!("LSN {l}")),
@@ -70,6 +73,7 @@ pub fn check(data_dir: &Path) -> ExitCode {
         counts.keys,
         counts.reports
     );
+    println!("digest: {digest}");
     if report.torn_tail_dropped {
         println!(
             "damage: the last record (LSN {}) is torn: an unacknowledged write cut off by a crash; \
@@ -135,7 +139,7 @@ fn format_grant(g: &Grant) -> String {
 
 /// Recover the service on `data_dir`, run `work`, then (for changes) checkpoint, and always
 /// close the log cleanly. Runs its own actix system: the actors need one.
-fn offline<T, F, Fut>(data_dir: &Path, changes: bool, work: F) -> anyhow::Result<T>
+pub(crate) fn offline<T, F, Fut>(data_dir: &Path, changes: bool, work: F) -> anyhow::Result<T>
 where
     F: FnOnce(Service) -> Fut,
     Fut: Future<Output = anyhow::Result<T>>,

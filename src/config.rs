@@ -1,5 +1,6 @@
 //! The server's command-line configuration: `sheetd serve`'s flags (every one also an
-//! environment variable `SHEETD_<NAME>`) and the offline `sheetd key` commands.
+//! environment variable `SHEETD_<NAME>`), the offline `sheetd key` commands and the flags of
+//! `sheetd backup` and `sheetd restore`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -45,6 +46,39 @@ pub enum KeyCommand {
         /// Only this owner's keys.
         #[arg(long)]
         owner: Option<u64>,
+    },
+}
+
+/// `sheetd backup`: of a running server (`--admin-url`) or of a stopped data dir
+/// (`--data-dir`); `sheetd backup verify FILE` checks one.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BackupArgs {
+    /// `verify FILE`.
+    #[command(subcommand)]
+    pub command: Option<BackupCommand>,
+    /// The admin API of a running server to back up (`http://127.0.0.1:8081`).
+    #[arg(long, conflicts_with = "data_dir", required_unless_present = "data_dir")]
+    pub admin_url: Option<String>,
+    /// The admin token (with `--admin-url`).
+    #[arg(long, env = "SHEETD_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// A data dir no server holds open, to back up.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// The backup file to write (as `FILE.tmp`, renamed once complete and checked).
+    #[arg(long, required = true)]
+    pub out: Option<PathBuf>,
+}
+
+/// `sheetd backup verify`.
+#[derive(Debug, Subcommand)]
+pub enum BackupCommand {
+    /// Check a backup without restoring it: every block, the manifest, and the digest of the
+    /// state it rebuilds. Prints the manifest.
+    Verify {
+        /// The backup file.
+        file: PathBuf,
     },
 }
 

@@ -71,6 +71,11 @@ impl CursorCodec {
         CursorCodec { key }
     }
 
+    /// The key, for a backup to carry (cursors keep their meaning on a restored server).
+    pub fn key(&self) -> &[u8; 32] {
+        &self.key
+    }
+
     fn tag(&self, body: &[u8]) -> [u8; TAG_LEN] {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key length");
         mac.update(body);

@@ -26,12 +26,15 @@
 //! - [`prometheus`]: the text format the admin metrics endpoint speaks.
 //! - [`maintenance`]: background checkpoints and side-store housekeeping.
 //! - [`cli`]: the offline operator commands (`sheetd key ...`, `sheetd check`).
+//! - [`backup`]: `sheetd backup`, `sheetd backup verify` and `sheetd restore`, and the admin
+//!   endpoint's stream of a backup.
 //!
 //! The load tester behind `sheetd bench` is a crate of its own (`sheetd-bench`); this library
 //! does not use it; the binary gives it a way to start this server in-process.
 
 pub mod api_doc;
 pub mod auth;
+pub mod backup;
 pub mod cli;
 pub mod compression;
 pub mod conditional;

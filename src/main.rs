@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use futures_util::future::LocalBoxFuture;
-use sheetd::config::{KeyCommand, ServeArgs};
+use sheetd::config::{BackupArgs, KeyCommand, ServeArgs};
 use sheetd::server::{self, Options};
 use sheetd_bench::{BenchArgs, Started};
 
@@ -21,7 +21,8 @@ struct Cli {
     command: Command,
 }
 
-/// One subcommand per kind of run: serve, check a data dir, manage keys, load-test.
+/// One subcommand per kind of run: serve, check a data dir, manage keys, back up and restore,
+/// load-test.
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the service.
@@ -36,6 +37,18 @@ enum Command {
     /// Manage API keys in a data dir that no server holds open.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Back up a running server (`--admin-url`) or a stopped data dir (`--data-dir`) into one
+    /// checked file; `sheetd backup verify FILE` checks one.
+    Backup(BackupArgs),
+    /// Restore a backup into an empty or absent data dir, after checking all of it.
+    Restore {
+        /// The backup file.
+        #[arg(long)]
+        from: PathBuf,
+        /// The data dir to create (absent or empty).
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
     /// Load-test a server: this binary's own, in-process on generated data, or a running one
     /// (`--url`). Prints a table per concurrency level; `--verify` reads back every
     /// acknowledged write.
@@ -99,6 +112,14 @@ fn main() -> ExitCode {
         Command::Key(cmd) => {
             init_logging(false, "info");
             sheetd::cli::key(cmd)
+        }
+        Command::Backup(args) => {
+            init_logging(false, "warn");
+            sheetd::backup::backup(args)
+        }
+        Command::Restore { from, data_dir } => {
+            init_logging(false, "warn");
+            sheetd::backup::restore(&from, &data_dir)
         }
         Command::Bench(args) => {
             // The own server's per-request info lines would bury the table.

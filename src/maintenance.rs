@@ -226,6 +226,11 @@ async fn checkpoint_if_due(state: &AppState, policy: CheckpointPolicy, schedule:
     let Some(trigger) = policy.due(logged, stats.checkpoint_bytes, since) else {
         return;
     };
+    // It would wait for the backup to end, and the loop's other duties (healing a failed log,
+    // purging) with it; the next round tries again.
+    if state.service.checkpoints_held() {
+        return;
+    }
     let started = Instant::now();
     match state.service.checkpoint().await {
         Ok(report) => {

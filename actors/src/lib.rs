@@ -19,7 +19,11 @@
 //! - [`directory`]: the directory / key-registry actor, the one access rule, API keys
 //!   ([`directory::keys`]) and the fixture format ([`directory::fixture`]).
 //! - [`report`]: the [`ReportRunner`]: saved report definitions, compiled and run over snapshots.
-//! - [`service`]: recovery, actor start-up and checkpoints; the one way in from above.
+//! - [`digest`]: the state's digest, one hash of everything a recovery rebuilds.
+//! - [`service`]: recovery, actor start-up, checkpoints and a backup's consistent copies; the
+//!   one way in from above.
+//! - [`backup`]: the backup file: writing one from the service's copies, verifying one,
+//!   restoring one into a new data dir.
 //!
 //! The log is this crate's alone, and inside it every append, read and checkpoint goes through
 //! [`log::RecordLog`]: the server and the CLI reach the log only through [`Service`], whose
@@ -36,7 +40,9 @@
 //! - A write and its side effects (idempotency response, events) are one record.
 #![forbid(unsafe_code)]
 
+pub mod backup;
 pub mod coerce;
+pub mod digest;
 pub mod directory;
 pub mod error;
 pub mod log;

@@ -37,14 +37,15 @@ use std::time::Duration;
 use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::digest::{digest, StateDigest, StateParts};
 use crate::directory::{
     CopyDirectoryForCheckpoint, DirectoryActor, DirectorySnapshot, DirectoryState,
     PublishedDirectory,
 };
 use crate::error::{Error, Result};
 use crate::log::{
-    codec, encode_snapshot, AppendOptions, Lsn, RecoveryReport, Replay, WalLog, WalLogConfig,
-    WalStats,
+    codec, encode_snapshot, AppendOptions, Lsn, RecordLog, RecoveryReport, Replay, WalLog,
+    WalLogConfig, WalStats,
 };
 use crate::model::{KeyId, Millis, Row, RowId, SheetId};
 use crate::publish::Published;
@@ -62,7 +63,7 @@ use crate::sheet::{
 pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// Everything needed to rebuild the domain, as one checkpoint.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Checkpoint {
     /// Users, projects, folders, sheet identities, shares, reports and keys.
     pub directory: DirectoryState,
@@ -87,13 +88,13 @@ pub struct Checkpoint {
 /// Builds before the change feed wrote codec format 1 and the [`Checkpoint`] alone; such a
 /// file decodes as sheets whose feed starts after it.
 #[derive(Serialize, Deserialize)]
-struct CheckpointFile {
-    checkpoint: Checkpoint,
-    changes: Vec<(SheetId, ChangeLog)>,
+pub(crate) struct CheckpointFile {
+    pub(crate) checkpoint: Checkpoint,
+    pub(crate) changes: Vec<(SheetId, ChangeLog)>,
 }
 
 impl CheckpointFile {
-    fn decode(snapshot: &mut dyn std::io::Read) -> Result<Checkpoint> {
+    pub(crate) fn decode(snapshot: &mut dyn std::io::Read) -> Result<Checkpoint> {
         let streamed = codec::stream(snapshot)?;
         let (mut checkpoint, changes) = if streamed.version() == 1 {
             (streamed.decode::<Checkpoint>()?, Vec::new())
@@ -110,7 +111,7 @@ impl CheckpointFile {
 }
 
 /// Recovery's working state: a part per owner, each with the LSN it reflects.
-struct Rebuild {
+pub(crate) struct Rebuild {
     directory: DirectoryState,
     directory_lsn: Lsn,
     /// Sheet state, LSN its copy reflects, LSN of the last record applied to it.
@@ -133,7 +134,27 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
 impl Replay for Rebuild {
     fn checkpoint(&mut self, _lsn: Lsn, snapshot: &mut dyn std::io::Read) -> Result<()> {
-        let cp = CheckpointFile::decode(snapshot)?;
+        self.load(CheckpointFile::decode(snapshot)?);
+        Ok(())
+    }
+
+    fn record(&mut self, lsn: Lsn, record: Record) -> Result<()> {
+        self.apply(lsn, record);
+        Ok(())
+    }
+
+    fn retains(&self, lsn: Lsn) -> bool {
+        // Asked before any record is replayed: the sheets are still the checkpoint's.
+        let retained = self.retained.get_or_init(|| {
+            self.sheets.values().flat_map(|(state, _, _)| state.changes.lsns()).collect()
+        });
+        retained.contains(&lsn)
+    }
+}
+
+impl Rebuild {
+    /// Takes a checkpoint's parts (their change indexes inside the sheets) as the start.
+    pub(crate) fn load(&mut self, cp: Checkpoint) {
         self.directory = cp.directory;
         self.directory_lsn = cp.directory_lsn;
         self.sheets = cp.sheets.into_iter().map(|(s, lsn)| (s.id, (s, lsn, 0))).collect();
@@ -143,10 +164,11 @@ impl Replay for Rebuild {
         }
         self.outbox.restore(cp.events, cp.last_event_seq);
         self.row_ids.observe(cp.next_row_id.saturating_sub(1));
-        Ok(())
     }
 
-    fn record(&mut self, lsn: Lsn, record: Record) -> Result<()> {
+    /// Offers `record` to each part it touches; a part applies it only when it is newer than
+    /// the part's own tag.
+    pub(crate) fn apply(&mut self, lsn: Lsn, record: Record) {
         self.progress.0 += 1;
         // Reading the clock every 1024 records keeps its cost out of the replay.
         if self.progress.0.is_multiple_of(1024) && self.progress.1.elapsed() >= PROGRESS_EVERY {
@@ -203,19 +225,45 @@ impl Replay for Rebuild {
             }
             Record::Marker => {}
         }
-        Ok(())
     }
 
-    fn retains(&self, lsn: Lsn) -> bool {
-        // Asked before any record is replayed: the sheets are still the checkpoint's.
-        let retained = self.retained.get_or_init(|| {
-            self.sheets.values().flat_map(|(state, _, _)| state.changes.lsns()).collect()
-        });
-        retained.contains(&lsn)
+    /// The digest of the state rebuilt so far.
+    pub(crate) fn digest(&self) -> StateDigest {
+        let (events, next_event_seq) = self.outbox.snapshot();
+        digest(StateParts {
+            directory: &self.directory,
+            sheets: self.sheets.values().map(|(state, _, _)| state).collect(),
+            idem: self.idem.snapshot(),
+            events: &events,
+            next_event_seq,
+        })
     }
-}
 
-impl Rebuild {
+    /// Idempotent answers and events held.
+    pub(crate) fn side_sizes(&self) -> (usize, usize) {
+        (self.idem.len(), self.outbox.len())
+    }
+
+    /// What the state rebuilt so far holds.
+    pub(crate) fn counts(&mut self) -> Counts {
+        let d = &self.directory;
+        let mut counts = Counts {
+            users: d.users.len(),
+            projects: d.projects.len(),
+            sheets: self.sheets.len(),
+            keys: d.keys.len(),
+            reports: d.reports.len(),
+            ..Default::default()
+        };
+        for (state, _, _) in self.sheets.values_mut() {
+            counts.rows += state.rows.len() as u64;
+            let (n, bytes) = state.recount_attachments();
+            counts.attachments += n;
+            counts.attachment_bytes += bytes;
+        }
+        counts
+    }
+
     fn keep_idem(&self, entry: IdemEntry, lsn: Lsn) {
         if entry.completed_at + IDEMPOTENCY_WINDOW.as_millis() as i64 > self.now {
             self.idem.complete(entry, lsn);
@@ -277,6 +325,53 @@ pub struct Counts {
     pub reports: usize,
 }
 
+/// What [`Service::inspect`] found.
+#[derive(Clone, Debug)]
+pub struct Inspection {
+    /// What the replay did.
+    pub report: RecoveryReport,
+    /// What the state holds.
+    pub counts: Counts,
+    /// The state's digest.
+    pub digest: StateDigest,
+}
+
+/// The copies a checkpoint or a backup is made of: one consistent state, taken while writes
+/// go on (see the module docs).
+pub(crate) struct Copies {
+    /// The checkpoint file's contents.
+    pub(crate) file: CheckpointFile,
+    /// The oldest tag: where the checkpoint stands.
+    pub(crate) lsn: Lsn,
+    /// The newest tag (the marker's), durable: the state the copies make together after the
+    /// records between the two.
+    pub(crate) newest: Lsn,
+    /// The records the change feed retains.
+    pub(crate) retained: std::collections::HashSet<Lsn>,
+}
+
+/// A backup's copies and what it needs to read the records after them; while it lives, no
+/// checkpoint truncates the log (see [`Service::backup`]).
+pub struct BackupCopies {
+    pub(crate) copies: Copies,
+    pub(crate) log: Arc<dyn crate::log::RecordLog>,
+    /// The service clock when the copies were taken.
+    pub(crate) taken_at: Millis,
+    _no_checkpoint: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl BackupCopies {
+    /// The position the backup's state is at.
+    pub fn position(&self) -> Lsn {
+        self.copies.newest
+    }
+
+    /// Rows in the copies (the state's size, for progress).
+    pub fn rows(&self) -> u64 {
+        self.copies.file.checkpoint.sheets.iter().map(|(s, _)| s.rows.len() as u64).sum()
+    }
+}
+
 /// What [`Service::purge_expired`] dropped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Purged {
@@ -306,7 +401,19 @@ pub struct Service {
     reports: Addr<ReportRunner>,
     /// The feed's decoded large records, for the pages that follow.
     spans: Arc<SpanCache>,
+    /// Held by a checkpoint, and by a backup while it reads the records after its copies: a
+    /// checkpoint between would truncate them.
+    checkpointing: Arc<tokio::sync::Mutex<()>>,
     _arbiters: Arc<Vec<Arbiter>>,
+}
+
+/// An empty state on stores of its own, keeping idempotent answers younger than the window at
+/// `now` (a backup's digest and its restore's check both pass the backup's time, so an answer
+/// that expired in between does not tell them apart).
+pub(crate) fn fresh_rebuild(now: Millis) -> Rebuild {
+    let row_ids = Arc::new(RowIds::default());
+    row_ids.observe(0);
+    rebuild((&Arc::new(IdemStore::new(IDEMPOTENCY_WINDOW)), &Arc::default(), &row_ids), now)
 }
 
 fn rebuild(shared_parts: (&Arc<IdemStore>, &Arc<Outbox>, &Arc<RowIds>), now: i64) -> Rebuild {
@@ -370,6 +477,7 @@ impl Service {
                 sheets,
                 reports,
                 spans: Arc::default(),
+                checkpointing: Arc::default(),
                 _arbiters: Arc::new(arbiters),
             },
             report,
@@ -378,27 +486,31 @@ impl Service {
 
     /// Replay a data dir without changing it and count what it holds (`sheetd check`).
     pub fn verify(data_dir: &std::path::Path) -> Result<(RecoveryReport, Counts)> {
-        let idem = Arc::new(IdemStore::new(IDEMPOTENCY_WINDOW));
-        let (outbox, row_ids) = (Arc::new(Outbox::default()), Arc::new(RowIds::default()));
-        let mut rebuild =
-            rebuild((&idem, &outbox, &row_ids), chrono::Utc::now().timestamp_millis());
+        let inspected = Service::inspect(data_dir, chrono::Utc::now().timestamp_millis())?;
+        Ok((inspected.report, inspected.counts))
+    }
+
+    /// Opens a data dir no one holds as a start would (recovery may write, as a start's does)
+    /// without starting the actors, and returns what it holds and its digest, idempotent
+    /// answers judged by their age at `now`; the log is closed again. For a dir just written
+    /// by a restore: no copy of its log is made, and its first start finds it recovered.
+    pub(crate) fn recover_and_inspect(
+        data_dir: &std::path::Path,
+        now: Millis,
+    ) -> Result<Inspection> {
+        let mut rebuild = fresh_rebuild(now);
+        let config = WalLogConfig { dir: data_dir.to_owned(), min_free_bytes: None };
+        let (log, report) = WalLog::open(config, &mut rebuild)?;
+        log.shutdown()?;
+        Ok(Inspection { report, counts: rebuild.counts(), digest: rebuild.digest() })
+    }
+
+    /// [`Service::verify`], with the digest of the state a start would rebuild, idempotent
+    /// answers judged by their age at `now`.
+    pub fn inspect(data_dir: &std::path::Path, now: Millis) -> Result<Inspection> {
+        let mut rebuild = fresh_rebuild(now);
         let report = WalLog::verify(data_dir, &mut rebuild)?;
-        let d = &rebuild.directory;
-        let mut counts = Counts {
-            users: d.users.len(),
-            projects: d.projects.len(),
-            sheets: rebuild.sheets.len(),
-            keys: d.keys.len(),
-            reports: d.reports.len(),
-            ..Default::default()
-        };
-        for (state, _, _) in rebuild.sheets.values_mut() {
-            counts.rows += state.rows.len() as u64;
-            let (n, bytes) = state.recount_attachments();
-            counts.attachments += n;
-            counts.attachment_bytes += bytes;
-        }
-        Ok((report, counts))
+        Ok(Inspection { report, counts: rebuild.counts(), digest: rebuild.digest() })
     }
 
     /// The directory as of the last durable change.
@@ -608,8 +720,51 @@ impl Service {
         self.shared.log.hold_commits()
     }
 
-    /// Take a checkpoint and truncate the log behind it.
+    /// Take a checkpoint and truncate the log behind it. One at a time, and not while a
+    /// backup reads the log.
     pub async fn checkpoint(&self) -> Result<CheckpointReport> {
+        let _one_at_a_time = self.checkpointing.lock().await;
+        let Copies { file, lsn, retained, .. } = self.copies().await?;
+        let log = Arc::clone(&self.shared.log);
+        // Encoded on a blocking thread straight into the file: a large state takes a while,
+        // and would otherwise need a buffer of its whole size.
+        let size = tokio::task::spawn_blocking(move || {
+            let mut size = 0;
+            let mut encode = |out: &mut dyn std::io::Write| {
+                size = encode_snapshot(&file, out)?;
+                Ok(())
+            };
+            log.checkpoint(lsn, &mut encode, &|lsn| retained.contains(&lsn)).map(|()| size)
+        })
+        .await
+        .map_err(|_| Error::Unavailable("checkpoint"))??;
+        Ok(CheckpointReport { lsn, bytes: usize::try_from(size).unwrap_or(usize::MAX) })
+    }
+
+    /// The copies of one consistent state for a backup, taken as a checkpoint takes them (no
+    /// pause for writers beyond that), at the position of their newest tag, durable. Until
+    /// the result is dropped no checkpoint runs, so the records after the oldest tag, and
+    /// those the feed retains, stay readable: a backup reads them after the copies.
+    pub async fn backup(&self) -> Result<BackupCopies> {
+        let guard = Arc::clone(&self.checkpointing).lock_owned().await;
+        let copies = self.copies().await?;
+        Ok(BackupCopies {
+            copies,
+            log: Arc::clone(&self.shared.log),
+            taken_at: self.shared.clock.now(),
+            _no_checkpoint: guard,
+        })
+    }
+
+    /// Whether a backup (or a checkpoint) holds the checkpoint exclusion now, so a checkpoint
+    /// would wait for it.
+    pub fn checkpoints_held(&self) -> bool {
+        self.checkpointing.try_lock().is_err()
+    }
+
+    /// The tagged copies of the directory, every sheet and the side stores (see the module
+    /// docs), once the newest tag is durable.
+    async fn copies(&self) -> Result<Copies> {
         let (directory, directory_lsn) = self.directory.send(CopyDirectoryForCheckpoint).await?;
         let mut sheets = Vec::new();
         for (_, addr) in self.sheets.all() {
@@ -649,20 +804,7 @@ impl Service {
             checkpoint.sheets.iter().flat_map(|(s, _)| s.changes.lsns()).collect();
         let changes = checkpoint.sheets.iter().map(|(s, _)| (s.id, s.changes.clone())).collect();
         let file = CheckpointFile { checkpoint, changes };
-        let log = Arc::clone(&self.shared.log);
-        // Encoded on a blocking thread straight into the file: a large state takes a while,
-        // and would otherwise need a buffer of its whole size.
-        let size = tokio::task::spawn_blocking(move || {
-            let mut size = 0;
-            let mut encode = |out: &mut dyn std::io::Write| {
-                size = encode_snapshot(&file, out)?;
-                Ok(())
-            };
-            log.checkpoint(lsn, &mut encode, &|lsn| retained.contains(&lsn)).map(|()| size)
-        })
-        .await
-        .map_err(|_| Error::Unavailable("checkpoint"))??;
-        Ok(CheckpointReport { lsn, bytes: usize::try_from(size).unwrap_or(usize::MAX) })
+        Ok(Copies { file, lsn, newest: side_lsn, retained })
     }
 
     /// Counts of what the service holds, from the published snapshots' counters (O(sheets)).

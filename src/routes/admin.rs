@@ -20,6 +20,7 @@
 //! | `GET /admin/v1/events` | [`list_events`] |
 //! | `GET /admin/v1/stats` | [`get_stats`] |
 //! | `GET /admin/v1/metrics` | [`get_metrics`] (Prometheus text) |
+//! | `GET /admin/v1/backup` | [`get_backup`] (a backup file, streamed) |
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use actors::directory::fixture::Fixture;
@@ -306,6 +307,48 @@ pub async fn get_metrics(
     Ok(HttpResponse::Ok().content_type(crate::prometheus::CONTENT_TYPE).body(text))
 }
 
+/// `GET /admin/v1/backup`: a backup of the running service (`actors::backup`'s file),
+/// streamed as it is written. The copies are taken before the answer starts, so a refusal is
+/// an error envelope; a failure later cuts the stream short, which the file's trailer makes
+/// evident to the reader. Writes go on meanwhile; checkpoints wait for the backup to end.
+pub async fn get_backup(
+    _: AdminCaller,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let copies = state.service.backup().await?;
+    let position = copies.position();
+    let files = vec![(crate::backup::CURSOR_KEY_FILE.to_owned(), state.cursors.key().to_vec())];
+    // Four chunks in flight: a slow client holds the writer back, not the server's memory.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    actix_web::rt::task::spawn_blocking(move || {
+        let failed = tx.clone();
+        let out = crate::backup::ChannelWriter::new(tx);
+        match actors::backup::write(copies, &files, out, &mut |_| {}) {
+            Ok(manifest) => tracing::info!(
+                position,
+                rows = manifest.counts.rows,
+                digest = %manifest.digest,
+                "backup streamed"
+            ),
+            Err(e) => {
+                tracing::warn!(position, error = %e, "backup stopped");
+                let _ = failed.blocking_send(Err(std::io::Error::other(e.to_string())));
+            }
+        }
+    });
+    let body = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    Ok(HttpResponse::Ok()
+        .content_type("application/octet-stream")
+        .insert_header(("Backup-Position", position.to_string()))
+        // Already compressed block by block; the marker keeps Compress away (see
+        // `crate::compression`).
+        .insert_header((
+            actix_web::http::header::CONTENT_ENCODING,
+            actix_web::http::header::HeaderValue::from_static("identity"),
+        ))
+        .streaming(body))
+}
+
 /// Register the admin routes.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(resource("/admin/v1/health").route(read().to(health)))
@@ -321,5 +364,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource("/admin/v1/events").route(read().to(list_events)))
         .service(resource("/admin/v1/stats").route(read().to(get_stats)))
         .service(resource("/admin/v1/metrics").route(read().to(get_metrics)))
+        .service(resource("/admin/v1/backup").route(web::get().to(get_backup)))
         .default_service(web::to(no_route));
 }

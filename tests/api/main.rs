@@ -2,6 +2,7 @@
 //! module per area (one binary links once).
 
 mod admin;
+mod backup;
 mod bench;
 mod changes;
 mod common;

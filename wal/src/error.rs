@@ -39,6 +39,17 @@ pub enum Error {
         dir: PathBuf,
     },
 
+    /// A restore was pointed at a directory that already holds something.
+    #[error("{} is not empty: a restore writes only into an empty or absent data dir", .dir.display())]
+    NotEmpty {
+        /// The directory.
+        dir: PathBuf,
+    },
+
+    /// A restore was given its parts out of order.
+    #[error("restore: {0}")]
+    Restore(&'static str),
+
     /// `verify` was pointed at a directory that does not exist (it never creates one).
     #[error("data dir {} does not exist", .dir.display())]
     NoDataDir {

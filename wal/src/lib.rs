@@ -12,6 +12,10 @@
 //! - `lib.rs`: this overview, [`Config`], [`Replayer`], [`RecoveryReport`], [`WalStats`].
 //! - `tests.rs` (tests only): behaviour tests of the whole log.
 //! - `testing` (feature `testing`): helpers that damage a stopped log for crash tests.
+//! - [`restore`]: [`restore::Restore`], building a new data dir from a checkpoint and records
+//!   at given LSNs (a restore from a backup).
+//! - [`blocks`]: a stream of compressed, checksummed blocks with a summary and a trailer (the
+//!   framing of backup files).
 //! - `checkpointing.rs`: [`Wal::checkpoint`] and its variants: writing the checkpoint,
 //!   truncating the log it replaces, compacting a bloated log store.
 //! - `heal.rs`: [`Wal::heal`], re-opening a failed log from disk.
@@ -112,8 +116,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod blocks;
 pub mod codec;
 pub mod frame;
+pub mod restore;
 
 mod checkpoint;
 mod checkpointing;

@@ -1,0 +1,824 @@
+//! The backup file: what it holds, writing it from a running (or stopped) service, checking
+//! it, and restoring it into a new data dir.
+//!
+//! # What a backup holds
+//!
+//! Exactly what a data dir needs to start in one state at one log position P, with the same
+//! change feed: the checkpoint snapshot of [`crate::service::Service::backup`]'s copies (as a
+//! checkpoint writes it, at their oldest tag C), the records the change feed retains at or
+//! below C, and every record from C+1 to P. A restore writes them back at their LSNs, so a
+//! restored server replays the same records into the same rows, the same `seq`s and the same
+//! cursors, and its next record gets P+1.
+//!
+//! # The file
+//!
+//! A block stream of `wal::blocks` (magic `SHEETDBK`, format [`FORMAT`]): every block
+//! zstd-compressed behind its own length and CRC, the last one the manifest, then a trailer
+//! pointing at it. The data blocks carry, as one byte stream:
+//!
+//! ```text
+//! H [checkpoint LSN C u64][position P u64][taken at, ms since the epoch, i64]   (all LE)
+//! S [len u32][snapshot bytes]     repeated: the checkpoint snapshot, in pieces
+//! R [lsn u64][len u64][record]    repeated, increasing LSNs: retained ones <= C, then C+1..=P
+//! F [name len u16][name][len u64][bytes]   repeated: files the server keeps beside the log
+//! E [records u64]                 how many R items came before
+//! ```
+//!
+//! The files (`F`) are the server's own, named by it: the key cursors are signed with, so a
+//! client's change-feed cursor means the same position on the restored server. They are not
+//! part of the state's digest; their bytes are covered by the blocks' checksums.
+//!
+//! The manifest (the summary block, kind 2) is JSON: [`Manifest`]. A writer never holds more
+//! than a block, and a reader never more than a block and one record beside the state it
+//! rebuilds, whatever the data dir's size.
+//!
+//! Room to grow: a later format may add items (a reader refuses a tag it does not know) and
+//! manifest fields (unknown ones are ignored); log archive segments can use the same blocks
+//! under their own magic, starting at P+1.
+//!
+//! # Checks
+//!
+//! [`verify`] reads every block, rebuilds the state in memory from the snapshot and the records
+//! after C, and compares its digest ([`crate::digest`]) with the manifest's. [`restore`] does
+//! that first and writes nothing unless it passes; then it writes the data dir, recovers it as
+//! a start would (without the actors), and compares the digest again, removing what it wrote
+//! on a mismatch.
+
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use wal::blocks::{BlockError, BlockReader, BlockWriter};
+
+use crate::log::{codec, encode_snapshot, Lsn, Replay};
+use crate::model::Millis;
+use crate::record::Record;
+use crate::service::{fresh_rebuild, BackupCopies, Counts, Rebuild, Service};
+
+/// The file's first bytes.
+pub const MAGIC: &[u8; 8] = b"SHEETDBK";
+/// The format this build writes, and the newest it reads.
+pub const FORMAT: u8 = 1;
+/// The manifest's block kind.
+const MANIFEST: u8 = 2;
+/// Snapshot pieces are cut at this size.
+const PIECE: usize = 256 * 1024;
+
+/// Why a backup could not be written, read or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    /// The file's blocks or trailer are damaged, or the file is cut short.
+    #[error("the backup file is damaged: {0}")]
+    Blocks(#[from] BlockError),
+    /// The blocks are intact but what they hold is not a backup this build can restore.
+    #[error("the backup file is damaged: {0}")]
+    Content(String),
+    /// The state rebuilt from the file is not the one its manifest names.
+    #[error("the state in the backup has digest {found}, but its manifest says {expected}")]
+    DigestMismatch {
+        /// The manifest's.
+        expected: String,
+        /// The rebuilt state's.
+        found: String,
+    },
+    /// The restored data dir does not recover to the backed-up state; it was removed.
+    #[error("the restored data dir recovers to digest {found}, not the backup's {expected}; it was removed")]
+    RestoredMismatch {
+        /// The manifest's.
+        expected: String,
+        /// The restored dir's.
+        found: String,
+    },
+    /// A restore's target holds something already.
+    #[error("data dir {0} is not empty: a restore writes only into an empty or absent data dir")]
+    NotEmpty(String),
+    /// The service or its log failed.
+    #[error(transparent)]
+    Domain(#[from] crate::Error),
+    /// Reading or writing a file failed.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+impl BackupError {
+    /// Reading the blocks' bytes comes back as an I/O error carrying the block's own error.
+    fn from_read(e: io::Error) -> BackupError {
+        if e.get_ref().is_some_and(|inner| inner.is::<BlockError>()) {
+            let inner = e.into_inner().expect("checked").downcast::<BlockError>();
+            return BackupError::Blocks(*inner.expect("checked"));
+        }
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            return BackupError::Content("an item ends before its bytes do".to_owned());
+        }
+        BackupError::Io(e)
+    }
+}
+
+type Result<T, E = BackupError> = std::result::Result<T, E>;
+
+/// What a backup holds, as its last block says.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Manifest {
+    /// The file's format.
+    pub format: u8,
+    /// The log position the state is at: a restored server's next record gets `position + 1`.
+    pub position: Lsn,
+    /// Where the snapshot stands; the records after it, up to `position`, complete it.
+    pub checkpoint_lsn: Lsn,
+    /// When the copies were taken (UTC, RFC 3339).
+    pub created_at: String,
+    /// The same, in milliseconds since the epoch.
+    pub created_at_ms: Millis,
+    /// What the state holds.
+    pub counts: ManifestCounts,
+    /// Records from `checkpoint_lsn + 1` to `position`.
+    pub records: u64,
+    /// Records at or below `checkpoint_lsn` the change feed retains.
+    pub retained_records: u64,
+    /// The state's digest ([`crate::digest`]), 64 hex digits.
+    pub digest: String,
+    /// The names of the files carried beside the log.
+    #[serde(default)]
+    pub files: Vec<String>,
+}
+
+/// The manifest's counts.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ManifestCounts {
+    pub users: usize,
+    pub projects: usize,
+    pub sheets: usize,
+    pub rows: u64,
+    pub attachments: u64,
+    pub keys: usize,
+    pub reports: usize,
+    /// Stored idempotent answers.
+    pub idempotency_keys: usize,
+    /// Events in the outbox.
+    pub events: usize,
+}
+
+/// How far a backup, verify or restore has come.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Progress {
+    /// Bytes of the file written or read.
+    pub bytes: u64,
+    /// Records written or read.
+    pub records: u64,
+}
+
+/// Counts what goes through to the file.
+struct Counting<W> {
+    inner: W,
+    bytes: u64,
+}
+
+impl<W: Write> Write for Counting<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Cuts the snapshot into `S` items.
+struct Pieces<'a, W: Write> {
+    out: &'a mut W,
+    buf: Vec<u8>,
+}
+
+impl<W: Write> Pieces<'_, W> {
+    fn emit(&mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            self.out.write_all(b"S")?;
+            self.out.write_all(&(self.buf.len() as u32).to_le_bytes())?;
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+}
+
+impl<W: Write> Write for Pieces<'_, W> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = (PIECE - self.buf.len()).min(data.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == PIECE {
+            self.emit()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn manifest_counts(counts: &Counts, rebuild: &Rebuild) -> ManifestCounts {
+    let (idempotency_keys, events) = rebuild.side_sizes();
+    ManifestCounts {
+        users: counts.users,
+        projects: counts.projects,
+        sheets: counts.sheets,
+        rows: counts.rows,
+        attachments: counts.attachments,
+        keys: counts.keys,
+        reports: counts.reports,
+        idempotency_keys,
+        events,
+    }
+}
+
+/// Whether `name` may name a file a backup carries: a plain name inside the data dir.
+fn plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\', '\0'])
+}
+
+/// Writes the backup of `copies` and `files` (name and bytes of files kept beside the log) to
+/// `out`, calling `progress` after each record (and once the snapshot is out); returns its
+/// manifest. Blocking: it reads the log.
+///
+/// # Errors
+/// The log no longer holds a record the backup needs, a record cannot be read, a file name is
+/// not a plain name, or `out` fails.
+pub fn write(
+    copies: BackupCopies,
+    files: &[(String, Vec<u8>)],
+    out: impl Write,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Manifest> {
+    let BackupCopies { copies, log, taken_at, .. } = copies;
+    let (ckpt, position) = (copies.lsn, copies.newest);
+    let mut out = BlockWriter::new(Counting { inner: out, bytes: 0 }, MAGIC, FORMAT)?;
+    out.write_all(b"H")?;
+    out.write_all(&ckpt.to_le_bytes())?;
+    out.write_all(&position.to_le_bytes())?;
+    out.write_all(&taken_at.to_le_bytes())?;
+    let mut pieces = Pieces { out: &mut out, buf: Vec::with_capacity(PIECE) };
+    encode_snapshot(&copies.file, &mut pieces)?;
+    pieces.emit()?;
+    let mut done = Progress::default();
+    let bytes = |out: &BlockWriter<Counting<_>>| out.written();
+    progress(Progress { bytes: bytes(&out), records: 0 });
+
+    // The state at `position`, for the manifest: the copies (persistent maps, so this shares
+    // their rows) with the records after the oldest tag applied, as a start applies them.
+    let mut rebuild = fresh_rebuild(taken_at);
+    rebuild.load(copies.file.checkpoint);
+    let mut retained: Vec<Lsn> = copies.retained.into_iter().filter(|&l| l <= ckpt).collect();
+    retained.sort_unstable();
+    let missing = |lsn| {
+        crate::Error::Inconsistent(format!(
+            "the log no longer holds record {lsn}, which the backup needs"
+        ))
+    };
+    let item = |out: &mut BlockWriter<_>, lsn: Lsn, record: &Record| -> Result<()> {
+        let bytes = codec::encode(record).map_err(crate::Error::from)?;
+        out.write_all(b"R")?;
+        out.write_all(&lsn.to_le_bytes())?;
+        out.write_all(&(bytes.len() as u64).to_le_bytes())?;
+        out.write_all(&bytes)?;
+        Ok(())
+    };
+    for &lsn in &retained {
+        let record = log.read(lsn)?.ok_or_else(|| missing(lsn))?;
+        item(&mut out, lsn, &record)?;
+        done.records += 1;
+        progress(Progress { bytes: bytes(&out), ..done });
+    }
+    for lsn in ckpt + 1..=position {
+        let record = log.read(lsn)?.ok_or_else(|| missing(lsn))?;
+        item(&mut out, lsn, &record)?;
+        rebuild.apply(lsn, record);
+        done.records += 1;
+        progress(Progress { bytes: bytes(&out), ..done });
+    }
+    for (name, bytes) in files {
+        if !plain_name(name) {
+            return Err(BackupError::Content(format!("`{name}` is not a plain file name")));
+        }
+        out.write_all(b"F")?;
+        out.write_all(&(name.len() as u16).to_le_bytes())?;
+        out.write_all(name.as_bytes())?;
+        out.write_all(&(bytes.len() as u64).to_le_bytes())?;
+        out.write_all(bytes)?;
+    }
+    out.write_all(b"E")?;
+    out.write_all(&done.records.to_le_bytes())?;
+    let counts = rebuild.counts();
+    let manifest = Manifest {
+        format: FORMAT,
+        position,
+        checkpoint_lsn: ckpt,
+        created_at: crate::model::timestamp(taken_at).unwrap_or_default(),
+        created_at_ms: taken_at,
+        counts: manifest_counts(&counts, &rebuild),
+        records: position - ckpt,
+        retained_records: retained.len() as u64,
+        digest: rebuild.digest().to_string(),
+        files: files.iter().map(|(name, _)| name.clone()).collect(),
+    };
+    let summary = serde_json::to_vec_pretty(&manifest).expect("a manifest serializes");
+    let mut file = out.finish(MANIFEST, &summary)?;
+    file.flush()?;
+    progress(Progress { bytes: file.bytes, ..done });
+    Ok(manifest)
+}
+
+/// Reads a backup's items in order.
+struct Items<R: Read> {
+    blocks: BlockReader<R>,
+    /// The tag read after the snapshot's pieces.
+    pending: Option<u8>,
+    /// Bytes left in the snapshot piece being read.
+    left: usize,
+    records: u64,
+    /// Damage met while the snapshot's decoder read: its own error would only say the bytes
+    /// did not decode.
+    damage: Option<BlockError>,
+}
+
+fn read_array<const N: usize>(r: &mut impl Read) -> Result<[u8; N]> {
+    let mut buf = [0u8; N];
+    r.read_exact(&mut buf).map_err(BackupError::from_read)?;
+    Ok(buf)
+}
+
+/// An item after the snapshot.
+enum Item {
+    Record(Lsn, Vec<u8>),
+    File(String, Vec<u8>),
+    End,
+}
+
+/// The header item.
+struct Head {
+    checkpoint: Lsn,
+    position: Lsn,
+    taken_at: Millis,
+}
+
+impl<R: Read> Items<R> {
+    fn open(file: R) -> Result<(Items<R>, Head)> {
+        let blocks = BlockReader::open(file, "sheetd backup", MAGIC, FORMAT)?;
+        let mut items = Items { blocks, pending: None, left: 0, records: 0, damage: None };
+        if read_array::<1>(&mut items.blocks)? != *b"H" {
+            return Err(BackupError::Content("it does not start with its header".to_owned()));
+        }
+        let head = Head {
+            checkpoint: u64::from_le_bytes(read_array(&mut items.blocks)?),
+            position: u64::from_le_bytes(read_array(&mut items.blocks)?),
+            taken_at: i64::from_le_bytes(read_array(&mut items.blocks)?),
+        };
+        if head.position < head.checkpoint || head.checkpoint == 0 {
+            return Err(BackupError::Content("its header names impossible positions".to_owned()));
+        }
+        Ok((items, head))
+    }
+
+    /// The next tag after the snapshot: drains what the snapshot's reader left.
+    fn after_snapshot(&mut self) -> Result<u8> {
+        io::copy(&mut Snapshot(self), &mut io::sink()).map_err(BackupError::from_read)?;
+        Ok(self.pending.take().expect("the snapshot ends at the next tag"))
+    }
+
+    /// The next item after the snapshot: a record, a file, or the end (its count checked).
+    fn item(&mut self, tag: u8) -> Result<Item> {
+        match tag {
+            b'R' => {
+                let lsn = u64::from_le_bytes(read_array(&mut self.blocks)?);
+                let len = u64::from_le_bytes(read_array(&mut self.blocks)?);
+                // A record is at most what a request body or an import makes, far below this;
+                // the check keeps a damaged length from asking for the memory.
+                if len > 1 << 34 {
+                    return Err(BackupError::Content(format!(
+                        "record {lsn} has an impossible length"
+                    )));
+                }
+                let mut bytes = Vec::with_capacity(len as usize);
+                (&mut self.blocks)
+                    .take(len)
+                    .read_to_end(&mut bytes)
+                    .map_err(BackupError::from_read)?;
+                if bytes.len() as u64 != len {
+                    return Err(BackupError::Content(format!("record {lsn} is cut short")));
+                }
+                self.records += 1;
+                Ok(Item::Record(lsn, bytes))
+            }
+            b'F' => {
+                let len = u16::from_le_bytes(read_array(&mut self.blocks)?);
+                let mut name = vec![0u8; usize::from(len)];
+                self.blocks.read_exact(&mut name).map_err(BackupError::from_read)?;
+                let name = String::from_utf8(name)
+                    .ok()
+                    .filter(|n| plain_name(n))
+                    .ok_or_else(|| BackupError::Content("a file has no plain name".to_owned()))?;
+                let len = u64::from_le_bytes(read_array(&mut self.blocks)?);
+                if len > 1 << 24 {
+                    return Err(BackupError::Content(format!(
+                        "file {name} has an impossible length"
+                    )));
+                }
+                let mut bytes = Vec::with_capacity(len as usize);
+                (&mut self.blocks)
+                    .take(len)
+                    .read_to_end(&mut bytes)
+                    .map_err(BackupError::from_read)?;
+                if bytes.len() as u64 != len {
+                    return Err(BackupError::Content(format!("file {name} is cut short")));
+                }
+                Ok(Item::File(name, bytes))
+            }
+            b'E' => {
+                let count = u64::from_le_bytes(read_array(&mut self.blocks)?);
+                if count != self.records {
+                    return Err(BackupError::Content(format!(
+                        "it says it holds {count} records but holds {}",
+                        self.records
+                    )));
+                }
+                Ok(Item::End)
+            }
+            other => Err(BackupError::Content(format!("it holds an item of unknown kind {other}"))),
+        }
+    }
+
+    fn next_tag(&mut self) -> Result<u8> {
+        Ok(read_array::<1>(&mut self.blocks)?[0])
+    }
+
+    /// After the end item: the manifest (every block left checked, the trailer too).
+    fn manifest(mut self) -> Result<Manifest> {
+        let mut rest = [0u8; 1];
+        if self.blocks.read(&mut rest).map_err(BackupError::from_read)? != 0 {
+            return Err(BackupError::Content("bytes follow its end item".to_owned()));
+        }
+        let (_, summary) = self.blocks.summary()?;
+        serde_json::from_slice(&summary)
+            .map_err(|e| BackupError::Content(format!("its manifest does not parse: {e}")))
+    }
+}
+
+/// The snapshot's bytes, read from its pieces; ends at the first item of another kind.
+struct Snapshot<'a, R: Read>(&'a mut Items<R>);
+
+impl<R: Read> Read for Snapshot<'_, R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        self.read_pieces(out).map_err(|e| {
+            if !e.get_ref().is_some_and(|inner| inner.is::<BlockError>()) {
+                return e;
+            }
+            let message = e.to_string();
+            if let Ok(damage) = e.into_inner().expect("checked").downcast::<BlockError>() {
+                self.0.damage.get_or_insert(*damage);
+            }
+            io::Error::new(io::ErrorKind::InvalidData, message)
+        })
+    }
+}
+
+impl<R: Read> Snapshot<'_, R> {
+    fn read_pieces(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let items = &mut *self.0;
+        if items.pending.is_some() {
+            return Ok(0);
+        }
+        if items.left == 0 {
+            let mut tag = [0u8; 1];
+            items.blocks.read_exact(&mut tag)?;
+            if tag[0] != b'S' {
+                items.pending = Some(tag[0]);
+                return Ok(0);
+            }
+            let mut len = [0u8; 4];
+            items.blocks.read_exact(&mut len)?;
+            items.left = u32::from_le_bytes(len) as usize;
+        }
+        let n = out.len().min(items.left);
+        let n = items.blocks.read(&mut out[..n])?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        items.left -= n;
+        Ok(n)
+    }
+}
+
+/// What [`verify`] found: the manifest, checked.
+#[derive(Clone, Debug)]
+pub struct Verified {
+    /// The manifest, whose digest the rebuilt state matched.
+    pub manifest: Manifest,
+}
+
+/// Checks the backup in `file` without writing anything: every block and the trailer, every
+/// item, the records' order, and the digest of the state rebuilt in memory against the
+/// manifest's.
+///
+/// # Errors
+/// The first damage found, naming it; a digest that does not match.
+pub fn verify(file: impl Read, progress: &mut dyn FnMut(Progress)) -> Result<Verified> {
+    let (mut items, head) = Items::open(file)?;
+    let mut rebuild = fresh_rebuild(head.taken_at);
+    if let Err(e) = rebuild.checkpoint(head.checkpoint, &mut Snapshot(&mut items)) {
+        return Err(match items.damage.take() {
+            Some(damage) => damage.into(),
+            None => BackupError::Content(format!("its snapshot does not decode: {e}")),
+        });
+    }
+    let mut tag = items.after_snapshot()?;
+    let mut order = Order::new(head.checkpoint);
+    let mut files = Vec::new();
+    loop {
+        let (lsn, bytes) = match items.item(tag)? {
+            Item::Record(lsn, bytes) => (lsn, bytes),
+            Item::File(name, _) => {
+                files.push(name);
+                tag = items.next_tag()?;
+                continue;
+            }
+            Item::End => break,
+        };
+        order.next(lsn)?;
+        let record: Record = codec::decode(&bytes)
+            .map_err(|e| BackupError::Content(format!("record {lsn} does not decode: {e}")))?;
+        if lsn > head.checkpoint {
+            rebuild.apply(lsn, record);
+        }
+        progress(Progress { bytes: items.blocks.offset(), records: items.records });
+        tag = items.next_tag()?;
+    }
+    order.end(head.position)?;
+    let manifest = items.manifest()?;
+    if (manifest.position, manifest.checkpoint_lsn) != (head.position, head.checkpoint)
+        || manifest.files != files
+    {
+        return Err(BackupError::Content("its manifest does not describe its items".to_owned()));
+    }
+    let found = rebuild.digest().to_string();
+    if found != manifest.digest {
+        return Err(BackupError::DigestMismatch { expected: manifest.digest, found });
+    }
+    Ok(Verified { manifest })
+}
+
+/// The records' order: increasing, and without a gap from the checkpoint to the position.
+struct Order {
+    checkpoint: Lsn,
+    last: Lsn,
+}
+
+impl Order {
+    fn new(checkpoint: Lsn) -> Order {
+        Order { checkpoint, last: 0 }
+    }
+
+    fn next(&mut self, lsn: Lsn) -> Result<()> {
+        let expected = self.last.max(self.checkpoint) + 1;
+        if lsn <= self.last || (lsn > self.checkpoint && lsn != expected) {
+            return Err(BackupError::Content(format!(
+                "record {lsn} comes out of order (after {})",
+                self.last
+            )));
+        }
+        self.last = lsn;
+        Ok(())
+    }
+
+    fn end(&self, position: Lsn) -> Result<()> {
+        if self.last.max(self.checkpoint) != position {
+            return Err(BackupError::Content(format!(
+                "its records end at {} instead of its position {position}",
+                self.last.max(self.checkpoint)
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Restores the backup at `path` into `data_dir` (absent or empty): [`verify`] first, then the
+/// data dir written at the backup's LSNs and fsynced, then recovered from disk as a start
+/// would, its digest compared with the manifest's. Nothing is left in `data_dir` on failure.
+///
+/// # Errors
+/// A non-empty `data_dir`, a damaged file (nothing written), a failure while writing, or a
+/// restored dir that does not recover to the backed-up state (removed).
+pub fn restore(
+    path: &Path,
+    data_dir: &Path,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Manifest> {
+    let not_empty = || BackupError::NotEmpty(data_dir.display().to_string());
+    match std::fs::read_dir(data_dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(not_empty());
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    let open = || std::fs::File::open(path).map(|f| io::BufReader::with_capacity(1 << 20, f));
+    let manifest = verify(open()?, progress)?.manifest;
+    let existed = data_dir.exists();
+    let written = write_dir(open()?, data_dir).and_then(|()| {
+        let found =
+            Service::recover_and_inspect(data_dir, manifest.created_at_ms)?.digest.to_string();
+        if found != manifest.digest {
+            return Err(BackupError::RestoredMismatch { expected: manifest.digest.clone(), found });
+        }
+        Ok(())
+    });
+    if let Err(e) = written {
+        // What was written is of no use, and an empty target is what the caller gave.
+        let _ = std::fs::remove_dir_all(data_dir);
+        if existed {
+            let _ = std::fs::create_dir(data_dir);
+        }
+        return Err(e);
+    }
+    Ok(manifest)
+}
+
+/// Writes the checkpoint and records of a verified backup into `data_dir`.
+fn write_dir(file: impl Read, data_dir: &Path) -> Result<()> {
+    let (mut items, head) = Items::open(file)?;
+    let mut restore = wal::restore::Restore::create(data_dir).map_err(crate::Error::from)?;
+    let mut failed = None;
+    restore
+        .checkpoint(head.checkpoint, &mut |out| {
+            io::copy(&mut Snapshot(&mut items), out).map(drop).map_err(|e| {
+                let message = e.to_string();
+                failed = Some(match items.damage.take() {
+                    Some(damage) => damage.into(),
+                    None => BackupError::from_read(e),
+                });
+                wal::Error::Io(io::Error::other(message))
+            })
+        })
+        .map_err(|e| failed.take().unwrap_or_else(|| crate::Error::from(e).into()))?;
+    let mut tag = items.after_snapshot()?;
+    let mut files = Vec::new();
+    loop {
+        match items.item(tag)? {
+            Item::Record(lsn, bytes) => restore.record(lsn, &bytes).map_err(crate::Error::from)?,
+            Item::File(name, bytes) => files.push((name, bytes)),
+            Item::End => break,
+        }
+        tag = items.next_tag()?;
+    }
+    items.manifest()?;
+    restore.finish().map_err(crate::Error::from)?;
+    for (name, bytes) in files {
+        write_private(&data_dir.join(name), &bytes)?;
+    }
+    let dir = std::fs::File::open(data_dir)?;
+    dir.sync_all()?;
+    Ok(())
+}
+
+/// Writes a file only its owner reads (what the server keeps beside the log may be secret),
+/// durably.
+fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// The manifest of the backup in `file`, read through its trailer without checking the rest.
+///
+/// # Errors
+/// A damaged trailer or manifest.
+pub fn read_manifest(file: impl Read + io::Seek) -> Result<Manifest> {
+    let (_, summary) = wal::blocks::read_summary(file)?;
+    serde_json::from_slice(&summary)
+        .map_err(|e| BackupError::Content(format!("its manifest does not parse: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::directory::Import;
+    use crate::sheet::BulkAdd;
+    use crate::ServiceConfig;
+
+    fn config(dir: &Path) -> ServiceConfig {
+        ServiceConfig {
+            data_dir: dir.to_owned(),
+            sheet_threads: 1,
+            clock: Default::default(),
+            min_free_bytes: None,
+            retention: Default::default(),
+        }
+    }
+
+    async fn add(service: &Service, n: u64) {
+        let addr = service.sheet(10).unwrap();
+        let cells = json!({"100": n}).as_object().unwrap().clone();
+        let reply = addr.send(BulkAdd { items: vec![cells], cap: 1000, idem: None }).await.unwrap();
+        reply.result.unwrap();
+    }
+
+    fn changes(service: &Service) -> Vec<(u64, u64, u64)> {
+        let snapshot = service.sheet_snapshot(10).unwrap();
+        let read = service.read_changes(&snapshot, None, 1000).unwrap();
+        read.iter().map(|c| (c.seq, c.row_id, c.version)).collect()
+    }
+
+    /// A backup taken between checkpoints restores to the same rows and the same change feed,
+    /// and its file is refused once a byte is flipped, with nothing written.
+    #[actix_rt::test]
+    async fn a_backup_restores_the_same_state_and_feed_and_a_damaged_one_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (service, _) = Service::open(config(&dir.path().join("source"))).unwrap();
+        let fixture = serde_json::from_value(json!({
+            "users": [{"id": 1, "name": "ada", "plan": "paid"}],
+            "projects": [{"id": 1, "name": "P", "ownerId": 1}],
+            "sheets": [{"id": 10, "projectId": 1, "name": "A"}],
+            "columns": [{"id": 100, "sheetId": 10, "name": "N", "type": "number", "position": 0}],
+            "rows": [{"id": 1, "sheetId": 10, "cells": {"100": 0}}]
+        }))
+        .unwrap();
+        service.directory_actor().send(Import(fixture)).await.unwrap().unwrap();
+        for n in 1..=5 {
+            add(&service, n).await;
+        }
+        // Records below the next copies' oldest tag are then held only because the feed
+        // retains them: the backup must carry them.
+        service.checkpoint().await.unwrap();
+        for n in 6..=8 {
+            add(&service, n).await;
+        }
+        let copies = service.backup().await.unwrap();
+        let position = copies.position();
+        // A checkpoint now would truncate the records the backup is about to read: it waits.
+        let checkpointing = service.clone();
+        let checkpoint = actix_rt::spawn(async move { checkpointing.checkpoint().await });
+        actix_rt::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!checkpoint.is_finished(), "a checkpoint ran while a backup held its copies");
+        assert!(service.checkpoints_held());
+        let mut file = Vec::new();
+        let manifest = tokio::task::spawn_blocking(move || {
+            write(copies, &[("cursor.key".to_owned(), vec![7; 32])], &mut file, &mut |_| {})
+                .map(|m| (m, file))
+        })
+        .await
+        .unwrap();
+        let (manifest, file) = manifest.unwrap();
+        let after = checkpoint.await.unwrap().unwrap();
+        assert!(after.lsn >= position, "the checkpoint ran once the backup was written");
+        assert_eq!(manifest.position, position);
+        assert_eq!(manifest.counts.rows, 9);
+        assert!(manifest.retained_records > 0, "{manifest:?}");
+        // Writes after the copies are not in the backup.
+        add(&service, 9).await;
+        let source_changes = changes(&service);
+        service.close().unwrap();
+
+        assert_eq!(verify(&file[..], &mut |_| {}).unwrap().manifest, manifest);
+        assert_eq!(read_manifest(io::Cursor::new(&file)).unwrap(), manifest);
+        let path = dir.path().join("backup");
+        std::fs::write(&path, &file).unwrap();
+        let target = dir.path().join("restored");
+        assert_eq!(restore(&path, &target, &mut |_| {}).unwrap(), manifest);
+        assert!(matches!(restore(&path, &target, &mut |_| {}), Err(BackupError::NotEmpty(_))));
+
+        assert_eq!(std::fs::read(target.join("cursor.key")).unwrap(), vec![7; 32]);
+        let (restored, report) = Service::open(config(&target)).unwrap();
+        assert_eq!(report.last_lsn, position);
+        assert_eq!(restored.sheet_snapshot(10).unwrap().state.rows.len(), 9);
+        let expected: Vec<_> = source_changes[..source_changes.len() - 1].to_vec();
+        assert_eq!(changes(&restored), expected, "the same seqs, rows and versions");
+        assert_eq!(expected.first().map(|c| c.0), Some(1));
+        restored.close().unwrap();
+
+        let mut damaged = file.clone();
+        let middle = damaged.len() / 2;
+        damaged[middle] ^= 0x01;
+        std::fs::write(&path, &damaged).unwrap();
+        let elsewhere = dir.path().join("never");
+        let refused = restore(&path, &elsewhere, &mut |_| {});
+        assert!(matches!(refused, Err(BackupError::Blocks(_))), "{refused:?}");
+        assert!(!elsewhere.exists(), "nothing written");
+        std::fs::write(&path, &file[..file.len() - 3]).unwrap();
+        let refused = restore(&path, &elsewhere, &mut |_| {});
+        assert!(
+            matches!(refused, Err(BackupError::Blocks(BlockError::Truncated { .. }))),
+            "{refused:?}"
+        );
+        assert!(!elsewhere.exists(), "nothing written");
+    }
+}
