@@ -48,9 +48,9 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use wal::blocks::{BlockError, BlockReader, BlockWriter};
 
-use crate::log::{codec, encode_snapshot, Lsn, Replay};
+use crate::log::blocks::{self, BlockError, BlockReader, BlockWriter};
+use crate::log::{codec, encode_snapshot, LogError, Lsn, Replay, WalLogRestore};
 use crate::model::Millis;
 use crate::record::Record;
 use crate::service::{fresh_rebuild, BackupCopies, Counts, Rebuild, Service};
@@ -240,6 +240,28 @@ fn plain_name(name: &str) -> bool {
         && name != "."
         && name != ".."
         && !name.contains(['/', '\\', '\0'])
+}
+
+/// The state of `copies` at their position, rebuilt as a backup's manifest rebuilds it (the
+/// copies with the records after their oldest tag applied as a start applies them), and its
+/// digest: the position and digest a replica of the same log must also reach. Blocking: it
+/// reads the log.
+///
+/// # Errors
+/// The log no longer holds, or cannot read, a record after the oldest tag.
+pub fn digest(copies: BackupCopies) -> Result<(Lsn, crate::digest::StateDigest)> {
+    let BackupCopies { copies, log, taken_at, .. } = copies;
+    let mut rebuild = fresh_rebuild(taken_at);
+    rebuild.load(copies.file.checkpoint);
+    for lsn in copies.lsn + 1..=copies.newest {
+        let record = log.read(lsn)?.ok_or_else(|| {
+            crate::Error::Inconsistent(format!(
+                "the log no longer holds record {lsn}, which the digest needs"
+            ))
+        })?;
+        rebuild.apply(lsn, record);
+    }
+    Ok((copies.newest, rebuild.digest()))
 }
 
 /// Writes the backup of `copies` and `files` (name and bytes of files kept beside the log) to
@@ -652,7 +674,7 @@ pub fn restore(
 /// Writes the checkpoint and records of a verified backup into `data_dir`.
 fn write_dir(file: impl Read, data_dir: &Path) -> Result<()> {
     let (mut items, head) = Items::open(file)?;
-    let mut restore = wal::restore::Restore::create(data_dir).map_err(crate::Error::from)?;
+    let mut restore = WalLogRestore::create(data_dir).map_err(crate::Error::from)?;
     let mut failed = None;
     restore
         .checkpoint(head.checkpoint, &mut |out| {
@@ -662,7 +684,7 @@ fn write_dir(file: impl Read, data_dir: &Path) -> Result<()> {
                     Some(damage) => damage.into(),
                     None => BackupError::from_read(e),
                 });
-                wal::Error::Io(io::Error::other(message))
+                LogError::Io(io::Error::other(message))
             })
         })
         .map_err(|e| failed.take().unwrap_or_else(|| crate::Error::from(e).into()))?;
@@ -701,7 +723,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// # Errors
 /// A damaged trailer or manifest.
 pub fn read_manifest(file: impl Read + io::Seek) -> Result<Manifest> {
-    let (_, summary) = wal::blocks::read_summary(file)?;
+    let (_, summary) = blocks::read_summary(file)?;
     serde_json::from_slice(&summary)
         .map_err(|e| BackupError::Content(format!("its manifest does not parse: {e}")))
 }

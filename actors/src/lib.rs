@@ -29,7 +29,8 @@
 //! [`log::RecordLog`]: the server and the CLI reach the log only through [`Service`], whose
 //! figures come in the log's own types, re-exported here ([`Lsn`], [`WalStats`],
 //! [`RecoveryReport`], [`FLUSH_LATENCY_BUCKETS_SECONDS`]). Besides `log`, only the record
-//! format's version checks (`model`) and the error type name the `wal` crate.
+//! format's version checks (`model`) and the error type name the `wal` crate (a backup reads
+//! and writes data dirs through what `log` re-exports).
 //!
 //! # Guarantees
 //!

@@ -26,7 +26,14 @@ use std::io::{Read, Write};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+/// The checked, compressed block stream of a backup file (the log's framing, reused).
+pub use wal::blocks;
 pub use wal::codec;
+/// Writes a new data dir in [`WalLog`]'s format from a checkpoint and records at their
+/// positions: how a backup is restored on one node.
+pub use wal::restore::Restore as WalLogRestore;
+/// The sled log's own error, which [`crate::Error::Wal`] carries.
+pub use wal::Error as LogError;
 pub use wal::{RecoveryReport, WalStats, FLUSH_LATENCY_BUCKETS_SECONDS};
 
 use crate::error::Result;

@@ -21,6 +21,7 @@
 //! | `GET /admin/v1/stats` | [`get_stats`] |
 //! | `GET /admin/v1/metrics` | [`get_metrics`] (Prometheus text) |
 //! | `GET /admin/v1/backup` | [`get_backup`] (a backup file, streamed) |
+//! | `GET /admin/v1/cluster/digest` | [`get_digest`] (the state's digest at one position) |
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use actors::directory::fixture::Fixture;
@@ -349,6 +350,22 @@ pub async fn get_backup(
         .streaming(body))
 }
 
+/// `GET /admin/v1/cluster/digest`: `{"appliedIndex", "digest"}`, the state's digest
+/// (`actors::digest`) at one log position, taken as a backup takes its copies. Two nodes (or a
+/// server and its restored backup) that applied the same position answer the same digest.
+pub async fn get_digest(
+    _: AdminCaller,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let copies = state.service.backup().await?;
+    let (position, digest) =
+        actix_web::rt::task::spawn_blocking(move || actors::backup::digest(copies))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(ApiError::internal)?;
+    Ok(HttpResponse::Ok().json(json!({"appliedIndex": position, "digest": digest.to_string()})))
+}
+
 /// Register the admin routes.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(resource("/admin/v1/health").route(read().to(health)))
@@ -365,5 +382,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource("/admin/v1/stats").route(read().to(get_stats)))
         .service(resource("/admin/v1/metrics").route(read().to(get_metrics)))
         .service(resource("/admin/v1/backup").route(web::get().to(get_backup)))
+        .service(resource("/admin/v1/cluster/digest").route(read().to(get_digest)))
         .default_service(web::to(no_route));
 }
