@@ -412,27 +412,28 @@ impl<R: Read> Items<R> {
         Ok(self.pending.take().expect("the snapshot ends at the next tag"))
     }
 
+    /// A length-prefixed item's bytes. `max` keeps a damaged length from asking for the
+    /// memory it names.
+    fn sized(&mut self, what: &str, max: u64) -> Result<Vec<u8>> {
+        let len = u64::from_le_bytes(read_array(&mut self.blocks)?);
+        if len > max {
+            return Err(BackupError::Content(format!("{what} has an impossible length")));
+        }
+        let mut bytes = Vec::with_capacity(len as usize);
+        (&mut self.blocks).take(len).read_to_end(&mut bytes).map_err(BackupError::from_read)?;
+        if bytes.len() as u64 != len {
+            return Err(BackupError::Content(format!("{what} is cut short")));
+        }
+        Ok(bytes)
+    }
+
     /// The next item after the snapshot: a record, a file, or the end (its count checked).
     fn item(&mut self, tag: u8) -> Result<Item> {
         match tag {
             b'R' => {
                 let lsn = u64::from_le_bytes(read_array(&mut self.blocks)?);
-                let len = u64::from_le_bytes(read_array(&mut self.blocks)?);
-                // A record is at most what a request body or an import makes, far below this;
-                // the check keeps a damaged length from asking for the memory.
-                if len > 1 << 34 {
-                    return Err(BackupError::Content(format!(
-                        "record {lsn} has an impossible length"
-                    )));
-                }
-                let mut bytes = Vec::with_capacity(len as usize);
-                (&mut self.blocks)
-                    .take(len)
-                    .read_to_end(&mut bytes)
-                    .map_err(BackupError::from_read)?;
-                if bytes.len() as u64 != len {
-                    return Err(BackupError::Content(format!("record {lsn} is cut short")));
-                }
+                // A record is at most what a request body or an import makes, far below this.
+                let bytes = self.sized(&format!("record {lsn}"), 1 << 34)?;
                 self.records += 1;
                 Ok(Item::Record(lsn, bytes))
             }
@@ -444,20 +445,7 @@ impl<R: Read> Items<R> {
                     .ok()
                     .filter(|n| plain_name(n))
                     .ok_or_else(|| BackupError::Content("a file has no plain name".to_owned()))?;
-                let len = u64::from_le_bytes(read_array(&mut self.blocks)?);
-                if len > 1 << 24 {
-                    return Err(BackupError::Content(format!(
-                        "file {name} has an impossible length"
-                    )));
-                }
-                let mut bytes = Vec::with_capacity(len as usize);
-                (&mut self.blocks)
-                    .take(len)
-                    .read_to_end(&mut bytes)
-                    .map_err(BackupError::from_read)?;
-                if bytes.len() as u64 != len {
-                    return Err(BackupError::Content(format!("file {name} is cut short")));
-                }
+                let bytes = self.sized(&format!("file {name}"), 1 << 24)?;
                 Ok(Item::File(name, bytes))
             }
             b'E' => {
