@@ -95,8 +95,10 @@
 
 pub mod args;
 pub mod client;
+pub mod compare;
 pub mod data;
 pub mod driver;
+pub mod html;
 pub mod report;
 pub mod stats;
 pub mod target;
@@ -107,14 +109,14 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 
-pub use args::BenchArgs;
+pub use args::{BenchArgs, BenchCommand, CompareArgs};
 pub use report::Report;
 pub use target::{StartServer, Started, Target};
 pub use verify::{Ledger, Verification};
 pub use workload::{Mix, Workload};
 
 use driver::{Budget, Driver, LevelPlan};
-use report::{LevelView, LoadView, MixEntry, TargetView, WorkloadView};
+use report::{Build, LevelView, LoadView, Machine, MixEntry, TargetView, WorkloadView};
 use target::RateLimit;
 use workload::Settings;
 
@@ -256,7 +258,10 @@ pub async fn run(args: &BenchArgs, target: &Target) -> anyhow::Result<Run> {
             requests: args.requests,
             warmup_seconds: args.warmup.as_secs_f64(),
             client_threads: threads,
+            repeat: args.repeat,
         },
+        machine: Machine::here(),
+        build: Build::this(),
         rate_limit: Some(rate_limit),
         warnings,
         levels,
@@ -283,8 +288,11 @@ async fn levels(
             warmup: args.warmup,
             rate: args.rate,
         };
-        let result = driver.level(plan, target).await?;
-        out.push(LevelView::of(&result));
+        let mut runs = Vec::with_capacity(args.repeat as usize);
+        for _ in 0..args.repeat {
+            runs.push(driver.level(plan, target).await?);
+        }
+        out.push(LevelView::of_runs(&runs));
     }
     Ok(out)
 }
@@ -336,8 +344,12 @@ pub async fn execute(args: &BenchArgs, start: Option<StartServer>) -> anyhow::Re
     Ok(report)
 }
 
-/// `sheetd bench`: run, print the table, write the JSON, and exit non-zero unless it passed.
+/// `sheetd bench`: run, print the table, write the JSON and the page, and exit non-zero unless
+/// it passed; or `bench compare`.
 pub fn main(args: BenchArgs, start: StartServer) -> ExitCode {
+    if let Some(BenchCommand::Compare(c)) = &args.command {
+        return compare::main(c);
+    }
     let result = actix_rt::System::new().block_on(execute(&args, Some(start)));
     let report = match result {
         Ok(r) => r,
@@ -350,6 +362,12 @@ pub fn main(args: BenchArgs, start: StartServer) -> ExitCode {
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report).expect("JSON");
         if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("sheetd bench: cannot write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Some(path) = &args.html {
+        if let Err(e) = std::fs::write(path, html::page(&report)) {
             eprintln!("sheetd bench: cannot write {}: {e}", path.display());
             return ExitCode::FAILURE;
         }

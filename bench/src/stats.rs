@@ -1,6 +1,7 @@
 //! Per-level statistics: latency histograms (HDR, microseconds), counts of requests, rows and
-//! errors. Each virtual user fills its own [`Stats`] without any sharing; the level merges
-//! them at the end, so recording costs no lock and no atomic beyond the progress counter.
+//! errors, and the same per second of the measurement (the timeline `--html` draws). Each
+//! virtual user fills its own [`Stats`] without any sharing; the level merges them at the end,
+//! so recording costs no lock and no atomic beyond the progress counter.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,6 +16,31 @@ const MAX_MICROS: u64 = 3_600_000_000;
 
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_MICROS, 3).expect("valid bounds")
+}
+
+/// A second's histogram: every user keeps one per second, so it is small (2 significant
+/// digits, grown only as far as the largest latency seen) where the level's is exact to 3.
+fn second_histogram() -> Histogram<u64> {
+    let mut h = Histogram::new(2).expect("valid precision");
+    h.auto(true);
+    h
+}
+
+/// One second of a level's measurement, by when the answers came.
+#[derive(Clone, Debug)]
+pub struct Second {
+    /// Answers (errors included).
+    pub requests: u64,
+    /// Of those, requests with an error answer or a transport error.
+    pub errors: u64,
+    /// Their latencies, microseconds.
+    pub latency: Histogram<u64>,
+}
+
+impl Default for Second {
+    fn default() -> Self {
+        Second { requests: 0, errors: 0, latency: second_histogram() }
+    }
 }
 
 /// An error kind: HTTP status (0: transport) and `errorCode` (or a transport class), and
@@ -55,6 +81,8 @@ pub struct Stats {
     pub expected_conflicts: u64,
     /// Errors by kind.
     pub errors: BTreeMap<ErrorKind, u64>,
+    /// Per whole second since the measurement started, by when each answer came.
+    pub timeline: Vec<Second>,
 }
 
 impl Default for Stats {
@@ -68,14 +96,26 @@ impl Default for Stats {
             rows_written: 0,
             expected_conflicts: 0,
             errors: BTreeMap::new(),
+            timeline: Vec::new(),
         }
     }
 }
 
 impl Stats {
-    /// Count one measured request.
-    pub fn record(&mut self, op: Workload, latency: Duration, out: &Outcome) {
+    /// Count one measured request, answered `at` after the measurement started.
+    pub fn record(&mut self, op: Workload, latency: Duration, out: &Outcome, at: Duration) {
         let micros = (latency.as_micros() as u64).clamp(1, MAX_MICROS);
+        let second = at.as_secs() as usize;
+        if self.timeline.len() <= second {
+            self.timeline.resize_with(second + 1, Second::default);
+        }
+        let sec = &mut self.timeline[second];
+        sec.requests += 1;
+        sec.errors += u64::from(out.error.is_some());
+        // `record` grows the histogram to hold the value (`saturating_record` would clamp it).
+        if sec.latency.record(micros).is_err() {
+            sec.latency.saturating_record(micros);
+        }
         self.latency.saturating_record(micros);
         self.ops
             .entry(op)
@@ -117,6 +157,14 @@ impl Stats {
         self.expected_conflicts += other.expected_conflicts;
         for (k, n) in &other.errors {
             *self.errors.entry(k.clone()).or_default() += n;
+        }
+        if self.timeline.len() < other.timeline.len() {
+            self.timeline.resize_with(other.timeline.len(), Second::default);
+        }
+        for (mine, theirs) in self.timeline.iter_mut().zip(&other.timeline) {
+            mine.requests += theirs.requests;
+            mine.errors += theirs.errors;
+            mine.latency.add(&theirs.latency).expect("auto-resizing");
         }
     }
 
