@@ -334,6 +334,7 @@ fn ratio_chart(workload: &str, lines: &[&Line]) -> String {
             })
             .y_label_formatter(&|v| format!("{v:.2}"))
             .label_style(("sans-serif", 12))
+            .light_line_style(html::GRID)
             .draw()?;
         chart.draw_series(LineSeries::new([(-0.5, 1.0), (n - 0.5, 1.0)], BLACK.mix(0.5)))?;
         for ((metric, _), color) in METRICS.iter().zip(colors) {

@@ -24,7 +24,7 @@ use crate::report::{LevelView, Report};
 const SIZE: (u32, u32) = (520, 330);
 const FONT: &str = "sans-serif";
 /// The fine grid lines: there, but quieter than the data.
-const GRID: RGBAColor = RGBAColor(0, 0, 0, 0.04);
+pub(crate) const GRID: RGBAColor = RGBAColor(0, 0, 0, 0.04);
 /// Key points to ask of a log axis from `low` to `high`: ten a decade make plotters give 1 to
 /// 9 of each, of which [`log_label`] names 1, 2 and 5 (all nine would overlap).
 fn log_labels(low: f64, high: f64) -> usize {
