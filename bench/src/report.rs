@@ -462,24 +462,23 @@ fn seconds_of(s: &Stats, elapsed: f64, offset: f64, repeat: u32) -> Vec<SecondVi
         before.0 += width;
         before.1.requests += last.requests;
         before.1.errors += last.errors;
-        before.1.latency.add(&last.latency).expect("auto-resizing");
+        before.1.latencies.extend_from_slice(&last.latencies);
     }
-    let ms = |h: &Histogram<u64>, q: f64| {
-        (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1000.0)
-    };
     seconds
-        .iter()
+        .iter_mut()
         .enumerate()
         .map(|(i, (width, sec))| {
             let width = width.max(0.05);
+            sec.latencies.sort_unstable();
+            let ms = |q: f64| Second::quantile(&sec.latencies, q).map(|us| f64::from(us) / 1000.0);
             SecondView {
                 second: offset + i as f64,
                 repeat,
                 requests_per_second: sec.requests as f64 / width,
                 errors_per_second: sec.errors as f64 / width,
-                p50: ms(&sec.latency, 0.5),
-                p99: ms(&sec.latency, 0.99),
-                max: (!sec.latency.is_empty()).then(|| sec.latency.max() as f64 / 1000.0),
+                p50: ms(0.5),
+                p99: ms(0.99),
+                max: ms(1.0),
             }
         })
         .collect()
@@ -644,5 +643,79 @@ impl Report {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::driver::{Budget, LevelPlan};
+    use crate::workload::{Outcome, Workload};
+
+    /// A run of `per_second` answers of `ms` each second for `secs` seconds, plus one answer
+    /// just after the end.
+    fn run(secs: u64, per_second: u64, ms: u64) -> LevelResult {
+        let mut stats = Stats::default();
+        let ok = Outcome { status: 200, ..Outcome::default() };
+        for s in 0..secs {
+            for k in 0..per_second {
+                let at = Duration::from_secs(s) + Duration::from_millis(k * 1000 / per_second);
+                stats.record(Workload::Patch, Duration::from_millis(ms), &ok, at);
+            }
+        }
+        let end = Duration::from_secs(secs) + Duration::from_millis(10);
+        stats.record(Workload::Patch, Duration::from_millis(ms), &ok, end);
+        let counters = |t: f64| FlushCounters {
+            flushes: t * 10.0,
+            records: t * 30.0,
+            seconds: t * 0.01,
+            timed: t * 10.0,
+        };
+        LevelResult {
+            plan: LevelPlan {
+                concurrency: 4,
+                budget: Budget::Duration(Duration::from_secs(secs)),
+                warmup: Duration::ZERO,
+                rate: None,
+            },
+            elapsed: end,
+            stats,
+            flush: Some(FlushFigures::between(counters(0.0), counters(secs as f64))),
+            refills: 0,
+            server_samples: (0..=secs).map(|t| (t as f64, counters(t as f64))).collect(),
+        }
+    }
+
+    #[test]
+    fn repeated_runs_keep_each_runs_figures_their_spread_and_follow_on_the_time_axis() {
+        let l = LevelView::of_runs(&[run(2, 100, 2), run(2, 50, 4)]);
+        assert_eq!(l.requests, 201 + 101);
+        assert_eq!(l.repeats.len(), 2);
+        let (a, b) = (l.repeats[0].requests_per_second, l.repeats[1].requests_per_second);
+        let spread = l.spread.as_ref().unwrap().requests_per_second;
+        assert!((spread - (a - b) / ((a + b) / 2.0)).abs() < 1e-9, "{spread} {a} {b}");
+        // Each run's stray last answer joined its last second; the second run starts on the
+        // whole second after the first ends.
+        let at: Vec<(f64, u32)> = l.timeline.iter().map(|s| (s.second, s.repeat)).collect();
+        assert_eq!(at, [(0.0, 0), (1.0, 0), (3.0, 1), (4.0, 1)]);
+        assert!((l.timeline[1].requests_per_second - 101.0 / 1.01).abs() < 1e-6);
+        assert_eq!((l.timeline[0].p50, l.timeline[3].max), (Some(2.0), Some(4.0)));
+        let server = l.server_timeline.as_ref().unwrap();
+        assert_eq!(server.len(), 4);
+        assert!(server.iter().all(|s| (s.records_per_flush - 3.0).abs() < 1e-9), "{server:?}");
+        assert_eq!(l.server.as_ref().unwrap().flushes, 40);
+        let last = l.latency_curve.last().unwrap();
+        // HDR's largest value is exact to its 3 significant digits.
+        assert!(last.percentile == 100.0 && (last.ms - 4.0).abs() < 0.01, "{last:?}");
+        assert!(l.latency_curve.windows(2).all(|w| w[0].ms <= w[1].ms));
+    }
+
+    #[test]
+    fn one_run_has_no_spread() {
+        let l = LevelView::of(&run(1, 10, 1));
+        assert!(l.spread.is_none());
+        assert_eq!(l.repeats.len(), 1);
     }
 }
