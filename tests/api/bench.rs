@@ -621,8 +621,19 @@ fn compare_tells_a_halved_throughput_from_the_same_run() {
         halve(l);
         l["repeats"].as_array_mut().unwrap().iter_mut().for_each(halve);
     }
-    std::fs::write(dir.path().join("same.json"), run.to_string()).unwrap();
-    std::fs::write(dir.path().join("halved.json"), halved.to_string()).unwrap();
+    // The same figures once a level: no repeats, so no spread, and every difference counts.
+    let once = |v: &Value| {
+        let mut v = v.clone();
+        for l in v["levels"].as_array_mut().unwrap() {
+            l.as_object_mut().unwrap().retain(|k, _| k != "repeats" && k != "spread");
+        }
+        v.to_string()
+    };
+    let write = |name: &str, text: String| std::fs::write(dir.path().join(name), text).unwrap();
+    write("same.json", run.to_string());
+    write("halved.json", halved.to_string());
+    write("once.json", once(&run));
+    write("once-halved.json", once(&halved));
 
     let same = bench_binary(
         dir.path(),
@@ -636,17 +647,20 @@ fn compare_tells_a_halved_throughput_from_the_same_run() {
 
     let worse = bench_binary(
         dir.path(),
-        &["compare", "run.json", "halved.json", "--fail-if", "10", "--html", "halved.html"],
+        &["compare", "once.json", "once-halved.json", "--fail-if", "10", "--html", "halved.html"],
     );
     let table = String::from_utf8_lossy(&worse.stdout);
     assert_eq!(worse.status.code(), Some(1), "{table}");
+    let req_line = |table: &str, c: &str| -> String {
+        let words = ["patch", c, "req/s"];
+        let line = table.lines().find(|l| l.split_whitespace().take(3).eq(words));
+        line.unwrap_or_else(|| panic!("{table}")).to_owned()
+    };
     for c in ["1", "2"] {
-        let line = table
-            .lines()
-            .find(|l| l.split_whitespace().take(3).eq(["patch", c, "req/s"]))
-            .unwrap_or_else(|| panic!("{table}"));
+        let line = req_line(&table, c);
         assert!(line.contains(" 0.500 ") && line.ends_with("worse"), "{line}");
     }
+    assert!(table.contains("spread is unknown"), "{table}");
     let stderr = String::from_utf8_lossy(&worse.stderr);
     assert!(stderr.contains("req/s: B/A 0.500"), "{stderr}");
     assert!(
@@ -654,8 +668,20 @@ fn compare_tells_a_halved_throughput_from_the_same_run() {
         "only the throughput changed: {table}"
     );
     // Without --fail-if the same comparison reports and passes.
-    let report_only = bench_binary(dir.path(), &["compare", "run.json", "halved.json"]);
+    let report_only = bench_binary(dir.path(), &["compare", "once.json", "once-halved.json"]);
     assert!(report_only.status.success());
+
+    // With two runs a level, halving is a change exactly when the runs spread less than half:
+    // a run on a busy machine can spread more, and then it is noise, not a regression.
+    let spread = bench_binary(dir.path(), &["compare", "run.json", "halved.json"]);
+    let table = String::from_utf8_lossy(&spread.stdout);
+    for c in ["1", "2"] {
+        let line = req_line(&table, c);
+        let band = line.split_whitespace().find(|w| w.ends_with('%')).unwrap();
+        let band: f64 = band.trim_end_matches('%').parse().unwrap();
+        let verdict = if band < 50.0 { "worse" } else { "no change" };
+        assert!(line.contains(" 0.500 ") && line.ends_with(verdict), "{line}");
+    }
 
     let page = std::fs::read_to_string(dir.path().join("halved.html")).unwrap();
     let doc = assert_self_contained(&page);
