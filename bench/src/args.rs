@@ -87,6 +87,10 @@ pub struct BenchArgs {
     /// omission). Without it, each client sends its next request when the last one answered.
     #[arg(long, value_parser = parse_rate, help_heading = "Load")]
     pub rate: Option<f64>,
+    /// Run each level this many times, one after the other, and record how far the runs
+    /// spread (`bench compare` tells a change from that noise).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), help_heading = "Load")]
+    pub repeat: u32,
     /// Threads the clients run on (default: the cores, or half of them with the own server,
     /// which needs the rest).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256), help_heading = "Load")]
@@ -95,10 +99,43 @@ pub struct BenchArgs {
     /// Write every figure as JSON to this file (schema: see the [`crate`] docs).
     #[arg(long, help_heading = "Output")]
     pub json: Option<PathBuf>,
+    /// Write one self-contained HTML page of charts to this file: per level, throughput and
+    /// errors over time, latency over time, the percentile curve, the server's group commits;
+    /// and the run's settings, machine and build.
+    #[arg(long, help_heading = "Output")]
+    pub html: Option<PathBuf>,
     /// After the run, read back every row the run saw acknowledged and check its version and
     /// cells (deleted rows must be gone); any lost or wrong write fails the run.
     #[arg(long, help_heading = "Output")]
     pub verify: bool,
+
+    /// `bench compare`: two runs' JSON side by side, instead of a run.
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
+}
+
+/// What `sheetd bench` does instead of a run.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Compare two runs' `--json` files: per workload and level, B's throughput and
+    /// percentiles over A's, a change marked only beyond the runs' own spread.
+    Compare(CompareArgs),
+}
+
+/// `sheetd bench compare` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CompareArgs {
+    /// The baseline run's `--json` file.
+    pub a: PathBuf,
+    /// The run compared with it.
+    pub b: PathBuf,
+    /// Also write the comparison as one self-contained HTML page.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// Exit with status 1 when a change is beyond this percentage: a throughput drop or a
+    /// percentile rise of more than PCT % (`10`), and beyond the runs' spread.
+    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    pub fail_if: Option<f64>,
 }
 
 impl BenchArgs {
@@ -146,6 +183,13 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
         _ => Err(format!("`{text}` is not a fraction from 0 to 1")),
+    }
+}
+
+fn parse_percent(text: &str) -> Result<f64, String> {
+    match text.trim_end_matches('%').parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("`{text}` is not a percentage (`10` for 10 %)")),
     }
 }
 

@@ -20,12 +20,15 @@
 //! 1. Users that the level adds are created; every user makes the rows it will write (untimed).
 //! 2. All users start together; requests due before the warm-up ends are sent but not counted.
 //! 3. The admin metrics are read when the warm-up ends and when the last user is done, and the
-//!    difference gives the log's flushes during the level.
+//!    difference gives the log's flushes during the level; in between they are read once a
+//!    second, for the group commits over time.
 //! 4. Each user's figures come back with the user itself (its rows and versions carry over to
 //!    the next level), and are merged.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::io::IsTerminal;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,7 +39,7 @@ use tokio::sync::oneshot;
 
 use super::client::Http;
 use super::stats::Stats;
-use super::target::{FlushFigures, Target};
+use super::target::{scrape, FlushCounters, FlushFigures, Target};
 use super::workload::{Settings, VirtualUser, Workload};
 
 /// When a level's measurement ends.
@@ -74,6 +77,9 @@ pub struct LevelResult {
     pub flush: Option<FlushFigures>,
     /// Untimed refills of the users' row supplies during the level.
     pub refills: u64,
+    /// The log's counters once a second from the end of the warm-up (seconds since then),
+    /// when the admin API answers.
+    pub server_samples: Vec<(f64, FlushCounters)>,
 }
 
 /// The schedule every user of a level follows.
@@ -243,6 +249,10 @@ impl Driver {
 
         actix_rt::time::sleep_until(warm_end.into()).await;
         let before = target.flush_counters().await;
+        let samples = Rc::new(RefCell::new(Vec::new()));
+        let sampler = before
+            .and(target.admin.clone())
+            .map(|admin| actix_rt::spawn(sample_server(admin, warm_end, samples.clone())));
         let ticker = self.progress.then(|| {
             let (done, failed) = (done.clone(), failed.clone());
             actix_rt::spawn(progress(c, warm_end, done, failed))
@@ -266,7 +276,14 @@ impl Driver {
             t.abort();
             eprint!("\r\x1b[K");
         }
+        if let Some(s) = sampler {
+            s.abort();
+        }
         let after = target.flush_counters().await;
+        let mut server_samples = std::mem::take(&mut *samples.borrow_mut());
+        if let Some(a) = after {
+            server_samples.push((last.saturating_duration_since(warm_end).as_secs_f64(), a));
+        }
         for vu in &mut back {
             vu.refills = 0;
         }
@@ -280,6 +297,7 @@ impl Driver {
             stats,
             flush: before.zip(after).map(|(b, a)| FlushFigures::between(b, a)),
             refills,
+            server_samples,
         })
     }
 
@@ -338,7 +356,7 @@ async fn run_user(
         if counted {
             // Open loop counts from when the request was due, so a late send shows.
             let from = if at.interval.is_some() { due } else { sent };
-            stats.record(op, last - from, &out);
+            stats.record(op, last - from, &out, last.saturating_duration_since(at.warm_end));
             measured += 1;
             done.fetch_add(1, Ordering::Relaxed);
             if out.error.is_some() {
@@ -348,6 +366,21 @@ async fn run_user(
         k += 1;
     };
     (vu, stats, last, result)
+}
+
+/// Read the log's counters at the end of the warm-up and every second after it, until
+/// aborted; a scrape that fails is left out.
+async fn sample_server(
+    admin: (String, String),
+    from: Instant,
+    into: Rc<RefCell<Vec<(f64, FlushCounters)>>>,
+) {
+    for k in 0u32.. {
+        actix_rt::time::sleep_until((from + Duration::from_secs(k.into())).into()).await;
+        if let Some(c) = scrape(&admin).await {
+            into.borrow_mut().push((from.elapsed().as_secs_f64(), c));
+        }
+    }
 }
 
 /// The live progress line on a terminal.

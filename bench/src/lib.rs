@@ -8,7 +8,8 @@
 //!
 //! It drives the public API the way callers do (over HTTP, with a key, through the rate limiter)
 //! and reports per concurrency level: throughput, HDR latency percentiles, errors by code and
-//! status, and the server log's group commits. Two things set it apart from a generic HTTP load
+//! status, and the server log's group commits, also per second; `--html` draws them, and
+//! `bench compare` tells two runs apart beyond their own noise. Two things set it apart from a generic HTTP load
 //! generator:
 //!
 //! - **Latency without coordinated omission.** With `--rate` the load is open-loop: requests
@@ -26,7 +27,10 @@
 //! - [`workload`]: request kinds, `--mix`, and the virtual user that sends them.
 //! - [`driver`]: levels, warm-up, closed and open loop, client threads, progress line.
 //! - [`stats`]: HDR histograms and counters per user, merged per level.
-//! - [`report`]: the JSON document and the table.
+//! - [`report`]: the JSON document and the table; a level's runs (`--repeat`) and spread.
+//! - [`html`]: `--html`, the run as one self-contained page of charts.
+//! - [`compare`]: `bench compare`, two runs' JSON side by side, a change only beyond their
+//!   spread.
 //! - [`mod@verify`]: the ledger of acknowledged writes and the read-back.
 //! - [`client`]: the `awc` client of each user and the control calls.
 //!
@@ -51,6 +55,11 @@
 //! - `rec/flush`, `flush ms`: log records made durable per group commit and the mean time of a
 //!   group commit during the level, from `/admin/v1/metrics` before and after it (own server
 //!   always; a running one with `--admin-url` and `--admin-token`).
+//! - `spread` (`--repeat N`): per figure, (largest - smallest) / median over the level's runs.
+//!
+//! With `--repeat N` a level runs N times in a row; its counts and percentiles are over all
+//! runs, `repeats` has each run's throughput and percentiles, and `timeline` places the runs one
+//! after the other (each starting on a whole second).
 //!
 //! The run fails (exit 1) on any 5xx or transport error, and on any finding of `--verify`.
 //! 429s are counted, not fatal; before the run a load planned above the key's rate limit
@@ -67,7 +76,11 @@
 //!   "workload": {"name": str, "mix": [{"op": str, "weight": int}], "pageSize": int,
 //!                "bulkSize": int, "conflictRate": float, "rowsPerClient": int},
 //!   "load":     {"loop": "closed"|"open", "rate": float|null, "durationSeconds": float|null,
-//!                "requests": int|null, "warmupSeconds": float, "clientThreads": int},
+//!                "requests": int|null, "warmupSeconds": float, "clientThreads": int,
+//!                "repeat": int},
+//!   "machine":  {"os": str, "arch": str, "cores": int, "cpu": str|null,
+//!                "memoryBytes": int|null, "loadAverage": float|null},
+//!   "build":    {"version": str, "profile": "release"|"debug"},
 //!   "rateLimit": {"limit": int, "remaining": int, "reset": int}|null,
 //!   "warnings": [str],
 //!   "levels": [{
@@ -79,7 +92,16 @@
 //!     "errorRequests": int, "fatalErrors": int, "expectedConflicts": int, "refills": int,
 //!     "ops": [{"op": str, "requests": int, "latencyMs": {...}}],
 //!     "server": {"flushes": int, "recordsFlushed": int, "recordsPerFlush": float,
-//!                "flushMeanMs": float}|null
+//!                "flushMeanMs": float}|null,
+//!     "repeats": [{"requestsPerSecond": float, "latencyMs": {...}}],
+//!     "spread": {"requestsPerSecond", "p50", "p90", "p99", "p999", "max": float}|null,
+//!     "timeline": [{"second": float, "repeat": int, "requestsPerSecond": float,
+//!                   "errorsPerSecond": float, "p50": float|null, "p99": float|null,
+//!                   "max": float|null}],
+//!     "latencyCurve": [{"percentile": float, "ms": float}],
+//!     "serverTimeline": [{"second": float, "flushesPerSecond": float,
+//!                         "recordsPerSecond": float, "recordsPerFlush": float,
+//!                         "flushMeanMs": float}]|null
 //!   }],
 //!   "verify": {"checked": int, "deletesChecked": int, "uncertain": int, "requests": int,
 //!              "lost": int, "wrong": int, "notDeleted": int,
@@ -95,8 +117,10 @@
 
 pub mod args;
 pub mod client;
+pub mod compare;
 pub mod data;
 pub mod driver;
+pub mod html;
 pub mod report;
 pub mod stats;
 pub mod target;
@@ -107,14 +131,14 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 
-pub use args::BenchArgs;
+pub use args::{BenchArgs, BenchCommand, CompareArgs};
 pub use report::Report;
 pub use target::{StartServer, Started, Target};
 pub use verify::{Ledger, Verification};
 pub use workload::{Mix, Workload};
 
 use driver::{Budget, Driver, LevelPlan};
-use report::{LevelView, LoadView, MixEntry, TargetView, WorkloadView};
+use report::{Build, LevelView, LoadView, Machine, MixEntry, TargetView, WorkloadView};
 use target::RateLimit;
 use workload::Settings;
 
@@ -256,7 +280,10 @@ pub async fn run(args: &BenchArgs, target: &Target) -> anyhow::Result<Run> {
             requests: args.requests,
             warmup_seconds: args.warmup.as_secs_f64(),
             client_threads: threads,
+            repeat: args.repeat,
         },
+        machine: Machine::here(),
+        build: Build::this(),
         rate_limit: Some(rate_limit),
         warnings,
         levels,
@@ -283,8 +310,11 @@ async fn levels(
             warmup: args.warmup,
             rate: args.rate,
         };
-        let result = driver.level(plan, target).await?;
-        out.push(LevelView::of(&result));
+        let mut runs = Vec::with_capacity(args.repeat as usize);
+        for _ in 0..args.repeat {
+            runs.push(driver.level(plan, target).await?);
+        }
+        out.push(LevelView::of_runs(&runs));
     }
     Ok(out)
 }
@@ -336,8 +366,12 @@ pub async fn execute(args: &BenchArgs, start: Option<StartServer>) -> anyhow::Re
     Ok(report)
 }
 
-/// `sheetd bench`: run, print the table, write the JSON, and exit non-zero unless it passed.
+/// `sheetd bench`: run, print the table, write the JSON and the page, and exit non-zero unless
+/// it passed; or `bench compare`.
 pub fn main(args: BenchArgs, start: StartServer) -> ExitCode {
+    if let Some(BenchCommand::Compare(c)) = &args.command {
+        return compare::main(c);
+    }
     let result = actix_rt::System::new().block_on(execute(&args, Some(start)));
     let report = match result {
         Ok(r) => r,
@@ -350,6 +384,12 @@ pub fn main(args: BenchArgs, start: StartServer) -> ExitCode {
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report).expect("JSON");
         if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("sheetd bench: cannot write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Some(path) = &args.html {
+        if let Err(e) = std::fs::write(path, html::page(&report)) {
             eprintln!("sheetd bench: cannot write {}: {e}", path.display());
             return ExitCode::FAILURE;
         }

@@ -121,6 +121,19 @@ impl FlushFigures {
             flush_mean_ms: if timed > 0.0 { seconds / timed * 1000.0 } else { 0.0 },
         }
     }
+
+    /// The figures of several intervals (the runs of a repeated level) taken together.
+    pub fn sum(parts: &[FlushFigures]) -> Self {
+        let flushes: u64 = parts.iter().map(|f| f.flushes).sum();
+        let records: u64 = parts.iter().map(|f| f.records_flushed).sum();
+        let weighted: f64 = parts.iter().map(|f| f.flush_mean_ms * f.flushes as f64).sum();
+        FlushFigures {
+            flushes,
+            records_flushed: records,
+            records_per_flush: if flushes > 0 { records as f64 / flushes as f64 } else { 0.0 },
+            flush_mean_ms: if flushes > 0 { weighted / flushes as f64 } else { 0.0 },
+        }
+    }
 }
 
 /// How the own server's rows were loaded.
@@ -307,9 +320,7 @@ impl Target {
     /// The log's counters from the admin metrics; `None` without an admin API or when it does
     /// not answer (the figures are then left out, the run goes on).
     pub async fn flush_counters(&self) -> Option<FlushCounters> {
-        let (url, token) = self.admin.as_ref()?;
-        let answer = Http::new(url, token).control(Method::GET, "/metrics", None).await.ok()?;
-        FlushCounters::parse(std::str::from_utf8(&answer.body).ok()?)
+        scrape(self.admin.as_ref()?).await
     }
 
     /// Stop the own server and remove its data dir; nothing for a running server.
@@ -324,6 +335,12 @@ impl Target {
         }
         Ok(())
     }
+}
+
+/// The log's counters from the admin API at `(url, token)`; `None` when it does not answer.
+pub async fn scrape((url, token): &(String, String)) -> Option<FlushCounters> {
+    let answer = Http::new(url, token).control(Method::GET, "/metrics", None).await.ok()?;
+    FlushCounters::parse(std::str::from_utf8(&answer.body).ok()?)
 }
 
 /// The first `n` sheets the key can read.

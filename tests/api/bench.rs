@@ -1,7 +1,8 @@
 //! `sheetd bench` through real servers: every workload's report, `--verify` against writes
-//! changed behind the run's back, open-loop latency that includes queueing, and 429s that are
-//! counted rather than fatal. Runs are a few hundred requests; no assertion is on a duration
-//! beyond a stall the test itself injects.
+//! changed behind the run's back, open-loop latency that includes queueing, 429s that are
+//! counted rather than fatal, the `--html` page (parsed, and rendered by headless Chromium) and
+//! `bench compare` through the built binary. Runs are a few hundred requests or two seconds; no
+//! assertion is on a duration beyond a stall the test itself injects.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -422,4 +423,271 @@ async fn rate_limited_runs_warn_up_front_and_count_429s_without_failing() {
     assert_eq!(l["okRequests"].as_u64().unwrap() + n429, 80, "{l}");
     assert_eq!(l["fatalErrors"], 0);
     assert_eq!(r["passed"], true, "429s are reported, not fatal");
+}
+
+/// `sheetd bench` as an operator runs it: the built binary with its own server, in `dir`.
+fn bench_binary(dir: &std::path::Path, flags: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sheetd"))
+        .arg("bench")
+        .args(flags)
+        .current_dir(dir)
+        .output()
+        .expect("sheetd runs")
+}
+
+/// A short real run of the binary: patches on a small own server at concurrency 1 and 2,
+/// writing `run.json` and `run.html` in `dir`.
+fn short_run(dir: &std::path::Path, budget: &[&str]) -> (Value, String) {
+    let flags = [
+        &["--sheets", "1", "--rows", "200", "--workload", "patch", "--concurrency", "1,2"],
+        budget,
+        &["--warmup", "0s", "--json", "run.json", "--html", "run.html"],
+    ]
+    .concat();
+    let out = bench_binary(dir, &flags);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json = std::fs::read_to_string(dir.join("run.json")).unwrap();
+    let html = std::fs::read_to_string(dir.join("run.html")).unwrap();
+    (serde_json::from_str(&json).unwrap(), html)
+}
+
+const FIGURES: [&str; 4] = ["throughput", "latency", "percentiles", "group-commits"];
+
+/// The page is well-formed (it parses whole as XML), and names nothing outside itself: no
+/// element that loads anything, no URL but the SVG namespace.
+fn assert_self_contained(html: &str) -> roxmltree::Document<'_> {
+    let options = roxmltree::ParsingOptions { allow_dtd: true, ..Default::default() };
+    let doc = roxmltree::Document::parse_with_options(html, options)
+        .unwrap_or_else(|e| panic!("the page parses as XML: {e}"));
+    for n in doc.descendants().filter(|n| n.is_element()) {
+        let name = n.tag_name().name();
+        assert!(
+            !["script", "link", "img", "iframe", "object", "embed", "image", "use"].contains(&name),
+            "<{name}> in the page"
+        );
+        for a in n.attributes() {
+            let link = ["href", "src", "srcset", "action", "data"].contains(&a.name());
+            assert!(!link, "<{name} {}=\"{}\">", a.name(), a.value());
+            assert!(!a.value().contains("url("), "<{name} {}=\"{}\">", a.name(), a.value());
+        }
+    }
+    let outside = html.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
+    for word in ["http://", "https://", "@import", "url(", "file:"] {
+        assert!(!outside.contains(word), "{word} in the page");
+    }
+    doc
+}
+
+/// The page of a short real run holds one chart per figure and level, each with its title,
+/// axes and legend, and nothing from outside; headless Chromium renders it without a console
+/// error, and the charts' lines are on the screenshot.
+#[test]
+fn a_runs_html_page_holds_every_chart_links_nothing_and_renders() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, html) = short_run(dir.path(), &["--duration", "2s"]);
+    assert_eq!(run["passed"], true, "{run:#}");
+    assert_eq!(run["build"]["version"], env!("CARGO_PKG_VERSION"));
+    assert!(run["machine"]["cores"].as_u64().unwrap() >= 1, "{}", run["machine"]);
+    for l in run["levels"].as_array().unwrap() {
+        assert!(!l["timeline"].as_array().unwrap().is_empty(), "{l}");
+        assert!(l["latencyCurve"].as_array().unwrap().len() >= 2, "{l}");
+        assert!(!l["serverTimeline"].as_array().unwrap().is_empty(), "{l}");
+        assert_eq!(l["repeats"].as_array().unwrap().len(), 1);
+        assert!(l["spread"].is_null());
+    }
+
+    let doc = assert_self_contained(&html);
+    let figures: Vec<roxmltree::Node> =
+        doc.descendants().filter(|n| n.has_tag_name("figure")).collect();
+    assert_eq!(figures.len(), 2 * FIGURES.len(), "one chart per figure and level");
+    for c in ["1", "2"] {
+        for f in FIGURES {
+            let mut found = figures.iter().filter(|n| {
+                n.attribute("data-figure") == Some(f) && n.attribute("data-concurrency") == Some(c)
+            });
+            let fig = found.next().unwrap_or_else(|| panic!("{f} at concurrency {c}"));
+            assert!(found.next().is_none(), "one {f} at concurrency {c}");
+            let svgs: Vec<_> = fig.children().filter(|n| n.has_tag_name("svg")).collect();
+            assert_eq!(svgs.len(), 1, "{f} at {c}: one inline SVG");
+            let texts: Vec<&str> = svgs[0]
+                .descendants()
+                .filter(|n| n.has_tag_name("text"))
+                .filter_map(|n| n.text())
+                .map(str::trim)
+                .collect();
+            let title = texts.iter().find(|t| t.ends_with(&format!("concurrency {c}")));
+            assert!(title.is_some(), "{f} at {c}: a title: {texts:?}");
+            assert!(texts.len() > 8, "{f} at {c}: axis labels: {texts:?}");
+            let lines = svgs[0].descendants().filter(|n| n.has_tag_name("polyline")).count();
+            assert!(lines >= 2, "{f} at {c}: drawn lines and legend keys");
+        }
+    }
+    let page_text: String = doc.descendants().filter_map(|n| n.text()).collect();
+    for fact in ["patch", "closed", "cores", "sheetd 0.1.0"] {
+        assert!(page_text.contains(fact), "settings, machine and build: {fact}");
+    }
+
+    let page = dir.path().join("run.html");
+    let shot = dir.path().join("shot.png");
+    let console = chromium_console(&page, &shot, (1200, 3200));
+    assert!(console.is_empty(), "console messages: {console:?}");
+    let pixels = screenshot_pixels(&shot);
+    // The series colours appear only in the charts' lines, never in the page's own style.
+    for (name, rgb) in [("requests/s", [31, 119, 180]), ("percentile curve", [148, 103, 189])] {
+        let near =
+            pixels.iter().filter(|p| p.iter().zip(rgb).all(|(a, b)| a.abs_diff(b) < 12)).count();
+        assert!(near > 100, "{name}: {near} pixels of its colour in the screenshot");
+    }
+    let distinct: std::collections::HashSet<&[u8; 3]> = pixels.iter().collect();
+    assert!(distinct.len() > 50, "the screenshot varies: {} colours", distinct.len());
+
+    // The check above would see a console error: a page that makes one is caught.
+    let bad = dir.path().join("bad.html");
+    std::fs::write(&bad, "<html><body><script>console.error('seen')</script></body></html>")
+        .unwrap();
+    let seen = chromium_console(&bad, &dir.path().join("bad.png"), (300, 200));
+    assert!(seen.iter().any(|l| l.contains("seen")), "{seen:?}");
+}
+
+/// Open `page` in headless Chromium, screenshot it into `shot`, and give the console's lines.
+fn chromium_console(
+    page: &std::path::Path,
+    shot: &std::path::Path,
+    (w, h): (u32, u32),
+) -> Vec<String> {
+    let out = std::process::Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"])
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("--window-size={w},{h}"))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "headless Chromium is needed to check the --html page ({e}): install Debian's \
+                 `chromium` (.ci/test does: apt-get install -y chromium)"
+            )
+        });
+    assert!(out.status.success() && shot.exists(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.contains(":CONSOLE"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The RGB pixels of a PNG screenshot.
+fn screenshot_pixels(path: &std::path::Path) -> Vec<[u8; 3]> {
+    let decoder = png::Decoder::new(std::fs::File::open(path).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let step = info.color_type.samples();
+    assert!(step >= 3 && info.bit_depth == png::BitDepth::Eight, "{info:?}");
+    buf[..info.buffer_size()].chunks(step).map(|p| [p[0], p[1], p[2]]).collect()
+}
+
+/// `--repeat 2` records each run and their spread; `bench compare` finds no change between a
+/// run and itself, and a change that fails `--fail-if 10` when the throughput is halved.
+#[test]
+fn compare_tells_a_halved_throughput_from_the_same_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, _) = short_run(dir.path(), &["--requests", "200", "--repeat", "2"]);
+    assert_eq!(run["load"]["repeat"], 2);
+    for l in run["levels"].as_array().unwrap() {
+        let repeats = l["repeats"].as_array().unwrap();
+        assert_eq!(repeats.len(), 2, "{l}");
+        assert_eq!(l["requests"], 400, "both runs' requests: {l}");
+        let rates: Vec<f64> =
+            repeats.iter().map(|r| r["requestsPerSecond"].as_f64().unwrap()).collect();
+        let spread = l["spread"]["requestsPerSecond"].as_f64().unwrap();
+        let expected = (rates[0] - rates[1]).abs() / ((rates[0] + rates[1]) / 2.0);
+        assert!((spread - expected).abs() < 1e-9, "{spread} from {rates:?}");
+        assert!(l["spread"]["p99"].as_f64().unwrap() >= 0.0);
+        let seconds: Vec<u64> = l["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["repeat"].as_u64().unwrap())
+            .collect();
+        assert!(seconds.contains(&0) && seconds.contains(&1), "both runs over time: {seconds:?}");
+    }
+
+    let mut halved = run.clone();
+    let halve = |v: &mut Value| {
+        let rps = v["requestsPerSecond"].as_f64().unwrap();
+        v["requestsPerSecond"] = json!(rps / 2.0);
+    };
+    for l in halved["levels"].as_array_mut().unwrap() {
+        halve(l);
+        l["repeats"].as_array_mut().unwrap().iter_mut().for_each(halve);
+    }
+    // The same figures once a level: no repeats, so no spread, and every difference counts.
+    let once = |v: &Value| {
+        let mut v = v.clone();
+        for l in v["levels"].as_array_mut().unwrap() {
+            l.as_object_mut().unwrap().retain(|k, _| k != "repeats" && k != "spread");
+        }
+        v.to_string()
+    };
+    let write = |name: &str, text: String| std::fs::write(dir.path().join(name), text).unwrap();
+    write("same.json", run.to_string());
+    write("halved.json", halved.to_string());
+    write("once.json", once(&run));
+    write("once-halved.json", once(&halved));
+
+    let same = bench_binary(
+        dir.path(),
+        &["compare", "run.json", "same.json", "--fail-if", "10", "--html", "same.html"],
+    );
+    let table = String::from_utf8_lossy(&same.stdout);
+    assert!(same.status.success(), "{table}\n{}", String::from_utf8_lossy(&same.stderr));
+    let lines: Vec<&str> = table.lines().filter(|l| l.starts_with("patch")).collect();
+    assert_eq!(lines.len(), 2 * 6, "every figure of both levels: {table}");
+    assert!(lines.iter().all(|l| l.ends_with("no change") && l.contains(" 1.000 ")), "{table}");
+
+    let worse = bench_binary(
+        dir.path(),
+        &["compare", "once.json", "once-halved.json", "--fail-if", "10", "--html", "halved.html"],
+    );
+    let table = String::from_utf8_lossy(&worse.stdout);
+    assert_eq!(worse.status.code(), Some(1), "{table}");
+    let req_line = |table: &str, c: &str| -> String {
+        let words = ["patch", c, "req/s"];
+        let line = table.lines().find(|l| l.split_whitespace().take(3).eq(words));
+        line.unwrap_or_else(|| panic!("{table}")).to_owned()
+    };
+    for c in ["1", "2"] {
+        let line = req_line(&table, c);
+        assert!(line.contains(" 0.500 ") && line.ends_with("worse"), "{line}");
+    }
+    assert!(table.contains("spread is unknown"), "{table}");
+    let stderr = String::from_utf8_lossy(&worse.stderr);
+    assert!(stderr.contains("req/s: B/A 0.500"), "{stderr}");
+    assert!(
+        table.lines().filter(|l| !l.contains("req/s")).all(|l| !l.ends_with("worse")),
+        "only the throughput changed: {table}"
+    );
+    // Without --fail-if the same comparison reports and passes.
+    let report_only = bench_binary(dir.path(), &["compare", "once.json", "once-halved.json"]);
+    assert!(report_only.status.success());
+
+    // With two runs a level, halving is a change exactly when the runs spread less than half:
+    // a run on a busy machine can spread more, and then it is noise, not a regression.
+    let spread = bench_binary(dir.path(), &["compare", "run.json", "halved.json"]);
+    let table = String::from_utf8_lossy(&spread.stdout);
+    for c in ["1", "2"] {
+        let line = req_line(&table, c);
+        let band = line.split_whitespace().find(|w| w.ends_with('%')).unwrap();
+        let band: f64 = band.trim_end_matches('%').parse().unwrap();
+        let verdict = if band < 50.0 { "worse" } else { "no change" };
+        assert!(line.contains(" 0.500 ") && line.ends_with(verdict), "{line}");
+    }
+
+    let page = std::fs::read_to_string(dir.path().join("halved.html")).unwrap();
+    let doc = assert_self_contained(&page);
+    let charts = doc.descendants().filter(|n| n.attribute("data-figure") == Some("ratios")).count();
+    assert_eq!(charts, 1, "one chart of the ratios per workload");
+    assert!(doc.descendants().any(|n| n.attribute("class") == Some("worse")));
+    let missing = bench_binary(dir.path(), &["compare", "run.json", "nothing.json"]);
+    assert_eq!(missing.status.code(), Some(2), "an unreadable file is not a verdict");
 }
