@@ -11,7 +11,9 @@ use clap::Parser;
 use crate::workload::{Mix, Workload};
 
 /// `sheetd bench` flags. See [`crate`] for what each figure means.
+// A run's flags given with `compare` would be ignored: refuse them instead.
 #[derive(Debug, Clone, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
     /// Base URL of a running server (`http://127.0.0.1:8080/api/v1`). Without it, bench starts
     /// its own server in-process on a temporary data dir with generated data, and removes it

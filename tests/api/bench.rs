@@ -690,4 +690,9 @@ fn compare_tells_a_halved_throughput_from_the_same_run() {
     assert!(doc.descendants().any(|n| n.attribute("class") == Some("worse")));
     let missing = bench_binary(dir.path(), &["compare", "run.json", "nothing.json"]);
     assert_eq!(missing.status.code(), Some(2), "an unreadable file is not a verdict");
+    let mixed =
+        bench_binary(dir.path(), &["--concurrency", "4", "compare", "run.json", "run.json"]);
+    assert_eq!(mixed.status.code(), Some(2), "a run's flags are refused beside compare");
+    let said = String::from_utf8_lossy(&mixed.stderr);
+    assert!(said.contains("cannot be used with '--concurrency"), "{said}");
 }
