@@ -723,7 +723,16 @@ async fn exporting_200k_rows_while_writers_run_keeps_memory_flat() {
     let pid = bin.child.id();
     let before = rss_bytes(pid);
 
-    // Writers patch rows the export has yet to reach, while it streams.
+    let client = awc::Client::builder().timeout(Duration::from_secs(600)).finish();
+    let mut res = client
+        .get(format!("{}/sheets/10/export", bin.base))
+        .insert_header(("Authorization", format!("Bearer {ADA_READ}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    // Writers add rows while it streams. They start once the export has answered, so its
+    // instant (taken before the status line is sent) holds none of their rows.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writers: Vec<_> = (0..4u64)
         .map(|w| {
@@ -743,14 +752,6 @@ async fn exporting_200k_rows_while_writers_run_keeps_memory_flat() {
             })
         })
         .collect();
-    let client = awc::Client::builder().timeout(Duration::from_secs(600)).finish();
-    let mut res = client
-        .get(format!("{}/sheets/10/export", bin.base))
-        .insert_header(("Authorization", format!("Bearer {ADA_READ}")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
     let (mut bytes, mut lines, mut peak, mut partial) = (0usize, 0usize, before, Vec::new());
     let mut last_id = 0;
     while let Some(chunk) = res.next().await {
