@@ -14,6 +14,8 @@
 //! Crate map, one line per module; each uses only those listed after it:
 //! - `net/`: the cluster link: [`net::ClusterLink`] (listener, runtime, dispatch to the local
 //!   Raft), [`net::Network`] (openraft's network), the handshake and authenticated frames.
+//! - `proposer.rs`: [`Proposer`], the leader's one proposer of a group: a record's Raft index
+//!   given before openraft appends it, leases and epochs, [`Leadership`].
 //! - `state_machine.rs`: [`RecordsStateMachine`], the applied records in order, and its
 //!   snapshots.
 //! - `log_store.rs`: [`WalLogStore`], the Raft log on the wal: entry at index `i` = wal record
@@ -35,11 +37,13 @@
 mod error;
 mod log_store;
 pub mod net;
+mod proposer;
 mod state_machine;
 mod types;
 
 pub use error::{Error, Result};
 pub use log_store::{RaftState, WalLogStore};
+pub use proposer::{Leadership, Proposal, ProposeError, Proposer};
 pub use state_machine::{RecordsState, RecordsStateMachine, SnapshotData};
 pub use types::{
     Applied, ClusterNode, Entry, GroupId, LogId, NodeId, Record, SnapshotMeta, StoredMembership,

@@ -400,7 +400,7 @@ mod tests {
 
     fn entry(index: u64) -> Entry {
         let leader = openraft::impls::leader_id_adv::LeaderId { term: 1, node_id: 1 };
-        let record = Record { group: 0, payload: format!("record {index}").into_bytes() };
+        let record = Record::unplaced(0, format!("record {index}").into_bytes());
         Entry { log_id: LogId::new(leader, index), payload: EntryPayload::Normal(record) }
     }
 

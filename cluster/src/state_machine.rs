@@ -105,12 +105,19 @@ impl RaftStateMachine<TypeConfig> for RecordsStateMachine {
     {
         while let Some((entry, responder)) = entries.try_next().await? {
             let index = entry.log_id.index;
+            let mut accepted = true;
             {
                 let mut inner = self.lock();
                 let state = &mut inner.state;
                 match entry.payload {
                     EntryPayload::Blank => {}
-                    EntryPayload::Normal(record) => state.records.push((index, record)),
+                    EntryPayload::Normal(record) => {
+                        // Decided by the entry alone, so every node skips the same ones.
+                        accepted = record.belongs_at(index);
+                        if accepted {
+                            state.records.push((index, record));
+                        }
+                    }
                     EntryPayload::Membership(membership) => {
                         state.membership = StoredMembership::new(Some(entry.log_id), membership);
                     }
@@ -119,7 +126,7 @@ impl RaftStateMachine<TypeConfig> for RecordsStateMachine {
             }
             // Every entry answers with its position, blank and membership ones too.
             if let Some(responder) = responder {
-                responder.send(Applied { index });
+                responder.send(Applied { index, accepted });
             }
         }
         Ok(())

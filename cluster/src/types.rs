@@ -21,13 +21,35 @@ pub type GroupId = u64;
 pub const DEFAULT_GROUP: GroupId = 0;
 
 /// One record of the replicated log: the bytes the domain appends today through its log seam
-/// (an encoded operation), opaque to the cluster, and the group it belongs to.
+/// (an encoded operation), opaque to the cluster, the group it belongs to, and the position
+/// its proposer gave it.
+///
+/// Invariant: a record with `index: Some(i)` is applied only as the entry at Raft index `i`.
+/// The leader's [`crate::Proposer`] gives a record its position before openraft appends it
+/// (the domain orders its side effects by it); were anything else appended in between, the
+/// record lands elsewhere and every node skips it alike, so a wrong guess costs a retry, never
+/// a divergence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     /// The group whose log holds the record.
     pub group: GroupId,
+    /// The Raft index the proposer gave the record; `None` for a record written without one
+    /// (applied wherever it lands).
+    pub index: Option<u64>,
     /// The domain's encoded operation.
     pub payload: Vec<u8>,
+}
+
+impl Record {
+    /// A record without a position of its own: applied wherever it lands.
+    pub fn unplaced(group: GroupId, payload: Vec<u8>) -> Record {
+        Record { group, index: None, payload }
+    }
+
+    /// Whether the record is to be applied as the entry at `index` (see the invariant).
+    pub fn belongs_at(&self, index: u64) -> bool {
+        self.index.is_none_or(|i| i == index)
+    }
 }
 
 impl fmt::Display for Record {
@@ -37,18 +59,25 @@ impl fmt::Display for Record {
     }
 }
 
-/// What applying a record answers: the position it was applied at, which is the Raft log
+/// What applying an entry answers: the position it was applied at, which is the Raft log
 /// index of its entry (the client's write is acknowledged with it, and a read that must see
-/// the write waits until this index is applied).
+/// the write waits until this index is applied), and whether its record was applied or skipped
+/// for landing elsewhere than its proposer said ([`Record::belongs_at`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied {
-    /// The Raft log index of the applied entry.
+    /// The Raft log index of the entry.
     pub index: u64,
+    /// False when the entry's record was skipped on every node: certainly not applied.
+    pub accepted: bool,
 }
 
 impl fmt::Display for Applied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "applied at {}", self.index)
+        if self.accepted {
+            write!(f, "applied at {}", self.index)
+        } else {
+            write!(f, "skipped at {}: proposed for another position", self.index)
+        }
     }
 }
 

@@ -47,7 +47,7 @@ async fn leader_of(nodes: &[&Node]) -> usize {
 async fn write(nodes: &[&Node], payloads: impl IntoIterator<Item = String>) -> Vec<(u64, String)> {
     let mut acked = Vec::new();
     for payload in payloads {
-        let record = Record { group: DEFAULT_GROUP, payload: payload.clone().into_bytes() };
+        let record = Record::unplaced(DEFAULT_GROUP, payload.clone().into_bytes());
         loop {
             let leader = nodes[leader_of(nodes).await];
             match within(10, "a write", leader.raft.client_write(record.clone())).await {

@@ -39,7 +39,7 @@ fn log_id(term: u64, node: u64, index: u64) -> LogId {
 }
 
 fn record_entry(term: u64, index: u64, payload: &[u8]) -> Entry {
-    let record = Record { group: cluster::DEFAULT_GROUP, payload: payload.to_vec() };
+    let record = Record::unplaced(cluster::DEFAULT_GROUP, payload.to_vec());
     Entry { log_id: log_id(term, 1, index), payload: EntryPayload::Normal(record) }
 }
 
