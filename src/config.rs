@@ -147,6 +147,54 @@ pub struct ServeArgs {
     /// Changes each sheet keeps at least, however old.
     #[arg(long, env = "SHEETD_CHANGES_RETENTION_MIN", default_value_t = 100_000)]
     pub changes_retention_min: u64,
+    /// Run as a member of a cluster: this node's id for life (a positive integer; a node
+    /// whose data is lost joins again under a new id). With `--raft-addr`,
+    /// `--initial-cluster` and `--cluster-secret-file`.
+    #[arg(long, env = "SHEETD_NODE_ID", requires_all = ["raft_addr", "cluster_secret_file"])]
+    pub node_id: Option<std::num::NonZeroU64>,
+    /// Where this node listens for its peers (node-to-node traffic only).
+    #[arg(long, env = "SHEETD_RAFT_ADDR", requires = "node_id")]
+    pub raft_addr: Option<SocketAddr>,
+    /// The voters of a new cluster: `1=HOST:PORT,2=HOST:PORT,3=HOST:PORT` (their raft
+    /// addresses). Every listed node started on an empty data dir forms the cluster; a data dir
+    /// that already belongs to one ignores it.
+    #[arg(long, env = "SHEETD_INITIAL_CLUSTER", requires = "node_id")]
+    pub initial_cluster: Option<String>,
+    /// A file holding the secret every node of the cluster shares (at least 32 bytes): it
+    /// authenticates node-to-node traffic and keys the cursors, so a cursor works on any node.
+    #[arg(long, env = "SHEETD_CLUSTER_SECRET_FILE", requires = "node_id")]
+    pub cluster_secret_file: Option<PathBuf>,
+}
+
+/// `--initial-cluster`: `ID=HOST:PORT` pairs, comma-separated, each id once.
+///
+/// # Errors
+/// A sentence naming the first malformed pair.
+pub fn parse_initial_cluster(text: &str) -> Result<Vec<(u64, SocketAddr)>, String> {
+    let mut members: Vec<(u64, SocketAddr)> = Vec::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("`{pair}` in --initial-cluster is not ID=HOST:PORT"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .ok()
+            .filter(|id| *id > 0)
+            .ok_or_else(|| format!("`{id}` in --initial-cluster is not a positive node id"))?;
+        let addr: SocketAddr = addr
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{addr}` in --initial-cluster is not HOST:PORT"))?;
+        if members.iter().any(|(i, _)| *i == id) {
+            return Err(format!("node {id} is listed twice in --initial-cluster"));
+        }
+        members.push((id, addr));
+    }
+    if members.is_empty() {
+        return Err("--initial-cluster lists no node".into());
+    }
+    Ok(members)
 }
 
 impl ServeArgs {
@@ -186,5 +234,27 @@ mod tests {
         assert!(a.no_demo);
         assert_eq!(a.admin_token.as_deref(), Some("t"));
         assert!(ServeArgs::parse_flags(["--no-such-flag"]).is_err());
+    }
+
+    #[test]
+    fn the_initial_cluster_is_id_and_address_pairs_each_id_once() {
+        let parsed = parse_initial_cluster("1=127.0.0.1:9101, 2=127.0.0.2:9102").unwrap();
+        assert_eq!(
+            parsed,
+            vec![(1, "127.0.0.1:9101".parse().unwrap()), (2, "127.0.0.2:9102".parse().unwrap())]
+        );
+        for (bad, says) in [
+            ("", "lists no node"),
+            ("1", "is not ID=HOST:PORT"),
+            ("0=127.0.0.1:1", "not a positive node id"),
+            ("x=127.0.0.1:1", "not a positive node id"),
+            ("1=nowhere", "is not HOST:PORT"),
+            ("1=127.0.0.1:1,1=127.0.0.1:2", "listed twice"),
+        ] {
+            let e = parse_initial_cluster(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let a = ServeArgs::parse_flags(["--node-id", "2"]);
+        assert!(a.is_err(), "a node id needs a raft address and a secret");
     }
 }

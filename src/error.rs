@@ -50,6 +50,9 @@ pub enum Code {
     PreconditionFailed,
     /// A change-feed cursor older than the retained changes.
     CursorExpired,
+    /// 503: a cluster node cannot serve the request now (no leader, a leader change, a node
+    /// that is not the leader).
+    ClusterUnavailable,
 }
 
 impl Code {
@@ -74,6 +77,7 @@ impl Code {
             StorageUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
             PreconditionFailed => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
             CursorExpired => (StatusCode::GONE, "cursor_expired"),
+            ClusterUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "cluster_unavailable"),
         }
     }
 
@@ -270,9 +274,38 @@ impl From<&actors::Error> for ApiError {
                 )
                 .with_header("Retry-After", STORAGE_RETRY_AFTER_SECS.to_string())
             }
-            e @ (E::Wal(_) | E::Unavailable(_) | E::Inconsistent(_)) => ApiError::internal(e),
+            E::ClusterUnavailable { outcome, leader, reason } => {
+                tracing::info!(outcome = outcome.as_str(), reason, "a request met no leader");
+                cluster_unavailable(*outcome, *leader, reason)
+            }
+            e @ (E::Wal(_) | E::Unavailable(_) | E::Inconsistent(_) | E::Cluster(_)) => {
+                ApiError::internal(e)
+            }
         }
     }
+}
+
+/// `503 cluster_unavailable`: `detail.outcome` says whether the request was certainly not
+/// applied (`not_applied`) or may yet be (`unknown`); `detail.leaderId` names the leader this
+/// node knows of. A retry after `Retry-After` is safe (with the same `Idempotency-Key` for an
+/// `unknown` write).
+pub fn cluster_unavailable(
+    outcome: actors::error::ClusterOutcome,
+    leader: Option<u64>,
+    reason: &str,
+) -> ApiError {
+    let message = match outcome {
+        actors::error::ClusterOutcome::NotApplied => {
+            format!("The cluster cannot serve this request now; it was not applied. {reason}")
+        }
+        actors::error::ClusterOutcome::Unknown => format!(
+            "The write's outcome is unknown: it may or may not be applied. Retry it with the \
+             same Idempotency-Key to learn which. {reason}"
+        ),
+    };
+    ApiError::new(Code::ClusterUnavailable, message)
+        .with_detail(json!({"outcome": outcome.as_str(), "leaderId": leader}))
+        .with_header("Retry-After", "1".to_string())
 }
 
 /// `{currentVersion, current}`: what a client needs to diff and retry after a refused write

@@ -58,8 +58,8 @@ impl Claimed {
 impl Drop for Claimed {
     fn drop(&mut self) {
         // A no-op once the response is stored: only an in-progress claim is removed.
-        if self.armed {
-            self.state.service.release_idempotency_key(self.key_id, &self.idem_key);
+        if let (true, Some(service)) = (self.armed, self.state.try_service()) {
+            service.release_idempotency_key(self.key_id, &self.idem_key);
         }
     }
 }
@@ -74,8 +74,8 @@ pub enum Begin {
 
 /// Give back a handed-off key whose write ended without a stored response (a 5xx).
 pub fn release(state: &AppState, handed: Option<(u64, String)>) {
-    if let Some((key_id, idem_key)) = handed {
-        state.service.release_idempotency_key(key_id, &idem_key);
+    if let (Some((key_id, idem_key)), Some(service)) = (handed, state.try_service()) {
+        service.release_idempotency_key(key_id, &idem_key);
     }
 }
 
@@ -128,7 +128,7 @@ pub async fn begin(
         hash.update(part);
     }
     let fingerprint: [u8; 32] = hash.finalize().into();
-    match state.service.claim_idempotency_key(caller.key.id, &key, fingerprint) {
+    match state.service()?.claim_idempotency_key(caller.key.id, &key, fingerprint) {
         Claim::Fresh => Ok(Begin::Run(Some(Claimed {
             state: state.clone(),
             armed: true,
@@ -137,7 +137,7 @@ pub async fn begin(
             fingerprint,
         }))),
         Claim::Replay(entry, lsn) => {
-            state.service.visible(lsn).await?;
+            state.service()?.visible(lsn).await?;
             Ok(Begin::Answer(replay(&entry)))
         }
         Claim::InProgress => Err(ApiError::new(
@@ -183,9 +183,9 @@ pub async fn store_error(
         status,
         body: body.clone(),
         request_id: request_id.to_owned(),
-        completed_at: state.service.now(),
+        completed_at: state.service()?.now(),
     };
-    state.service.store_answer(entry).await.map_err(ApiError::internal)?;
+    state.service()?.store_answer(entry).await.map_err(ApiError::internal)?;
     // The claim is now a stored response; dropping it releases nothing.
     drop(claim);
     Ok(respond(status, body))

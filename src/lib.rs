@@ -4,6 +4,7 @@
 //!
 //! - [`config`]: command line and environment.
 //! - [`server`]: start-up (recovery, seeding), the two listeners, graceful stop.
+//! - [`cluster`]: a cluster node's settings, its shared cursor key, its life as a leader.
 //! - [`state`]: what every handler reaches ([`state::AppState`]).
 //! - [`middleware`]: request ids, rate limiting, panics, the error envelope, request logs.
 //! - [`auth`]: bearer keys, the admin token, and the one authorization function.
@@ -36,6 +37,7 @@ pub mod api_doc;
 pub mod auth;
 pub mod backup;
 pub mod cli;
+pub mod cluster;
 pub mod compression;
 pub mod conditional;
 pub mod config;

@@ -63,8 +63,10 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// every request its own parser refuses (a 64 KB URI, too many headers, a control character in
 /// a header, a conflicting `Content-Length` and `Transfer-Encoding`) before sheetd sees it. Those
 /// are the client's faults, answered with a bare 400/431, and a filter cannot lower an event's
-/// level, so that target is off by default; sheetd's own errors keep their level.
-const DEFAULT_LOG_FILTER: &str = "info,actix_http::h1::dispatcher=off";
+/// level, so that target is off by default; sheetd's own errors keep their level. openraft
+/// logs every replication stream's start and end at INFO: its warnings and errors are kept, and
+/// the cluster's own lines say what an operator needs (leadership, restarts).
+const DEFAULT_LOG_FILTER: &str = "info,actix_http::h1::dispatcher=off,openraft=warn";
 
 /// `default_level` applies when `RUST_LOG` is unset, beside [`DEFAULT_LOG_FILTER`]'s rule.
 fn init_logging(json: bool, default_level: &str) {

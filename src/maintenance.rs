@@ -41,6 +41,7 @@
 use std::time::{Duration, Instant};
 
 use actix_web::web;
+use actors::Service;
 use tokio::sync::oneshot;
 
 use crate::config::ServeArgs;
@@ -179,19 +180,21 @@ impl Maintenance {
                     _ = &mut stopped => break,
                     _ = tick.tick() => {}
                 }
+                // A cluster node that does not lead has no domain of its own to keep.
+                let Some(service) = state.try_service() else { continue };
                 // Keeps the free-space figure (health, metrics) and the floor's edge log lines
                 // current while nothing is written.
-                if let Err(e) = state.service.refresh_free_space() {
+                if let Err(e) = service.refresh_free_space() {
                     tracing::warn!(error = %e, "cannot measure the data dir's free space");
                 }
-                if state.service.storage_failed() {
-                    heal_if_due(&state, &mut schedule).await;
+                if service.storage_failed() {
+                    heal_if_due(service, &mut schedule).await;
                     continue;
                 }
-                checkpoint_if_due(&state, policy, &mut schedule).await;
+                checkpoint_if_due(service, policy, &mut schedule).await;
                 if schedule.swept_at.elapsed() >= HOUSEKEEPING_EVERY {
                     schedule.swept_at = Instant::now();
-                    sweep(&state);
+                    sweep(&state, service);
                 }
             }
         });
@@ -210,11 +213,11 @@ impl Maintenance {
 }
 
 /// Step 2 of the loop.
-async fn checkpoint_if_due(state: &AppState, policy: CheckpointPolicy, schedule: &mut Schedule) {
+async fn checkpoint_if_due(service: &Service, policy: CheckpointPolicy, schedule: &mut Schedule) {
     if schedule.not_before.is_some_and(|t| Instant::now() < t) {
         return;
     }
-    let stats = state.service.log_stats();
+    let stats = service.log_stats();
     // The checkpoint's own marker follows it; a log recovered at start-up counts like any other.
     let own_marker = u64::from(stats.checkpoint_lsn > 0);
     let logged = Logged {
@@ -228,11 +231,11 @@ async fn checkpoint_if_due(state: &AppState, policy: CheckpointPolicy, schedule:
     };
     // It would wait for the backup to end, and the loop's other duties (healing a failed log,
     // purging) with it; the next round tries again.
-    if state.service.checkpoints_held() {
+    if service.checkpoints_held() {
         return;
     }
     let started = Instant::now();
-    match state.service.checkpoint().await {
+    match service.checkpoint().await {
         Ok(report) => {
             schedule.checkpointed_at = Instant::now();
             schedule.not_before = None;
@@ -259,10 +262,10 @@ async fn checkpoint_if_due(state: &AppState, policy: CheckpointPolicy, schedule:
 }
 
 /// Step 5 of the loop.
-async fn heal_if_due(state: &web::Data<AppState>, schedule: &mut Schedule) {
+async fn heal_if_due(service: &Service, schedule: &mut Schedule) {
     let (at, wait) = *schedule.heal.get_or_insert_with(|| {
         tracing::error!(
-            reason = state.service.unwritable_reason().unwrap_or_default(),
+            reason = service.unwritable_reason().unwrap_or_default(),
             "the data dir failed: writes get 503 storage_unavailable, reads go on; re-opening \
              the log from disk when the cause is gone"
         );
@@ -271,7 +274,7 @@ async fn heal_if_due(state: &web::Data<AppState>, schedule: &mut Schedule) {
     if Instant::now() < at {
         return;
     }
-    let service = state.service.clone();
+    let service = service.clone();
     match actix_web::rt::task::spawn_blocking(move || service.heal()).await {
         Ok(Ok(_)) => {
             schedule.heal = None;
@@ -303,9 +306,9 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// Step 3 of the loop.
-fn sweep(state: &AppState) {
-    let purged = state.service.purge_expired();
-    state.limiter.prune(state.service.now());
+fn sweep(state: &AppState, service: &Service) {
+    let purged = service.purge_expired();
+    state.limiter.prune(service.now());
     if purged.events > 0 {
         tracing::debug!(events = purged.events, "events past their retention dropped");
     }

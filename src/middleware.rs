@@ -102,9 +102,21 @@ pub async fn request_context(
     let public = req.path().starts_with("/api/");
     let mut decision = None;
     let mut key_id = None;
-    if let (Some(state), true) = (&state, public) {
-        let now = state.service.now();
-        let directory = state.service.directory();
+    let mut refused = None;
+    // A cluster node that does not serve from its own state answers every public request so.
+    let service = match (&state, public) {
+        (Some(state), true) => match state.try_service() {
+            Some(service) => Some(service),
+            None => {
+                refused = Some(state.not_serving());
+                None
+            }
+        },
+        _ => None,
+    };
+    if let (Some(state), Some(service)) = (&state, service) {
+        let now = service.now();
+        let directory = service.directory();
         let header = req.headers().get("authorization").and_then(|v| v.to_str().ok());
         let key = resolve_key(header, &directory, now);
         key_id = key.as_ref().map(|k| k.id);
@@ -119,8 +131,9 @@ pub async fn request_context(
         req.extensions_mut().insert(d);
         req.extensions_mut().insert(Authn { key, directory });
     }
-    let mut res = match decision {
-        Some(d) if !d.allowed => req.into_response(too_many(&d).response(&request_id)),
+    let mut res = match (refused, decision) {
+        (Some(e), _) => req.into_response(e.response(&request_id)),
+        (None, Some(d)) if !d.allowed => req.into_response(too_many(&d).response(&request_id)),
         _ => next.call(req).await?.map_into_boxed_body(),
     };
     if let Some(err) = res.response().error() {
@@ -128,7 +141,11 @@ pub async fn request_context(
             err.as_error::<ApiError>().cloned().unwrap_or_else(|| framework_error(res.status()));
         res = res.into_response(api.response(&request_id));
     }
+    let node = state.as_ref().and_then(|s| s.cluster.as_ref()).map(|c| c.node_id());
     let headers = res.headers_mut();
+    if let Some(node) = node {
+        headers.insert(HeaderName::from_static("sheetd-node"), HeaderValue::from(node));
+    }
     if !headers.contains_key("x-request-id") {
         if let Ok(v) = HeaderValue::from_str(&request_id) {
             headers.insert(HeaderName::from_static("x-request-id"), v);

@@ -134,23 +134,11 @@ async fn seed(service: &Service, opts: &Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Recover, seed when empty, and start both listeners. Runs inside an actix system.
-pub async fn start(opts: Options) -> anyhow::Result<Running> {
+/// Recovers a single node's data dir and seeds it when it is new.
+async fn open_alone(opts: &Options) -> anyhow::Result<Service> {
     let args = &opts.args;
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("cannot create data dir {}", args.data_dir.display()))?;
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let (service, report) = Service::open(ServiceConfig {
-        data_dir: args.data_dir.clone(),
-        sheet_threads: threads,
-        clock: opts.clock.clone(),
-        min_free_bytes: args.min_free_disk_bytes,
-        retention: actors::sheet::Retention {
-            days: args.changes_retention_days,
-            min_changes: args.changes_retention_min,
-        },
-    })
-    .with_context(|| format!("cannot open data dir {}", args.data_dir.display()))?;
+    let (service, report) = Service::open(service_config(opts))
+        .with_context(|| format!("cannot open data dir {}", args.data_dir.display()))?;
     tracing::info!(
         checkpoint_lsn = report.checkpoint_lsn,
         records_replayed = report.records_replayed,
@@ -163,10 +151,49 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
     );
     let fresh = report.last_lsn == 0 && report.checkpoint_lsn.is_none();
     if fresh {
-        seed(&service, &opts).await?;
+        seed(&service, opts).await?;
     } else if args.seed.is_some() {
         tracing::warn!("the data dir already holds data; --seed is ignored");
     }
+    Ok(service)
+}
+
+/// The domain's settings from the flags.
+fn service_config(opts: &Options) -> ServiceConfig {
+    let args = &opts.args;
+    ServiceConfig {
+        data_dir: args.data_dir.clone(),
+        sheet_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        clock: opts.clock.clone(),
+        min_free_bytes: args.min_free_disk_bytes,
+        retention: actors::sheet::Retention {
+            days: args.changes_retention_days,
+            min_changes: args.changes_retention_min,
+        },
+    }
+}
+
+/// Recover, seed when empty, and start both listeners. Runs inside an actix system.
+pub async fn start(opts: Options) -> anyhow::Result<Running> {
+    let args = &opts.args;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create data dir {}", args.data_dir.display()))?;
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let (service, cluster, cursors) = match crate::cluster::node_config(args)? {
+        None => {
+            let service = open_alone(&opts).await?;
+            (Some(service), None, CursorCodec::new(cursor_key(&args.data_dir)?))
+        }
+        Some(node) => {
+            let cursors =
+                CursorCodec::new(crate::cluster::cursor_key(&crate::cluster::secret_bytes(args)?));
+            let domain =
+                actors::replica::ClusterDomain::start(node, opts.clock.now()).await.with_context(
+                    || format!("cannot start the cluster node in {}", args.data_dir.display()),
+                )?;
+            (None, Some(domain), cursors)
+        }
+    };
     let admin_token = match &args.admin_token {
         Some(t) => t.clone(),
         None => {
@@ -177,9 +204,8 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
             t
         }
     };
-    let state = web::Data::new(AppState {
-        service,
-        cursors: CursorCodec::new(cursor_key(&args.data_dir)?),
+    let parts = crate::state::Parts {
+        cursors,
         limiter: RateLimiter::new(args.rate_limit_per_minute),
         max_body_bytes: args.max_body_bytes,
         metrics: Metrics::default(),
@@ -188,7 +214,16 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
             max_scanned_rows: args.report_max_scanned_rows,
         },
         stopping: tokio::sync::watch::channel(false).0,
-    });
+    };
+    let state = web::Data::new(AppState::new(service, cluster, parts));
+    if state.cluster.is_some() {
+        let seeding = opts.clone();
+        actix_rt::spawn(crate::cluster::lead_when_elected(
+            state.clone(),
+            service_config(&opts),
+            move |service: Service| async move { seed(&service, &seeding).await },
+        ));
+    }
     let public =
         TcpListener::bind(args.addr).with_context(|| format!("cannot listen on {}", args.addr))?;
     let admin = TcpListener::bind(args.admin_addr)
@@ -247,9 +282,14 @@ pub async fn stop(running: Running) -> anyhow::Result<()> {
     }
     // A background checkpoint must not race the final one.
     running.maintenance.stop().await;
-    let report = running.state.service.checkpoint().await.context("final checkpoint")?;
-    tracing::info!(lsn = report.lsn, bytes = report.bytes, "final checkpoint written");
-    running.state.service.close().context("closing the log")?;
+    if let Some(service) = running.state.try_service() {
+        let report = service.checkpoint().await.context("final checkpoint")?;
+        tracing::info!(lsn = report.lsn, bytes = report.bytes, "final checkpoint written");
+        service.close().context("closing the log")?;
+    }
+    if let Some(cluster) = &running.state.cluster {
+        cluster.shutdown().await.context("stopping the cluster node")?;
+    }
     Ok(())
 }
 

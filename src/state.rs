@@ -3,16 +3,24 @@
 //! that uses it, so the routes, the middleware, idempotency and maintenance all stand above it,
 //! and [`crate::server`] builds it at start-up.
 
+use std::sync::OnceLock;
+
+use actors::error::ClusterOutcome;
+use actors::replica::ClusterDomain;
 use actors::Service;
 
 use crate::cursor::CursorCodec;
+use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::rate_limit::RateLimiter;
 
 /// What every handler can reach.
 pub struct AppState {
-    /// The domain.
-    pub service: Service,
+    /// The domain: set at start on a single node; on a cluster node, when it first leads
+    /// (until then its public API answers `503 cluster_unavailable`).
+    service: OnceLock<Service>,
+    /// This node's part of its cluster, when it runs in one.
+    pub cluster: Option<ClusterDomain>,
     /// The cursor codec.
     pub cursors: CursorCodec,
     /// The rate limiter.
@@ -25,5 +33,74 @@ pub struct AppState {
     pub report_caps: actors::report::Caps,
     /// Turns `true` when the server begins to stop: long-polls and change streams end at
     /// once instead of holding the graceful stop for up to their full wait.
+    pub stopping: tokio::sync::watch::Sender<bool>,
+}
+
+impl AppState {
+    /// The state of a server whose domain is `service` (if it has one yet) and whose other
+    /// parts are `parts`.
+    pub fn new(service: Option<Service>, cluster: Option<ClusterDomain>, parts: Parts) -> Self {
+        let slot = OnceLock::new();
+        if let Some(service) = service {
+            let _ = slot.set(service);
+        }
+        AppState {
+            service: slot,
+            cluster,
+            cursors: parts.cursors,
+            limiter: parts.limiter,
+            max_body_bytes: parts.max_body_bytes,
+            metrics: parts.metrics,
+            report_caps: parts.report_caps,
+            stopping: parts.stopping,
+        }
+    }
+
+    /// The domain, or the `503 cluster_unavailable` of a cluster node that does not serve
+    /// from its own state now.
+    pub fn service(&self) -> Result<&Service, ApiError> {
+        self.try_service().ok_or_else(|| self.not_serving())
+    }
+
+    /// The domain, if this node serves from it now (a cluster node: while it leads in the
+    /// term its actors started in, see `actors::replica::LeaderGuard`).
+    pub fn try_service(&self) -> Option<&Service> {
+        if self.cluster.as_ref().is_some_and(|c| !c.serving()) {
+            return None;
+        }
+        self.service.get()
+    }
+
+    /// Makes `service` this node's domain (a cluster node that starts leading); `false` when
+    /// it had one already.
+    pub fn set_service(&self, service: Service) -> bool {
+        self.service.set(service).is_ok()
+    }
+
+    /// The answer of a cluster node that does not serve from its own state now.
+    pub fn not_serving(&self) -> ApiError {
+        let leader = self.cluster.as_ref().and_then(|c| c.status().leader);
+        crate::error::cluster_unavailable(
+            ClusterOutcome::NotApplied,
+            leader,
+            "This node does not serve the API now: it is not the cluster's leader, and requests \
+             are not forwarded yet. Send it to the leader, or retry.",
+        )
+    }
+}
+
+/// The parts of an [`AppState`] beside the domain.
+pub struct Parts {
+    /// The cursor codec.
+    pub cursors: CursorCodec,
+    /// The rate limiter.
+    pub limiter: RateLimiter,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// Request metrics.
+    pub metrics: Metrics,
+    /// Caps of one report run.
+    pub report_caps: actors::report::Caps,
+    /// See [`AppState::stopping`].
     pub stopping: tokio::sync::watch::Sender<bool>,
 }

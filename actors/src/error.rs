@@ -73,6 +73,20 @@ pub enum Error {
     /// damage, never a client's doing.
     #[error("{0}")]
     Inconsistent(String),
+    /// A cluster node cannot take the write now: it is not the leader, a leader change is under
+    /// way, or no majority answers.
+    #[error("{reason}")]
+    ClusterUnavailable {
+        /// Whether the write is certainly not applied, or may yet be.
+        outcome: ClusterOutcome,
+        /// The leader this node knows of.
+        leader: Option<u64>,
+        /// A sentence for the operator's log and the client.
+        reason: String,
+    },
+    /// The node's part of its cluster failed to start or stop (its data dir, its address).
+    #[error("cluster node: {0}")]
+    Cluster(String),
     /// An actor's mailbox is closed (the service is shutting down).
     #[error("the {0} actor is not running")]
     Unavailable(&'static str),
@@ -86,6 +100,27 @@ pub enum Error {
         /// Where and what: `{"path", "column", "reason"}` or `{"cap", "limit", "value"}`.
         detail: serde_json::Value,
     },
+}
+
+/// The fate of a write a cluster node could not acknowledge (`detail.outcome` of
+/// `503 cluster_unavailable`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterOutcome {
+    /// Certainly not applied: a retry is safe.
+    NotApplied,
+    /// Proposed, and its fate could not be learned in time: it may or may not apply; a retry
+    /// with the same `Idempotency-Key` tells which.
+    Unknown,
+}
+
+impl ClusterOutcome {
+    /// The contract's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterOutcome::NotApplied => "not_applied",
+            ClusterOutcome::Unknown => "unknown",
+        }
+    }
 }
 
 /// Why a report cannot run (the HTTP layer maps each to one error code).

@@ -24,6 +24,8 @@
 //!   one way in from above.
 //! - [`backup`]: the backup file: writing one from the service's copies, verifying one,
 //!   restoring one into a new data dir.
+//! - [`replica`]: a cluster node's domain: committed records applied on a follower, the
+//!   actors started when it leads, and the log seam over the Raft group (`cluster` crate).
 //!
 //! The log is this crate's alone, and inside it every append, read and checkpoint goes through
 //! [`log::RecordLog`]: the server and the CLI reach the log only through [`Service`], whose
@@ -51,6 +53,7 @@ pub mod model;
 pub mod publish;
 pub mod record;
 pub mod registry;
+pub mod replica;
 pub mod report;
 pub mod service;
 pub mod shared;

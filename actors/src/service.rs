@@ -442,12 +442,24 @@ impl Service {
         let log_config =
             WalLogConfig { dir: config.data_dir.clone(), min_free_bytes: config.min_free_bytes };
         let (log, report) = WalLog::open(log_config, &mut rebuild)?;
+        let service = Service::start(&config, rebuild, Arc::new(log), report.last_lsn);
+        Ok((service, report))
+    }
+
+    /// Starts the actors on `rebuild`, the state at `last_lsn` of `log`, which takes every
+    /// later record. Must run inside an actix system.
+    pub(crate) fn start(
+        config: &ServiceConfig,
+        mut rebuild: Rebuild,
+        log: Arc<dyn RecordLog>,
+        last_lsn: Lsn,
+    ) -> Service {
         let shared = Shared {
-            log: Arc::new(log),
-            clock: config.clock,
-            row_ids,
-            idem,
-            outbox,
+            log,
+            clock: config.clock.clone(),
+            row_ids: Arc::clone(&rebuild.row_ids),
+            idem: Arc::clone(&rebuild.idem),
+            outbox: Arc::clone(&rebuild.outbox),
             retention: config.retention,
         };
 
@@ -461,27 +473,22 @@ impl Service {
         let mut directory = rebuild.directory;
         directory.reindex();
         let directory = Arc::new(directory);
-        let published: PublishedDirectory = Arc::new(Published::new(DirectorySnapshot {
-            state: directory.clone(),
-            lsn: report.last_lsn,
-        }));
+        let published: PublishedDirectory =
+            Arc::new(Published::new(DirectorySnapshot { state: directory.clone(), lsn: last_lsn }));
         let actor =
             DirectoryActor::new(directory, published.clone(), shared.clone(), sheets.clone());
         let directory = actor.start();
         let reports = ReportRunner::new(sheets.clone()).start();
-        Ok((
-            Service {
-                shared,
-                directory,
-                published,
-                sheets,
-                reports,
-                spans: Arc::default(),
-                checkpointing: Arc::default(),
-                _arbiters: Arc::new(arbiters),
-            },
-            report,
-        ))
+        Service {
+            shared,
+            directory,
+            published,
+            sheets,
+            reports,
+            spans: Arc::default(),
+            checkpointing: Arc::default(),
+            _arbiters: Arc::new(arbiters),
+        }
     }
 
     /// Replay a data dir without changing it and count what it holds (`sheetd check`).

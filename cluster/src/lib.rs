@@ -14,6 +14,10 @@
 //! Crate map, one line per module; each uses only those listed after it:
 //! - `net/`: the cluster link: [`net::ClusterLink`] (listener, runtime, dispatch to the local
 //!   Raft), [`net::Network`] (openraft's network), the handshake and authenticated frames.
+//! - `machine.rs`: [`Machine`], openraft's state machine over a domain behind [`Apply`], and
+//!   the durable copy of its last snapshot.
+//! - `node.rs`: [`GroupNode`], one member as a server runs it (store, machine, link, core,
+//!   proposer), and its [`Status`].
 //! - `proposer.rs`: [`Proposer`], the leader's one proposer of a group: a record's Raft index
 //!   given before openraft appends it, leases and epochs, [`Leadership`].
 //! - `state_machine.rs`: [`RecordsStateMachine`], the applied records in order, and its
@@ -36,13 +40,17 @@
 
 mod error;
 mod log_store;
+mod machine;
 pub mod net;
+mod node;
 mod proposer;
 mod state_machine;
 mod types;
 
 pub use error::{Error, Result};
 pub use log_store::{RaftState, WalLogStore};
+pub use machine::{Apply, Machine};
+pub use node::{GroupNode, Member, NodeConfig, Status};
 pub use proposer::{Leadership, Proposal, ProposeError, Proposer};
 pub use state_machine::{RecordsState, RecordsStateMachine, SnapshotData};
 pub use types::{

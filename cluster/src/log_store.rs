@@ -46,7 +46,7 @@ use serde::{Deserialize, Serialize};
 use wal::{codec, Lsn, Wal};
 
 use crate::error::{Error, Result};
-use crate::types::{Entry, LogId, TypeConfig, Vote};
+use crate::types::{Entry, LogId, Record, TypeConfig, Vote};
 
 /// The Raft state that is not log entries, kept durable in the wal's state file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -197,6 +197,32 @@ impl WalLogStore {
     /// The wal's failure, if it had failed.
     pub fn shutdown(&self) -> Result<()> {
         Ok(self.inner.wal.shutdown()?)
+    }
+
+    /// The record the entry at `index` carries, if the log holds that entry and it is a
+    /// record applied where it stands ([`Record::belongs_at`]); `None` for a blank or
+    /// membership entry, a skipped record, or an index the log does not hold. Blocking. The
+    /// caller asks only for committed indexes: an entry past the commit point may still be
+    /// replaced.
+    ///
+    /// # Errors
+    /// The wal failing to read, or an entry that does not decode.
+    pub fn read_record(&self, index: u64) -> Result<Option<Record>> {
+        Ok(self.entry(index)?.and_then(|entry| match entry.payload {
+            openraft::EntryPayload::Normal(record) if record.belongs_at(index) => Some(record),
+            _ => None,
+        }))
+    }
+
+    /// Whether the log has never held anything: no entry, no vote, nothing purged.
+    pub fn is_pristine(&self) -> bool {
+        let state = lock(&self.inner.state);
+        lock(&self.inner.ends).last.is_none() && state.vote.is_none() && state.last_purged.is_none()
+    }
+
+    /// The wal's counters, for metrics.
+    pub fn stats(&self) -> wal::WalStats {
+        self.inner.wal.stats()
     }
 
     /// Saves the state `change` makes of the current one, durably, then publishes it.
@@ -396,7 +422,6 @@ mod tests {
     use openraft::EntryPayload;
 
     use super::*;
-    use crate::types::Record;
 
     fn entry(index: u64) -> Entry {
         let leader = openraft::impls::leader_id_adv::LeaderId { term: 1, node_id: 1 };

@@ -55,6 +55,9 @@ use crate::types::{GroupId, NodeId, Record, TypeConfig};
 /// ended by a wrong guess starts again within this, even on an idle group.
 const RECHECK: Duration = Duration::from_millis(20);
 
+/// How recently a quorum must have acknowledged a leader for its lease to start, in ms.
+const QUORUM_ACK_FRESH_MS: u64 = 1000;
+
 /// What a node knows of its group's leadership, as the proposer last saw it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Leadership {
@@ -235,6 +238,11 @@ impl<SM: RaftStateMachine<TypeConfig>> Proposer<SM> {
         self.shared.lock().epoch
     }
 
+    /// The index the next proposal would get, while a lease lives.
+    pub fn next_index(&self) -> Option<u64> {
+        self.shared.lock().lease.as_ref().map(|l| l.next)
+    }
+
     /// What this node knows of the leadership, kept current.
     pub fn leadership(&self) -> watch::Receiver<Leadership> {
         self.shared.leadership.subscribe()
@@ -349,7 +357,12 @@ fn observe<SM: RaftStateMachine<TypeConfig>>(
         let caught_up = m.last_applied.as_ref().is_some_and(|applied| {
             Some(applied.index()) == m.last_log_index && *applied.committed_leader_id() == leader
         });
-        if caught_up {
+        // And a quorum has acknowledged it lately: a leader restarted from its own vote holds
+        // its old term's entries as its own, but no quorum follows it once a newer term began.
+        let followed = m.last_quorum_acked.as_ref().is_some_and(|at| {
+            openraft::Instant::elapsed(&**at) < Duration::from_millis(QUORUM_ACK_FRESH_MS)
+        });
+        if caught_up && followed {
             let next = m.last_log_index.map_or(0, |i| i + 1);
             state.lease = Some(Lease { leader, next });
             state.epoch += 1;

@@ -44,8 +44,64 @@ use crate::views::{
 /// `GET /admin/v1/health`: 200 once recovery is complete (the listener starts after it), with
 /// `status` `ok`, or `degraded` and the `reason` while the data dir takes no writes (reads are
 /// served either way).
+///
+/// On a cluster node it adds `cluster`: the node's role, the leader it follows, and whether
+/// it serves the API from its own state; `status` is `degraded` while no leader is known.
 pub async fn health(_: AdminCaller, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    ok(&HealthView::new(state.service.unwritable_reason()))
+    let reason = state.try_service().and_then(|s| s.unwritable_reason());
+    let Some(cluster) = &state.cluster else { return ok(&HealthView::new(reason)) };
+    let status = cluster.status();
+    let reason = reason.or_else(|| status.leader.is_none().then(|| "no leader is known".into()));
+    let mut view = serde_json::to_value(HealthView::new(reason)).map_err(ApiError::internal)?;
+    view["cluster"] = json!({
+        "nodeId": status.node_id,
+        "role": status.role,
+        "leaderId": status.leader,
+        "serving": state.try_service().is_some(),
+    });
+    Ok(HttpResponse::Ok().json(view))
+}
+
+/// `GET /admin/v1/cluster`: what this node knows of its cluster (docs/spec/cluster.md,
+/// "Membership"); answers also while no leader is known. 404 on a node that is not in one.
+pub async fn get_cluster(
+    _: AdminCaller,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let Some(cluster) = &state.cluster else {
+        return Err(ApiError::not_found("A cluster (this node runs alone)"));
+    };
+    let status = cluster.status();
+    let commit = status.commit_index;
+    let nodes: Vec<serde_json::Value> = status
+        .members
+        .iter()
+        .map(|m| {
+            let applied = if m.id == status.node_id { status.applied_index } else { m.matched };
+            json!({
+                "id": m.id,
+                "raftAddr": m.node.raft_addr,
+                "apiAddr": m.node.api_addr,
+                "role": m.role,
+                "voter": m.voter,
+                "reachable": m.id == status.node_id || m.last_heard_ms.is_some_and(|ms| ms < 1000),
+                "appliedIndex": applied,
+                "lag": match (commit, applied) {
+                    (Some(c), Some(a)) => Some(c.saturating_sub(a)),
+                    _ => None,
+                },
+            })
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({
+        "nodeId": status.node_id,
+        "groupId": status.group,
+        "term": status.term,
+        "leaderId": status.leader,
+        "commitIndex": commit,
+        "nodes": nodes,
+        "membershipChange": null,
+    })))
 }
 
 /// `POST /admin/v1/import`: add a fixture's objects; 422 on an id clash or bad reference.
@@ -58,7 +114,7 @@ pub async fn import(
     let body = read_body(&req, payload, state.max_body_bytes).await?;
     let fixture: Fixture = json_body(&body)?;
     let report = state
-        .service
+        .service()?
         .directory_actor()
         .send(Import(fixture))
         .await
@@ -105,10 +161,10 @@ pub async fn create_key(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload, state.max_body_bytes).await?;
-    let now = state.service.now();
+    let now = state.service()?.now();
     let msg = create_key_message(json_body(&body)?, now)?;
     let (key, secret) =
-        state.service.directory_actor().send(msg).await.map_err(ApiError::internal)??;
+        state.service()?.directory_actor().send(msg).await.map_err(ApiError::internal)??;
     tracing::info!(key_id = key.id, owner_id = key.owner_id, prefix = %key.prefix, "key created");
     let bytes =
         serde_json::to_vec(&CreatedKeyView::new(&key, secret)).map_err(ApiError::internal)?;
@@ -138,8 +194,8 @@ pub async fn list_keys(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let owner = query_u64(&req, "ownerId")?;
-    let now = state.service.now();
-    let directory = state.service.directory();
+    let now = state.service()?.now();
+    let directory = state.service()?.directory();
     let data: Vec<KeyView> = directory
         .keys
         .values()
@@ -157,10 +213,14 @@ pub async fn revoke_key(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let id = path_id(&req, "id")?;
-    let key =
-        state.service.directory_actor().send(RevokeKey(id)).await.map_err(ApiError::internal)??;
+    let key = state
+        .service()?
+        .directory_actor()
+        .send(RevokeKey(id))
+        .await
+        .map_err(ApiError::internal)??;
     tracing::info!(key_id = key.id, owner_id = key.owner_id, "key revoked");
-    ok(&KeyView::new(&key, state.service.now()))
+    ok(&KeyView::new(&key, state.service()?.now()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -232,7 +292,7 @@ pub async fn put_share(
         scope_id: share.scope_id,
         role: share.role.role(),
     };
-    state.service.directory_actor().send(msg).await.map_err(ApiError::internal)??;
+    state.service()?.directory_actor().send(msg).await.map_err(ApiError::internal)??;
     tracing::info!(
         user_id = share.user_id,
         scope_type = ?share.scope_type,
@@ -262,7 +322,7 @@ pub async fn put_plan(
     let body = read_body(&req, payload, state.max_body_bytes).await?;
     let PlanRequest { plan } = json_body(&body)?;
     state
-        .service
+        .service()?
         .directory_actor()
         .send(SetPlan { user_id, plan })
         .await
@@ -285,7 +345,7 @@ pub async fn list_events(
 ) -> Result<HttpResponse, ApiError> {
     let after = query_u64(&req, "after")?.unwrap_or(0);
     let limit = paging(&req, &state.cursors, None)?.limit;
-    let events = state.service.events(after, limit);
+    let events = state.service()?.events(after, limit);
     ok(&AdminListView { data: events.iter().map(EventView::from).collect() })
 }
 
@@ -295,7 +355,7 @@ pub async fn get_stats(
     _: AdminCaller,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    ok(&StatsView::new(&state.service.counts(), state.service.durable_lsn()))
+    ok(&StatsView::new(&state.service()?.counts(), state.service()?.durable_lsn()))
 }
 
 /// `GET /admin/v1/metrics`: Prometheus text (version 0.0.4): requests by route and status,
@@ -304,7 +364,7 @@ pub async fn get_metrics(
     _: AdminCaller,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let text = crate::metrics::exposition(&state.metrics, &state.service);
+    let text = crate::metrics::exposition(&state.metrics, state.service()?);
     Ok(HttpResponse::Ok().content_type(crate::prometheus::CONTENT_TYPE).body(text))
 }
 
@@ -316,7 +376,7 @@ pub async fn get_backup(
     _: AdminCaller,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let copies = state.service.backup().await?;
+    let copies = state.service()?.backup().await?;
     let position = copies.position();
     let files = vec![(crate::backup::CURSOR_KEY_FILE.to_owned(), state.cursors.key().to_vec())];
     // Four chunks in flight: a slow client holds the writer back, not the server's memory.
@@ -357,7 +417,14 @@ pub async fn get_digest(
     _: AdminCaller,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let copies = state.service.backup().await?;
+    if let (None, Some(cluster)) = (state.try_service(), &state.cluster) {
+        // A follower: the state it applied, without actors.
+        if let Some((position, digest)) = cluster.following_digest() {
+            return Ok(HttpResponse::Ok()
+                .json(json!({"appliedIndex": position, "digest": digest.to_string()})));
+        }
+    }
+    let copies = state.service()?.backup().await?;
     let (position, digest) =
         actix_web::rt::task::spawn_blocking(move || actors::backup::digest(copies))
             .await
@@ -382,6 +449,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource("/admin/v1/stats").route(read().to(get_stats)))
         .service(resource("/admin/v1/metrics").route(read().to(get_metrics)))
         .service(resource("/admin/v1/backup").route(web::get().to(get_backup)))
+        .service(resource("/admin/v1/cluster").route(read().to(get_cluster)))
         .service(resource("/admin/v1/cluster/digest").route(read().to(get_digest)))
         .default_service(web::to(no_route));
 }

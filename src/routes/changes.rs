@@ -85,7 +85,7 @@ pub async fn list_changes(
     let resume = if stream { last_event_id(&req, &state.cursors, sheet_id)? } else { None };
     let snapshot = sheet_snapshot(&state, &caller, sheet_id)?;
     let published = state
-        .service
+        .service()?
         .sheet_published(sheet_id)
         .ok_or_else(|| ApiError::not_found(format!("Sheet {sheet_id}")))?;
     let from = resume.or(page.after).unwrap_or_else(|| snapshot.state.changes.oldest_seq());
@@ -192,7 +192,8 @@ fn expired(cursors: &CursorCodec, sheet_id: u64, oldest: u64) -> ApiError {
 
 /// The caller as it stands now, if it may still read the sheet.
 fn still_reading(state: &AppState, caller: &Caller, sheet_id: u64) -> Option<Caller> {
-    let caller = caller.refreshed(state.service.directory(), state.service.now())?;
+    let service = state.try_service()?;
+    let caller = caller.refreshed(service.directory(), service.now())?;
     caller.can_read(Target::Sheet(sheet_id)).then_some(caller)
 }
 
@@ -207,7 +208,7 @@ async fn read(
     if from >= snapshot.state.changes.next_seq() {
         return Ok(Vec::new());
     }
-    let service = state.service.clone();
+    let service = state.service()?.clone();
     let read = web::block(move || service.read_changes(&snapshot, Some(from), limit))
         .await
         .map_err(|e| ApiError::internal(format!("reading changes: {e}")))?;

@@ -134,7 +134,7 @@ pub async fn run_report(
         limit: page.limit,
         caps: state.report_caps,
     };
-    let result = state.service.reports().send(run).await.map_err(ApiError::internal)??;
+    let result = state.service()?.reports().send(run).await.map_err(ApiError::internal)??;
     // The cursor names the run as well as the offset, so the next page comes from the same
     // result (see `actors::report`, "Paging").
     let next_cursor = result.next_offset.map(|offset| {

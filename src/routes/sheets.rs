@@ -42,9 +42,10 @@ pub async fn list_sheets(
     let page = paging(&req, &state.cursors, Some((Kind::Sheets, 0)))?;
     let (metas, more) =
         page.page_of(&caller.directory.sheets, |m| caller.can_read(Target::Sheet(m.id)));
+    let service = state.service()?;
     let data = metas
         .iter()
-        .map(|m| match state.service.sheet_snapshot(m.id) {
+        .map(|m| match service.sheet_snapshot(m.id) {
             Some(snapshot) => Ok(SheetView::new(m, &snapshot.state)),
             None => Err(ApiError::internal(format!("sheet {} has no actor", m.id))),
         })
@@ -62,7 +63,7 @@ pub fn sheet_snapshot(
 ) -> Result<Arc<SheetSnapshot>, ApiError> {
     let what = format!("Sheet {sheet_id}");
     caller.authorize(Target::Sheet(sheet_id), Need::Read, &what)?;
-    state.service.sheet_snapshot(sheet_id).ok_or_else(|| ApiError::not_found(&what))
+    state.service()?.sheet_snapshot(sheet_id).ok_or_else(|| ApiError::not_found(&what))
 }
 
 /// The sheet's actor (its one writer), once the caller may touch it as `need` says.
@@ -74,7 +75,7 @@ pub fn sheet_actor(
 ) -> Result<actix::Addr<actors::SheetActor>, ApiError> {
     let what = format!("Sheet {sheet_id}");
     caller.authorize(Target::Sheet(sheet_id), need, &what)?;
-    state.service.sheet(sheet_id).ok_or_else(|| ApiError::not_found(&what))
+    state.service()?.sheet(sheet_id).ok_or_else(|| ApiError::not_found(&what))
 }
 
 /// getSheet: the sheet, its columns and the first page of rows.

@@ -472,7 +472,7 @@ async fn background_checkpoints_run_by_size_by_time_and_by_count_and_not_while_i
         a.checkpoint_every_secs = 0;
     })
     .await;
-    let service = s.running().state.service.clone();
+    let service = s.running().state.try_service().unwrap().clone();
     let seeded = || service.log_stats().checkpoint_lsn >= 1;
     assert!(eventually(5, seeded).await, "{:?}", service.log_stats());
     let (a, b) = ("a".repeat(2000), "b".repeat(2000));
@@ -498,7 +498,7 @@ async fn background_checkpoints_run_by_size_by_time_and_by_count_and_not_while_i
         a.checkpoint_every_secs = 1;
     })
     .await;
-    let service = t.running().state.service.clone();
+    let service = t.running().state.try_service().unwrap().clone();
     let checkpointed = || service.log_stats().checkpoint_lsn >= 1;
     assert!(eventually(5, checkpointed).await, "{:?}", service.log_stats());
     // And the data is whole after a restart from it.
@@ -514,7 +514,7 @@ async fn background_checkpoints_run_by_size_by_time_and_by_count_and_not_while_i
         a.checkpoint_every_records = 3;
     })
     .await;
-    let service = c.running().state.service.clone();
+    let service = c.running().state.try_service().unwrap().clone();
     let add = json!({"rows": [{"cells": {"110": "x"}}]});
     assert_eq!(c.post("/sheets/11/rows:bulkAdd", ADA_WRITE, &add).await.0, 200);
     actix_rt::time::sleep(Duration::from_millis(2500)).await;

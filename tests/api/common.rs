@@ -115,6 +115,10 @@ pub fn args(data_dir: &Path) -> ServeArgs {
         min_free_disk_bytes: None,
         changes_retention_days: 7,
         changes_retention_min: 100_000,
+        node_id: None,
+        raft_addr: None,
+        initial_cluster: None,
+        cluster_secret_file: None,
     }
 }
 

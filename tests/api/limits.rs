@@ -106,7 +106,7 @@ async fn a_replayed_delete_returns_204_and_deletes_nothing_more() {
     assert_eq!(header(&again, "x-request-id"), Some(rid.as_str()), "the original request id");
     assert_eq!(header(&again, "idempotent-replayed"), Some("true"));
     assert_eq!(row_count(&s, 10).await, 3);
-    let events = s.running().state.service.events(0, 10);
+    let events = s.running().state.try_service().unwrap().events(0, 10);
     assert_eq!(events.len(), 1, "one ROW_DELETED, not two");
 }
 
@@ -181,7 +181,7 @@ async fn the_key_is_free_again_after_24_hours() {
     assert_eq!(header(&fresh, "idempotent-replayed"), None);
     assert_eq!(row_count(&s, 11).await, 3);
     // Expired records are purged from memory.
-    let service = &s.running().state.service;
+    let service = s.running().state.try_service().unwrap();
     let held = service.side_store_sizes().idempotency;
     s.clock.advance(Duration::from_secs(25 * 3600));
     assert_eq!(service.purge_expired().idempotency, held);

@@ -5,6 +5,7 @@ mod admin;
 mod backup;
 mod bench;
 mod changes;
+mod cluster;
 mod common;
 mod compression;
 mod conditional;

@@ -17,7 +17,7 @@ fn texts(page: &Value) -> Vec<String> {
 #[allow(clippy::await_holding_lock)]
 async fn a_read_never_shows_a_write_whose_record_is_not_durable() {
     let s = TestServer::start().await;
-    let service = s.running().state.service.clone();
+    let service = s.running().state.try_service().unwrap().clone();
     let before = service.log_stats().last_lsn;
     let held = service.hold_commits();
     let url = format!("{}/sheets/11/rows:bulkAdd", s.base);

@@ -196,7 +196,7 @@ async fn patch_conflicts_classify_against_base_cells_and_bad_cells_are_422() {
 #[actix_rt::test]
 async fn delete_removes_the_subtree_counters_attachments_and_emits_events() {
     let s = TestServer::start().await;
-    let service = &s.running().state.service;
+    let service = s.running().state.try_service().unwrap();
     let before = service.counts();
     assert_eq!((before.attachments, before.attachment_bytes), (2, 150));
     let (status, body, headers) =
@@ -312,7 +312,7 @@ async fn concurrent_writers_to_one_row_never_silently_overwrite() {
 async fn a_write_the_log_refused_is_never_revealed() {
     let s = TestServer::start().await;
     // The log goes away under a running server (as after a disk failure).
-    s.running().state.service.close().unwrap();
+    s.running().state.try_service().unwrap().close().unwrap();
     let r = s
         .post("/sheets/11/rows:bulkAdd", ADA_WRITE, &json!({"rows": [{"cells": {"110": "ghost"}}]}))
         .await;

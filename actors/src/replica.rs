@@ -1,0 +1,336 @@
+//! The domain of a cluster node: [`Replica`], what the Raft state machine applies committed
+//! records to, and [`RaftLog`], the log seam over the group.
+//!
+//! # Roles
+//!
+//! - **Following**, the state of every node at start: committed records are applied to a
+//!   [`Rebuild`] (the state recovery builds, without actors) exactly as a start replays them,
+//!   at position `index + 1` (a record's position is the wal LSN of its Raft entry, so the
+//!   change feed reads it back from the local log at the same position on every node). The
+//!   node answers no public request from it: they go to the leader.
+//! - **Leading**: when this node's proposer first takes proposals it has applied everything
+//!   committed before its term, and [`ClusterDomain::promote`] starts the actors on the
+//!   rebuilt state. From then on the actors decide writes and append them through
+//!   [`RaftLog`]; applying a record on this node changes nothing more (its actors applied it
+//!   when they decided it, and publish it when its proposal resolves).
+//! - A leader that loses its lease keeps its actors: a record that did not apply fails its
+//!   write and the actors drop back to their published state, as after a failed fsync (the
+//!   epoch). A node that stops leading altogether leaves the process to restart it as a
+//!   follower from its data dir: its actors may hold decisions the new leader never saw.
+//!
+//! # What is not here yet
+//!
+//! Raft snapshots (the leader's checkpoint as openraft's snapshot) are not built, so the log is
+//! kept whole and a new member catches up from the log; [`cluster::Apply::snapshot`] refuses.
+
+use std::future::Future;
+use std::io::{self, Read, Write};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use cluster::net::ClusterSecret;
+pub use cluster::{ClusterNode as Peer, Member, NodeConfig, NodeId, Status};
+use cluster::{GroupNode, ProposeError};
+
+use crate::digest::StateDigest;
+use crate::error::{ClusterOutcome, Error, Result};
+use crate::log::{codec, AppendOptions, Appended, Lsn, RecordLog, WalStats};
+use crate::model::Millis;
+use crate::record::Record;
+use crate::service::{fresh_rebuild, Rebuild, Service, ServiceConfig};
+
+/// How long a write waits for its commit before it is answered `unknown`.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The domain under the state machine (see the module docs).
+pub struct Replica {
+    role: Role,
+}
+
+enum Role {
+    Following(Box<Rebuild>),
+    Leading,
+}
+
+impl Replica {
+    /// An empty domain, keeping idempotent answers younger than the window at `now`.
+    pub fn new(now: Millis) -> Replica {
+        Replica { role: Role::Following(Box::new(fresh_rebuild(now))) }
+    }
+}
+
+impl cluster::Apply for Replica {
+    fn apply(&mut self, index: u64, payload: &[u8]) -> io::Result<()> {
+        match &mut self.role {
+            Role::Following(rebuild) => {
+                let record: Record = codec::decode(payload).map_err(io::Error::other)?;
+                rebuild.apply(index + 1, record);
+            }
+            // Its actors applied it when they decided it.
+            Role::Leading => {}
+        }
+        Ok(())
+    }
+
+    fn skip(&mut self, _index: u64) {}
+
+    fn snapshot(&mut self, _out: &mut dyn Write) -> io::Result<()> {
+        Err(io::Error::other("Raft snapshots are not built on a sheetd node yet"))
+    }
+
+    fn install(&mut self, _index: u64, _snapshot: &mut dyn Read) -> io::Result<()> {
+        Err(io::Error::other("Raft snapshots are not installed on a sheetd node yet"))
+    }
+}
+
+/// A running cluster node's domain side: the group, and what the server asks of it.
+#[derive(Clone)]
+pub struct ClusterDomain {
+    node: Arc<GroupNode<Replica>>,
+    guard: Arc<LeaderGuard>,
+}
+
+/// Whether the actors of a leader may still answer from their state.
+///
+/// Invariant: while [`LeaderGuard::holds`], every record this node's actors decided and saw
+/// acknowledged is committed, and every side effect they ordered (a stored idempotent answer)
+/// belongs to a record that is committed or still pending under the current leadership. A
+/// proposal that failed after its `at` ran (skipped, or of unknown fate) breaks that: the guard
+/// is tainted for good, and the process restarts as a follower (`sheetd`'s cluster module).
+pub struct LeaderGuard {
+    /// The term the actors were started in; 0 before.
+    term: std::sync::atomic::AtomicU64,
+    tainted: std::sync::atomic::AtomicBool,
+    /// Woken when the guard is tainted.
+    pub tainted_now: tokio::sync::Notify,
+}
+
+impl LeaderGuard {
+    fn taint(&self, why: &ProposeError) {
+        if !self.tainted.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            tracing::warn!(reason = %why, "a proposal failed after it was ordered: this node stops serving from its actors");
+        }
+        self.tainted_now.notify_waiters();
+        self.tainted_now.notify_one();
+    }
+
+    /// Whether the guard was tainted.
+    pub fn is_tainted(&self) -> bool {
+        self.tainted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl ClusterDomain {
+    /// Starts the node: its data dir's log and its part of the group.
+    ///
+    /// # Errors
+    /// As [`GroupNode::start`].
+    pub async fn start(config: NodeConfig, now: Millis) -> Result<ClusterDomain> {
+        let node = GroupNode::start(config, Replica::new(now))
+            .await
+            .map_err(|e| Error::Cluster(e.to_string()))?;
+        let guard = Arc::new(LeaderGuard {
+            term: Default::default(),
+            tainted: Default::default(),
+            tainted_now: tokio::sync::Notify::new(),
+        });
+        Ok(ClusterDomain { node, guard })
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.node.node_id()
+    }
+
+    /// Whether this node serves from its actors now: it was promoted, still leads in that
+    /// term, and no proposal failed after it was ordered (see [`LeaderGuard`]).
+    pub fn serving(&self) -> bool {
+        serving(&self.node, &self.guard)
+    }
+
+    /// The guard of this node's leadership.
+    pub fn guard(&self) -> &Arc<LeaderGuard> {
+        &self.guard
+    }
+
+    /// What this node knows of its group.
+    pub fn status(&self) -> Status {
+        self.node.status()
+    }
+
+    /// The epoch of this node's leadership, and whether it takes proposals now.
+    pub fn leadership(&self) -> tokio::sync::watch::Receiver<cluster::Leadership> {
+        self.node.proposer().leadership()
+    }
+
+    /// The applied position and the digest of the state there, while this node follows;
+    /// `None` once it leads (its actors answer then).
+    pub fn following_digest(&self) -> Option<(Lsn, StateDigest)> {
+        self.node.machine().with_domain(|replica, last| match &replica.role {
+            Role::Following(rebuild) => Some((last.map_or(0, |l| l.index + 1), rebuild.digest())),
+            Role::Leading => None,
+        })
+    }
+
+    /// Starts the actors on the state this node applied: called once, when it first takes
+    /// proposals. Must run inside an actix system.
+    ///
+    /// # Errors
+    /// Called a second time.
+    pub fn promote(&self, config: &ServiceConfig) -> Result<Service> {
+        let (rebuild, last) = self.node.machine().with_domain(|replica, last| {
+            match std::mem::replace(&mut replica.role, Role::Leading) {
+                Role::Following(rebuild) => Ok((rebuild, last)),
+                Role::Leading => Err(Error::Inconsistent("promoted twice".into())),
+            }
+        })?;
+        let last_lsn = last.map_or(0, |l| l.index + 1);
+        let term = self.node.proposer().leadership().borrow().term;
+        self.guard.term.store(term, std::sync::atomic::Ordering::SeqCst);
+        tracing::info!(applied = last_lsn, term, "leading: the actors start on the applied state");
+        let log =
+            Arc::new(RaftLog { node: Arc::clone(&self.node), guard: Arc::clone(&self.guard) });
+        Ok(Service::start(config, *rebuild, log, last_lsn))
+    }
+
+    /// Stops the node.
+    ///
+    /// # Errors
+    /// The log's failure, if it had failed.
+    pub async fn shutdown(&self) -> Result<()> {
+        self.node.shutdown().await.map_err(|e| Error::Cluster(e.to_string()))
+    }
+}
+
+/// The log seam over the group, on the leader: an append is a proposal, durable once applied
+/// here (so committed on a majority).
+struct RaftLog {
+    node: Arc<GroupNode<Replica>>,
+    guard: Arc<LeaderGuard>,
+}
+
+/// See [`ClusterDomain::serving`].
+fn serving(node: &GroupNode<Replica>, guard: &LeaderGuard) -> bool {
+    let term = guard.term.load(std::sync::atomic::Ordering::SeqCst);
+    if term == 0 || guard.is_tainted() {
+        return false;
+    }
+    let leadership = node.proposer().leadership();
+    let now = leadership.borrow();
+    now.leader == Some(node.node_id()) && now.term == term
+}
+
+fn unavailable(e: ProposeError) -> Error {
+    let (outcome, leader) = match &e {
+        ProposeError::NotLeader { leader } => (ClusterOutcome::NotApplied, *leader),
+        ProposeError::NotApplied { .. } => (ClusterOutcome::NotApplied, None),
+        ProposeError::Unknown { .. } => (ClusterOutcome::Unknown, None),
+    };
+    Error::ClusterUnavailable { outcome, leader, reason: e.to_string() }
+}
+
+impl RecordLog for RaftLog {
+    fn append(
+        &self,
+        record: &Record,
+        options: AppendOptions,
+        at: &mut dyn FnMut(Lsn),
+    ) -> Result<Appended> {
+        let bytes = codec::encode(record)?;
+        let proposal = self
+            .node
+            .proposer()
+            .propose(bytes, options.epoch, |index| at(index + 1))
+            .map_err(unavailable)?;
+        let (lsn, index) = (proposal.index() + 1, proposal.index());
+        let guard = Arc::clone(&self.guard);
+        Ok(Appended::new(lsn, async move {
+            let failed = match tokio::time::timeout(WRITE_TIMEOUT, proposal).await {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(e)) => e,
+                Err(_) => ProposeError::Unknown {
+                    index,
+                    reason: format!("not committed within {WRITE_TIMEOUT:?}"),
+                },
+            };
+            // Its `at` ran: what the actors ordered by it may belong to no committed record.
+            guard.taint(&failed);
+            Err(unavailable(failed))
+        }))
+    }
+
+    fn read(&self, lsn: Lsn) -> Result<Option<Record>> {
+        let Some(index) = lsn.checked_sub(1) else { return Ok(None) };
+        let stored =
+            self.node.store().read_record(index).map_err(|e| Error::Inconsistent(e.to_string()))?;
+        match stored {
+            Some(record) => Ok(Some(codec::decode(&record.payload)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn last_lsn(&self) -> Lsn {
+        // The last index given is `next - 1`, at position `next`.
+        let given = self.node.proposer().next_index().unwrap_or(0);
+        given.max(self.durable_lsn())
+    }
+
+    fn durable_lsn(&self) -> Lsn {
+        self.node.applied_index().map_or(0, |i| i + 1)
+    }
+
+    fn wait_durable(&self, lsn: Lsn) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> {
+        let node = Arc::clone(&self.node);
+        Box::pin(async move {
+            let Some(index) = lsn.checked_sub(1) else { return Ok(()) };
+            node.wait_applied(index, WRITE_TIMEOUT)
+                .await
+                .map_err(|e| unavailable(ProposeError::Unknown { index, reason: e.to_string() }))
+        })
+    }
+
+    fn epoch(&self) -> u64 {
+        self.node.proposer().epoch()
+    }
+
+    fn checkpoint(
+        &self,
+        _lsn: Lsn,
+        _snapshot: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+        _retains: &dyn Fn(Lsn) -> bool,
+    ) -> Result<()> {
+        // The Raft log is truncated by the group (after a snapshot), never by one node's
+        // maintenance; until snapshots are built it is kept whole.
+        Ok(())
+    }
+
+    fn heal(&self, _on_reopen: &mut dyn FnMut(Lsn)) -> Result<Option<Lsn>> {
+        Ok(None)
+    }
+
+    fn stats(&self) -> WalStats {
+        self.node.store().stats()
+    }
+
+    fn refresh_space(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn is_failed(&self) -> bool {
+        false
+    }
+
+    fn unwritable_reason(&self) -> Option<String> {
+        None
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        Ok(())
+    }
+
+    #[cfg(feature = "testing")]
+    fn hold_commits(&self) -> Box<dyn std::fmt::Debug + '_> {
+        Box::new("commits are not held on a cluster node")
+    }
+}

@@ -1,0 +1,280 @@
+//! One member of a group as a server runs it: the log store, the state machine over the
+//! domain, the cluster link, openraft's core on the link's runtime, and the proposer.
+//!
+//! Owns: [`GroupNode`], [`NodeConfig`] and [`Status`] (what `GET /admin/v1/cluster` shows).
+//! Everything a server needs of the group goes through it, so openraft is named in this crate
+//! alone.
+//!
+//! # Starting
+//!
+//! A node on a pristine data dir started with the initial voters calls openraft's `initialize`
+//! with them: every listed node does so with the same list, which openraft allows (its vote
+//! then elects one leader). A node whose data dir already holds a log ignores the list and
+//! rejoins the cluster its log belongs to.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::{Config, Raft, ServerState, SnapshotPolicy};
+
+use crate::machine::{Apply, Machine};
+use crate::net::{ClusterLink, ClusterSecret, LinkConfig};
+use crate::proposer::Proposer;
+use crate::types::{ClusterNode, GroupId, NodeId, TypeConfig};
+use crate::WalLogStore;
+
+/// How a node starts.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// The node's id for life.
+    pub node_id: NodeId,
+    /// The group.
+    pub group: GroupId,
+    /// The data dir: the log and the last snapshot.
+    pub dir: PathBuf,
+    /// Where the node listens for its peers.
+    pub raft_addr: SocketAddr,
+    /// Where clients reach the node (told to peers, so they can send clients here).
+    pub api_addr: String,
+    /// The voters of a new cluster, when this node is one of them.
+    pub initial: Option<BTreeMap<NodeId, ClusterNode>>,
+    /// The cluster's secret.
+    pub secret: ClusterSecret,
+    /// Heartbeat interval, ms.
+    pub heartbeat_ms: u64,
+    /// Election timeout, ms: a follower that hears no leader for a random time in this range
+    /// stands for election.
+    pub election_timeout_ms: (u64, u64),
+}
+
+/// What this node knows of its group, as `GET /admin/v1/cluster` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// This node.
+    pub node_id: NodeId,
+    /// The group.
+    pub group: GroupId,
+    /// The current term.
+    pub term: u64,
+    /// The leader this node knows of.
+    pub leader: Option<NodeId>,
+    /// The commit index this node knows of.
+    pub commit_index: Option<u64>,
+    /// This node's applied index.
+    pub applied_index: Option<u64>,
+    /// This node's role: `leader`, `follower`, `candidate` or `learner`.
+    pub role: &'static str,
+    /// The members, with what this node knows of each.
+    pub members: Vec<Member>,
+}
+
+/// A member as another node sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Its id.
+    pub id: NodeId,
+    /// Its addresses.
+    pub node: ClusterNode,
+    /// Whether it counts for a majority.
+    pub voter: bool,
+    /// Its role, as far as this node can tell.
+    pub role: &'static str,
+    /// Its matched index, when this node leads and has heard from it.
+    pub matched: Option<u64>,
+    /// Milliseconds since this node (as leader) heard from it.
+    pub last_heard_ms: Option<u64>,
+}
+
+/// One member of a group, running.
+pub struct GroupNode<A: Apply> {
+    config: NodeConfig,
+    raft: Raft<TypeConfig, Machine<A>>,
+    machine: Machine<A>,
+    store: WalLogStore,
+    link: ClusterLink,
+    proposer: Proposer<Machine<A>>,
+}
+
+impl<A: Apply> GroupNode<A> {
+    /// Opens the data dir (the log, then the last snapshot into `domain`), binds the link,
+    /// starts openraft and the proposer, and initializes a new cluster when the data dir is
+    /// pristine and `config.initial` lists the voters.
+    ///
+    /// # Errors
+    /// The data dir cannot be opened, the address cannot be bound, the list omits this node,
+    /// or openraft refuses its configuration.
+    pub async fn start(config: NodeConfig, domain: A) -> io::Result<Arc<GroupNode<A>>> {
+        if let Some(initial) = &config.initial {
+            if !initial.contains_key(&config.node_id) {
+                return Err(io::Error::other(format!(
+                    "the initial cluster does not list this node ({})",
+                    config.node_id
+                )));
+            }
+        }
+        let store = {
+            let dir = config.dir.clone();
+            tokio::task::spawn_blocking(move || WalLogStore::open(dir))
+                .await
+                .map_err(io::Error::other)?
+                .map_err(io::Error::other)?
+        };
+        let pristine = store.is_pristine();
+        let machine = Machine::open(&config.dir, domain)?;
+        let link = ClusterLink::bind(
+            config.raft_addr,
+            LinkConfig::new(config.node_id, config.secret.clone()),
+        )?;
+        let raft_config = Config {
+            heartbeat_interval: config.heartbeat_ms,
+            election_timeout_min: config.election_timeout_ms.0,
+            election_timeout_max: config.election_timeout_ms.1,
+            // Snapshots are the domain's checkpoints, built on the leader from its published
+            // state; until that lands the log is kept whole.
+            snapshot_policy: SnapshotPolicy::Never,
+            ..Default::default()
+        };
+        let raft_config = Arc::new(raft_config.validate().map_err(io::Error::other)?);
+        let network = link.network(config.group);
+        let (id, log, sm) = (config.node_id, store.clone(), machine.clone());
+        let raft = link
+            .runtime()
+            .spawn(Raft::new(id, raft_config, network, log, sm))
+            .await
+            .map_err(io::Error::other)?
+            .map_err(io::Error::other)?;
+        link.serve(config.group, raft.clone())?;
+        let proposer = Proposer::start(config.group, raft.clone(), link.runtime());
+        if let (true, Some(initial)) = (pristine, &config.initial) {
+            let members = initial.clone();
+            let init = raft.clone();
+            // On the link's runtime, as every call into openraft's core.
+            let done = link.runtime().spawn(async move { init.initialize(members).await });
+            match done.await.map_err(io::Error::other)? {
+                Ok(()) => tracing::info!(voters = initial.len(), "a new cluster initialized"),
+                // Another listed node's membership reached this one first: the same cluster.
+                Err(e) => tracing::info!(error = %e, "the cluster was already initialized"),
+            }
+        }
+        Ok(Arc::new(GroupNode { config, raft, machine, store, link, proposer }))
+    }
+
+    /// The proposer (leader side of writes).
+    pub fn proposer(&self) -> &Proposer<Machine<A>> {
+        &self.proposer
+    }
+
+    /// The log, for reading records back by index.
+    pub fn store(&self) -> &WalLogStore {
+        &self.store
+    }
+
+    /// The state machine, for reading the domain while nothing is applied.
+    pub fn machine(&self) -> &Machine<A> {
+        &self.machine
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.config.node_id
+    }
+
+    /// The link's runtime: where anything that calls into openraft runs.
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        self.link.runtime()
+    }
+
+    /// The index applied on this node, if any.
+    pub fn applied_index(&self) -> Option<u64> {
+        self.raft.metrics().borrow_watched().last_applied.map(|l| l.index)
+    }
+
+    /// Resolves once this node has applied `index`, or fails after `timeout`.
+    ///
+    /// # Errors
+    /// The timeout passed or the node is shutting down.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> io::Result<()> {
+        let raft = self.raft.clone();
+        let wait = async move {
+            raft.wait(Some(timeout))
+                .applied_index_at_least(Some(index), "applied")
+                .await
+                .map(|_| ())
+                .map_err(io::Error::other)
+        };
+        self.link.runtime().spawn(wait).await.map_err(io::Error::other)?
+    }
+
+    /// What this node knows of its group now.
+    pub fn status(&self) -> Status {
+        let m = self.raft.metrics().borrow_watched().clone();
+        let membership = m.membership_config.membership();
+        let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
+        let replication = m.replication.clone().unwrap_or_default();
+        let heartbeat = m.heartbeat.clone().unwrap_or_default();
+        let leading = m.state == ServerState::Leader;
+        let members = membership
+            .nodes()
+            .map(|(id, node)| {
+                let voter = voters.contains(id);
+                let role = if Some(*id) == m.current_leader {
+                    "leader"
+                } else if voter {
+                    "follower"
+                } else {
+                    "learner"
+                };
+                let matched = if *id == m.id {
+                    m.last_log_index
+                } else {
+                    replication.get(id).and_then(|l| l.as_ref().map(|l| l.index))
+                };
+                let last_heard_ms = if *id == m.id || !leading {
+                    None
+                } else {
+                    heartbeat
+                        .get(id)
+                        .and_then(|t| t.as_ref())
+                        .map(|t| openraft::Instant::elapsed(&**t).as_millis() as u64)
+                };
+                Member { id: *id, node: node.clone(), voter, role, matched, last_heard_ms }
+            })
+            .collect();
+        let role = match m.state {
+            ServerState::Leader => "leader",
+            ServerState::Candidate => "candidate",
+            ServerState::Follower => "follower",
+            ServerState::Learner | ServerState::Shutdown => "learner",
+        };
+        Status {
+            node_id: m.id,
+            group: self.config.group,
+            term: m.current_term,
+            leader: m.current_leader,
+            commit_index: m.local_committed.map(|c| c.index),
+            applied_index: m.last_applied.map(|l| l.index),
+            role,
+            members,
+        }
+    }
+
+    /// Stops the node: openraft's core, the link, the log (queued entries flushed).
+    ///
+    /// # Errors
+    /// The log's failure, if it had failed.
+    pub async fn shutdown(&self) -> io::Result<()> {
+        let raft = self.raft.clone();
+        let _ = self.link.runtime().spawn(async move { raft.shutdown().await }).await;
+        self.link.shutdown();
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.shutdown())
+            .await
+            .map_err(io::Error::other)?
+            .map_err(io::Error::other)
+    }
+}

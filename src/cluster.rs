@@ -1,0 +1,174 @@
+//! Running as a member of a cluster (docs/spec/cluster.md): the node's settings from the serve
+//! flags, the cursor key every node shares, and the node's life as a leader.
+//!
+//! A cluster node starts as a follower: it applies committed records and answers its public
+//! API with `503 cluster_unavailable`. When its proposer first takes proposals (it leads, and
+//! has applied everything committed before its term), [`lead_when_elected`] starts the actors
+//! on that state and the node serves. When the leadership moves on (another leader, or a new
+//! term), the node's actors may hold decisions the cluster never committed; rather than
+//! untangle them, the process starts itself again from its data dir (a crash-only restart: the
+//! log and the vote are durable), and comes back as a follower.
+
+use std::collections::BTreeMap;
+
+use actix_web::web;
+use actors::replica::{ClusterSecret, NodeConfig, Peer};
+use actors::{Service, ServiceConfig};
+use anyhow::Context;
+use sha2::{Digest, Sha256};
+
+use crate::config::{parse_initial_cluster, ServeArgs};
+use crate::state::AppState;
+
+/// Raft's timing: a heartbeat every 100 ms, an election after 300–600 ms without one, so a
+/// leader's death is noticed and replaced in well under a second.
+const HEARTBEAT_MS: u64 = 100;
+const ELECTION_TIMEOUT_MS: (u64, u64) = (300, 600);
+
+/// The node's settings, when the flags ask for a cluster node.
+///
+/// # Errors
+/// The secret file cannot be read or is too short, or `--initial-cluster` is malformed or
+/// omits this node.
+pub fn node_config(args: &ServeArgs) -> anyhow::Result<Option<NodeConfig>> {
+    let Some(node_id) = args.node_id else { return Ok(None) };
+    let node_id = node_id.get();
+    let (Some(raft_addr), Some(secret_file)) = (args.raft_addr, &args.cluster_secret_file) else {
+        anyhow::bail!("--node-id needs --raft-addr and --cluster-secret-file");
+    };
+    let secret = std::fs::read(secret_file)
+        .with_context(|| format!("cannot read the cluster secret {}", secret_file.display()))?;
+    let secret = ClusterSecret::new(trim_newline(secret))
+        .with_context(|| format!("the cluster secret in {}", secret_file.display()))?;
+    let initial = match &args.initial_cluster {
+        None => None,
+        Some(text) => {
+            let members = parse_initial_cluster(text).map_err(anyhow::Error::msg)?;
+            if !members.iter().any(|(id, _)| *id == node_id) {
+                anyhow::bail!("--initial-cluster does not list this node ({node_id})");
+            }
+            // Every listed node initializes with exactly this list, so it holds only what
+            // every node is told alike (an API address is told to peers later).
+            let members: BTreeMap<u64, Peer> = members
+                .into_iter()
+                .map(|(id, addr)| {
+                    (id, Peer { raft_addr: addr.to_string(), api_addr: String::new() })
+                })
+                .collect();
+            Some(members)
+        }
+    };
+    Ok(Some(NodeConfig {
+        node_id,
+        group: 0,
+        dir: args.data_dir.clone(),
+        raft_addr,
+        api_addr: args.addr.to_string(),
+        initial,
+        secret,
+        heartbeat_ms: HEARTBEAT_MS,
+        election_timeout_ms: ELECTION_TIMEOUT_MS,
+    }))
+}
+
+/// A secret file's bytes without the line end an editor adds.
+fn trim_newline(mut bytes: Vec<u8>) -> Vec<u8> {
+    while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        bytes.pop();
+    }
+    bytes
+}
+
+/// The cursor key of a cluster: derived from the cluster secret, so a cursor (or an ETag) one
+/// node issued works on every other.
+pub fn cursor_key(secret_file_bytes: &[u8]) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    hash.update(b"sheetd cursor key 1\0");
+    hash.update(secret_file_bytes);
+    hash.finalize().into()
+}
+
+/// The cluster secret's bytes as the flags name them, for [`cursor_key`].
+///
+/// # Errors
+/// The file cannot be read.
+pub fn secret_bytes(args: &ServeArgs) -> anyhow::Result<Vec<u8>> {
+    let Some(file) = &args.cluster_secret_file else { anyhow::bail!("no cluster secret") };
+    let bytes = std::fs::read(file)
+        .with_context(|| format!("cannot read the cluster secret {}", file.display()))?;
+    Ok(trim_newline(bytes))
+}
+
+/// Waits until this node leads, starts the actors on its applied state (`seed` fills a new
+/// cluster's, as a single node seeds a new data dir), and restarts the process when the
+/// leadership moves on (see the module docs).
+pub async fn lead_when_elected<F, Fut>(state: web::Data<AppState>, config: ServiceConfig, seed: F)
+where
+    F: FnOnce(Service) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let Some(cluster) = state.cluster.clone() else { return };
+    let me = cluster.node_id();
+    let mut leadership = cluster.leadership();
+    let term = loop {
+        {
+            let now = leadership.borrow_and_update();
+            if now.proposing {
+                break now.term;
+            }
+        }
+        if leadership.changed().await.is_err() {
+            return;
+        }
+    };
+    match cluster.promote(&config) {
+        Ok(service) => {
+            let counts = service.counts();
+            if counts.users == 0 && counts.sheets == 0 && counts.keys == 0 {
+                if let Err(e) = seed(service.clone()).await {
+                    tracing::error!(error = %e, "seeding the new cluster failed");
+                }
+            }
+            state.set_service(service);
+            tracing::info!(node = me, term, "leading: serving the API");
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "the actors could not start on the applied state");
+            restart();
+        }
+    }
+    let guard = std::sync::Arc::clone(cluster.guard());
+    loop {
+        if guard.is_tainted() {
+            tracing::warn!(node = me, term, "restarting as a follower from the data dir");
+            restart();
+        }
+        tokio::select! {
+            changed = leadership.changed() => if changed.is_err() { return },
+            () = guard.tainted_now.notified() => continue,
+        }
+        let now = leadership.borrow_and_update().clone();
+        if now.leader != Some(me) || now.term != term {
+            tracing::warn!(
+                node = me,
+                term,
+                new_term = now.term,
+                leader = ?now.leader,
+                "no longer the leader: restarting as a follower from the data dir"
+            );
+            restart();
+        }
+    }
+}
+
+/// Starts this process again with the same arguments, in place (see the module docs).
+fn restart() -> ! {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe();
+    let error = match exe {
+        Ok(exe) => std::process::Command::new(exe).args(std::env::args_os().skip(1)).exec(),
+        Err(e) => e,
+    };
+    tracing::error!(error = %error, "cannot restart the process; exiting");
+    std::process::exit(1);
+}

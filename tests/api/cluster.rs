@@ -1,0 +1,355 @@
+//! A cluster of real `sheetd serve` processes on 127.0.0.1, .2 and .3 (docs/spec/cluster.md):
+//! the leader killed with SIGKILL again and again under writers that retry on another node, and
+//! after the load every acknowledged write present once, on a state every node agrees on.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{fixture, list_all, send, ADA_READ, ADA_WRITE, ADMIN_TOKEN};
+
+/// A port free on `ip` now (the OS's pick, released at once).
+fn free_port(ip: &str) -> u16 {
+    std::net::TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap().port()
+}
+
+/// One node of the cluster: its addresses stay the same across restarts.
+struct Node {
+    id: u64,
+    api: String,
+    admin: String,
+    child: Option<Child>,
+    log: PathBuf,
+    flags: Vec<String>,
+}
+
+impl Node {
+    fn new(dir: &Path, id: u64, raft: String, initial: &str, secret: &Path, seed: &Path) -> Node {
+        let ip = format!("127.0.0.{id}");
+        let api = format!("{ip}:{}", free_port(&ip));
+        let admin = format!("{ip}:{}", free_port(&ip));
+        let data = dir.join(format!("node{id}"));
+        let flags = vec![
+            "serve".into(),
+            "--addr".into(),
+            api.clone(),
+            "--admin-addr".into(),
+            admin.clone(),
+            "--data-dir".into(),
+            data.display().to_string(),
+            "--admin-token".into(),
+            ADMIN_TOKEN.into(),
+            "--rate-limit-per-minute".into(),
+            "10000000".into(),
+            "--seed".into(),
+            seed.display().to_string(),
+            "--node-id".into(),
+            id.to_string(),
+            "--raft-addr".into(),
+            raft,
+            "--initial-cluster".into(),
+            initial.into(),
+            "--cluster-secret-file".into(),
+            secret.display().to_string(),
+        ];
+        let log = dir.join(format!("node{id}.log"));
+        Node { id, api, admin, child: None, log, flags }
+    }
+
+    fn start(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_sheetd"))
+            .args(&self.flags)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("sheetd starts");
+        self.child = Some(child);
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    fn base(&self) -> String {
+        format!("http://{}/api/v1", self.api)
+    }
+
+    fn admin_url(&self, path: &str) -> String {
+        format!("http://{}/admin/v1{path}", self.admin)
+    }
+
+    /// `GET /admin/v1/cluster`, when the node answers.
+    async fn cluster(&self) -> Option<Value> {
+        admin_get(&self.admin_url("/cluster")).await
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+async fn admin_get(url: &str) -> Option<Value> {
+    let client = awc::Client::builder().timeout(Duration::from_secs(2)).finish();
+    let mut res = client
+        .get(url)
+        .insert_header(("Authorization", format!("Bearer {ADMIN_TOKEN}")))
+        .send()
+        .await
+        .ok()?;
+    if res.status() != 200 {
+        return None;
+    }
+    serde_json::from_slice(&res.body().await.ok()?).ok()
+}
+
+/// A request that may meet a node that is down: `None` when nothing came back.
+async fn attempt(method: &str, url: &str, idem: &str, body: &Value) -> Option<(u16, Value)> {
+    let client = awc::Client::builder().timeout(Duration::from_secs(10)).finish();
+    let mut res = client
+        .request(method.parse().unwrap(), url)
+        .insert_header(("Authorization", format!("Bearer {ADA_WRITE}")))
+        .insert_header(("Idempotency-Key", idem))
+        .insert_header(("Content-Type", "application/json"))
+        .send_body(body.to_string())
+        .await
+        .ok()?;
+    let bytes = res.body().await.ok()?;
+    Some((res.status().as_u16(), serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+}
+
+/// Sends one write until some node acknowledges it, moving to the next node after a 503 or no
+/// answer, always with the same `Idempotency-Key`; returns the acknowledged answer.
+async fn until_acknowledged(
+    apis: &[String],
+    start: usize,
+    method: &str,
+    path: &str,
+    idem: &str,
+    body: &Value,
+) -> (u16, Value) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut at = start;
+    loop {
+        assert!(Instant::now() < deadline, "{method} {path} ({idem}) never acknowledged");
+        let url = format!("http://{}/api/v1{path}", apis[at % apis.len()]);
+        match attempt(method, &url, idem, body).await {
+            Some((503, _)) | None => {
+                at += 1;
+                actix_rt::time::sleep(Duration::from_millis(20)).await;
+            }
+            // In flight on a node that lost its leadership: ask again later.
+            Some((409, reply)) if reply["errorCode"] == "idempotency_in_progress" => {
+                actix_rt::time::sleep(Duration::from_millis(50)).await;
+            }
+            Some(answer) => return answer,
+        }
+    }
+}
+
+/// The node whose `GET /admin/v1/cluster` names itself leader, and serves.
+async fn leader(nodes: &[Node]) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(Instant::now() < deadline, "no leader within 30 s");
+        for (i, node) in nodes.iter().enumerate() {
+            if node.child.is_none() {
+                continue;
+            }
+            let health = admin_get(&node.admin_url("/health")).await;
+            if health.is_some_and(|h| h["cluster"]["serving"] == true) {
+                return i;
+            }
+        }
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until every node answers the same digest; returns it.
+async fn converged(nodes: &[Node]) -> (u64, String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut answers = Vec::new();
+        for node in nodes {
+            answers.push(admin_get(&node.admin_url("/cluster/digest")).await);
+        }
+        let digests: Vec<Option<&str>> =
+            answers.iter().map(|a| a.as_ref().and_then(|a| a["digest"].as_str())).collect();
+        if digests.iter().all(|d| d.is_some() && *d == digests[0]) {
+            let index = answers.iter().filter_map(|a| a.as_ref()?["appliedIndex"].as_u64()).min();
+            return (index.unwrap(), digests[0].unwrap().to_owned());
+        }
+        assert!(Instant::now() < deadline, "the nodes did not converge: {answers:?}");
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Three nodes on `dir`, started, with a leader serving.
+async fn three(dir: &Path) -> Vec<Node> {
+    let seed = dir.join("seed.json");
+    std::fs::write(&seed, fixture().to_string()).unwrap();
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "a cluster secret for the tests, 48 bytes long...\n").unwrap();
+    let rafts: Vec<String> =
+        (1..=3).map(|id| format!("127.0.0.{id}:{}", free_port(&format!("127.0.0.{id}")))).collect();
+    let initial =
+        rafts.iter().enumerate().map(|(i, r)| format!("{}={r}", i + 1)).collect::<Vec<_>>();
+    let initial = initial.join(",");
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|id| Node::new(dir, id, rafts[id as usize - 1].clone(), &initial, &secret, &seed))
+        .collect();
+    for node in &mut nodes {
+        node.start();
+    }
+    leader(&nodes).await;
+    nodes
+}
+
+#[actix_rt::test]
+async fn three_nodes_elect_one_leader_seed_once_and_followers_refuse_with_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = three(dir.path()).await;
+    let at = leader(&nodes).await;
+    let status = nodes[at].cluster().await.unwrap();
+    assert_eq!(status["leaderId"], nodes[at].id);
+    assert_eq!(status["nodes"].as_array().unwrap().len(), 3);
+    // The fixture was imported once, on the leader, and every node applied it.
+    let rows = list_all(&nodes[at].base(), ADA_READ, 10).await;
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    converged(&nodes).await;
+    for (i, node) in nodes.iter().enumerate() {
+        let (status, body, headers) =
+            send("GET", &format!("{}/sheets/10/rows", node.base()), Some(ADA_READ), &[], None)
+                .await;
+        assert_eq!(headers.get("sheetd-node").unwrap().to_str().unwrap(), node.id.to_string());
+        if i == at {
+            assert_eq!(status, 200);
+        } else {
+            assert_eq!(status, 503, "{body}");
+            assert_eq!(body["errorCode"], "cluster_unavailable");
+            assert_eq!(body["detail"]["outcome"], "not_applied");
+            assert_eq!(body["detail"]["leaderId"], nodes[at].id);
+            assert!(body["requestId"].as_str().unwrap().starts_with("req_"));
+            assert_eq!(headers.get("retry-after").unwrap(), "1");
+        }
+        // Cluster status answers on every node, leader or not.
+        let status = node.cluster().await.unwrap();
+        assert_eq!(status["nodeId"], node.id);
+        assert_eq!(status["leaderId"], nodes[at].id);
+    }
+}
+
+#[actix_rt::test]
+async fn killing_the_leader_again_and_again_loses_no_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = three(dir.path()).await;
+    let apis: Vec<String> = nodes.iter().map(|n| n.api.clone()).collect();
+
+    // Writers at 64 connections: each adds a row, then patches it by version, every request
+    // under its own Idempotency-Key, retried on another node until acknowledged.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let acked: Arc<Mutex<HashMap<String, (u64, u64)>>> = Arc::default();
+    let writers: Vec<_> = (0..64usize)
+        .map(|w| {
+            let (apis, stop, acked) = (apis.clone(), Arc::clone(&stop), Arc::clone(&acked));
+            actix_rt::spawn(async move {
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let name = format!("w{w} n{n}");
+                    let body = json!({"rows": [{"cells": {"100": name}}]});
+                    let (status, reply) = until_acknowledged(
+                        &apis,
+                        w,
+                        "POST",
+                        "/sheets/10/rows:bulkAdd",
+                        &format!("add-w{w}-n{n}"),
+                        &body,
+                    )
+                    .await;
+                    assert_eq!(status, 200, "{reply}");
+                    let id = reply["results"][0]["row"]["id"].as_u64().unwrap();
+                    let patch = json!({"version": 1, "cells": {"102": n}});
+                    let (status, reply) = until_acknowledged(
+                        &apis,
+                        w,
+                        "PATCH",
+                        &format!("/sheets/10/rows/{id}"),
+                        &format!("patch-w{w}-n{n}"),
+                        &patch,
+                    )
+                    .await;
+                    assert_eq!(status, 200, "{reply}");
+                    assert_eq!(reply["version"], 2, "{reply}");
+                    acked.lock().unwrap().insert(name, (id, n));
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+
+    // Kill the leader ten times, a second and a half apart, and bring it back each time.
+    let mut kills = Vec::new();
+    for _ in 0..10 {
+        actix_rt::time::sleep(Duration::from_millis(1500)).await;
+        let at = leader(&nodes).await;
+        let killed_at = Instant::now();
+        nodes[at].kill9();
+        let next = leader(&nodes).await;
+        kills.push((nodes[at].id, nodes[next].id, killed_at.elapsed()));
+        nodes[at].start();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    eprintln!("leader kills (killed, next, until the next served): {kills:?}");
+
+    // Every node applied the same state.
+    let (index, digest) = converged(&nodes).await;
+    eprintln!("converged at {index}: {digest}");
+    let at = leader(&nodes).await;
+    let rows = list_all(&nodes[at].base(), ADA_READ, 10).await;
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() > 64, "the writers got through: {}", acked.len());
+    // Every acknowledged write once, with its patch; none twice.
+    let mut by_name: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
+    for row in rows.values() {
+        if let Some(name) = row["cells"]["100"].as_str() {
+            by_name.entry(name.to_owned()).or_default().push(row);
+        }
+    }
+    for (name, (id, n)) in &acked {
+        let found = by_name.get(name).unwrap_or_else(|| panic!("{name} (row {id}) lost"));
+        assert_eq!(found.len(), 1, "{name} applied twice: {found:?}");
+        assert_eq!(found[0]["id"], *id);
+        assert_eq!(found[0]["version"], 2, "{name}'s patch lost");
+        assert_eq!(found[0]["cells"]["102"], *n);
+    }
+    // The feed: seq 1..N without a gap, followed page by page from the oldest change.
+    let mut seqs = Vec::new();
+    let mut url = format!("{}/sheets/10/changes?limit=500", nodes[at].base());
+    loop {
+        let (status, page, _) = send("GET", &url, Some(ADA_READ), &[], None).await;
+        assert_eq!(status, 200, "{page}");
+        let data = page["data"].as_array().unwrap();
+        if data.is_empty() {
+            break;
+        }
+        seqs.extend(data.iter().map(|c| c["seq"].as_u64().unwrap()));
+        let cursor = page["nextCursor"].as_str().unwrap();
+        url = format!("{}/sheets/10/changes?limit=500&cursor={cursor}", nodes[at].base());
+    }
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "a gap in the feed");
+    // The fixture's rows, each writer's add and patch.
+    assert!(seqs.len() >= 4 + 2 * acked.len(), "{} changes", seqs.len());
+}
