@@ -5,6 +5,7 @@
 //! - [`config`]: command line and environment.
 //! - [`server`]: start-up (recovery, seeding), the two listeners, graceful stop.
 //! - [`cluster`]: a cluster node's settings, its shared cursor key, its life as a leader.
+//! - [`forward`]: a cluster node's requests sent on to the leader, and those it runs for others.
 //! - [`state`]: what every handler reaches ([`state::AppState`]).
 //! - [`middleware`]: request ids, rate limiting, panics, the error envelope, request logs.
 //! - [`auth`]: bearer keys, the admin token, and the one authorization function.
@@ -44,6 +45,7 @@ pub mod config;
 pub mod cursor;
 pub mod docs;
 pub mod error;
+pub mod forward;
 pub mod idempotency;
 pub mod input;
 pub mod maintenance;

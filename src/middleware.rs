@@ -132,7 +132,21 @@ pub async fn request_context(
         req.extensions_mut().insert(Authn { key, directory });
     }
     let mut res = match (refused, decision) {
-        (Some(e), _) => req.into_response(e.response(&request_id)),
+        (Some(e), _) => {
+            // A cluster node that does not serve sends the request on to the leader, once.
+            let cluster = state.as_ref().and_then(|s| s.cluster.clone());
+            match cluster.filter(|_| crate::forward::may_forward(&req)) {
+                Some(cluster) => {
+                    let max = state.as_ref().map_or(0, |s| s.max_body_bytes);
+                    let mut req = req;
+                    match crate::forward::to_leader(&cluster, &mut req, max).await {
+                        Ok(relayed) => req.into_response(relayed),
+                        Err(e) => req.into_response(e.response(&request_id)),
+                    }
+                }
+                None => req.into_response(e.response(&request_id)),
+            }
+        }
         (None, Some(d)) if !d.allowed => req.into_response(too_many(&d).response(&request_id)),
         _ => next.call(req).await?.map_into_boxed_body(),
     };

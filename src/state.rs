@@ -83,8 +83,8 @@ impl AppState {
         crate::error::cluster_unavailable(
             ClusterOutcome::NotApplied,
             leader,
-            "This node does not serve the API now: it is not the cluster's leader, and requests \
-             are not forwarded yet. Send it to the leader, or retry.",
+            "This node does not serve the API now and cannot pass the request on: no leader is \
+             known, or the request was forwarded to it already. Retry.",
         )
     }
 }

@@ -29,7 +29,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use cluster::net::ClusterSecret;
+pub use cluster::net::{ClusterSecret, ForwardError, Forwarded, ForwardedReply, Forwarder};
 pub use cluster::{ClusterNode as Peer, Member, NodeConfig, NodeId, Status};
 use cluster::{GroupNode, ProposeError};
 
@@ -136,6 +136,23 @@ impl ClusterDomain {
             tainted_now: tokio::sync::Notify::new(),
         });
         Ok(ClusterDomain { node, guard })
+    }
+
+    /// Sets what answers requests other nodes forward to this one.
+    pub fn set_forwarder(&self, forwarder: Forwarder) {
+        self.node.set_forwarder(forwarder);
+    }
+
+    /// Sends a client's request on to the leader; its id and answer.
+    ///
+    /// # Errors
+    /// See [`ForwardError`].
+    pub async fn forward(
+        &self,
+        request: Forwarded,
+        ttl: Duration,
+    ) -> std::result::Result<(NodeId, ForwardedReply), ForwardError> {
+        self.node.forward_to_leader(request, ttl).await
     }
 
     /// This node's id.

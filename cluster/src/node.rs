@@ -23,7 +23,9 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::{Config, Raft, ServerState, SnapshotPolicy};
 
 use crate::machine::{Apply, Machine};
-use crate::net::{ClusterLink, ClusterSecret, LinkConfig};
+use crate::net::{
+    ClusterLink, ClusterSecret, ForwardError, Forwarded, ForwardedReply, Forwarder, LinkConfig,
+};
 use crate::proposer::Proposer;
 use crate::types::{ClusterNode, GroupId, NodeId, TypeConfig};
 use crate::WalLogStore;
@@ -208,6 +210,36 @@ impl<A: Apply> GroupNode<A> {
                 .map_err(io::Error::other)
         };
         self.link.runtime().spawn(wait).await.map_err(io::Error::other)?
+    }
+
+    /// Sets what answers requests other nodes forward to this one.
+    pub fn set_forwarder(&self, forwarder: Forwarder) {
+        self.link.set_forwarder(forwarder);
+    }
+
+    /// Sends `request` to the leader this node knows of; returns the leader's id and its answer.
+    ///
+    /// # Errors
+    /// No leader is known, or it is this node ([`ForwardError::NotSent`]); or as
+    /// [`ClusterLink::forward`].
+    pub async fn forward_to_leader(
+        &self,
+        request: Forwarded,
+        ttl: Duration,
+    ) -> Result<(NodeId, ForwardedReply), ForwardError> {
+        let (leader, addr) = {
+            let m = self.raft.metrics().borrow_watched().clone();
+            let leader = m.current_leader.filter(|l| *l != self.config.node_id);
+            let addr = leader.and_then(|l| m.membership_config.membership().get_node(&l).cloned());
+            (leader, addr)
+        };
+        let (Some(leader), Some(node)) = (leader, addr) else {
+            let reason = "no other node is known to lead".to_string();
+            return Err(ForwardError::NotSent { target: 0, reason });
+        };
+        let reply =
+            self.link.forward(leader, &node.raft_addr, self.config.group, request, ttl).await?;
+        Ok((leader, reply))
     }
 
     /// What this node knows of its group now.

@@ -216,7 +216,7 @@ async fn three(dir: &Path) -> Vec<Node> {
 }
 
 #[actix_rt::test]
-async fn three_nodes_elect_one_leader_seed_once_and_followers_refuse_with_its_id() {
+async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = three(dir.path()).await;
     let at = leader(&nodes).await;
@@ -228,18 +228,37 @@ async fn three_nodes_elect_one_leader_seed_once_and_followers_refuse_with_its_id
     assert_eq!(rows.len(), 4, "{rows:?}");
     converged(&nodes).await;
     for (i, node) in nodes.iter().enumerate() {
-        let (status, body, headers) =
-            send("GET", &format!("{}/sheets/10/rows", node.base()), Some(ADA_READ), &[], None)
-                .await;
+        // A follower sends the request on to the leader and relays its answer.
+        let url = format!("{}/sheets/10/rows", node.base());
+        let (status, body, headers) = send("GET", &url, Some(ADA_READ), &[], None).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["data"].as_array().unwrap().len(), 4 + i, "the writes so far");
         assert_eq!(headers.get("sheetd-node").unwrap().to_str().unwrap(), node.id.to_string());
+        let served_by = headers.get("sheetd-served-by").map(|v| v.to_str().unwrap().to_owned());
         if i == at {
-            assert_eq!(status, 200);
+            assert_eq!(served_by, None);
         } else {
+            assert_eq!(served_by, Some(nodes[at].id.to_string()));
+        }
+        // A write through any node, and its error answers too, are the leader's.
+        let add = json!({"rows": [{"cells": {"100": format!("through node {}", node.id)}}]});
+        let url = format!("{}/sheets/10/rows:bulkAdd", node.base());
+        let (status, body, _) =
+            send("POST", &url, Some(ADA_WRITE), &[], Some(add.to_string().into_bytes())).await;
+        assert_eq!(status, 200, "{body}");
+        let (status, body, _) =
+            send("GET", &url.replace("/10/", "/999/"), Some(ADA_READ), &[], None).await;
+        assert!(status == 404 || status == 405, "{status} {body}");
+        assert!(body["requestId"].as_str().unwrap().starts_with("req_"));
+        // A request forwarded once is never forwarded again: a follower answers it 503.
+        if i != at {
+            let url = format!("{}/sheets/10/rows", node.base());
+            let hop = [("Sheetd-Forwarded-From", "7")];
+            let (status, body, headers) = send("GET", &url, Some(ADA_READ), &hop, None).await;
             assert_eq!(status, 503, "{body}");
             assert_eq!(body["errorCode"], "cluster_unavailable");
             assert_eq!(body["detail"]["outcome"], "not_applied");
             assert_eq!(body["detail"]["leaderId"], nodes[at].id);
-            assert!(body["requestId"].as_str().unwrap().starts_with("req_"));
             assert_eq!(headers.get("retry-after").unwrap(), "1");
         }
         // Cluster status answers on every node, leader or not.
@@ -247,6 +266,9 @@ async fn three_nodes_elect_one_leader_seed_once_and_followers_refuse_with_its_id
         assert_eq!(status["nodeId"], node.id);
         assert_eq!(status["leaderId"], nodes[at].id);
     }
+    let rows = list_all(&nodes[at].base(), ADA_READ, 10).await;
+    assert_eq!(rows.len(), 7, "one write through each node");
+    converged(&nodes).await;
 }
 
 #[actix_rt::test]

@@ -28,7 +28,8 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::{timeout_at, Instant};
 
 use super::channel::Channel;
-use super::message::{self, Reply, Request, Rpc};
+use super::message::{self, Forwarded, ForwardedReply, Reply, Request, Rpc};
+use super::server::ForwardError;
 use super::server::LinkShared;
 use crate::types::{ClusterNode, GroupId, NodeId, TypeConfig, Vote};
 
@@ -146,6 +147,51 @@ impl PeerClient {
             ))),
         }
     }
+}
+
+/// A forwarded request on a connection of its own, on the link's runtime: see
+/// [`super::ClusterLink::forward`].
+pub(crate) async fn forward(
+    shared: Arc<LinkShared>,
+    target: NodeId,
+    addr: &str,
+    group: GroupId,
+    request: Forwarded,
+    ttl: Duration,
+) -> Result<ForwardedReply, ForwardError> {
+    let not_sent = move |reason: String| ForwardError::NotSent { target, reason };
+    let no_answer = move |reason: String| ForwardError::NoAnswer { target, reason };
+    let bytes = message::encode(&Request { group, rpc: Rpc::Forward(request) })
+        .map_err(|e| not_sent(e.to_string()))?;
+    let max = shared.config.max_frame_bytes;
+    if !message::fits(&bytes, max) {
+        return Err(not_sent(format!("a request over the link's cap of {max} bytes")));
+    }
+    let addr = addr.to_owned();
+    let on_link = Arc::clone(&shared);
+    let exchanged = shared.handle.spawn(async move {
+        let deadline = Instant::now() + ttl;
+        let by = deadline.min(Instant::now() + on_link.config.handshake_timeout);
+        let mut channel = match timeout_at(by, connect(&on_link, target, &addr)).await {
+            Ok(Ok(channel)) => channel,
+            Ok(Err(e)) => return Err(not_sent(e.to_string())),
+            Err(_) => return Err(not_sent("no handshake in time".into())),
+        };
+        // From here on the request may have run: no second try.
+        let round_trip = async {
+            channel.send(&bytes).await?;
+            channel.recv(max).await
+        };
+        match timeout_at(deadline, round_trip).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(no_answer(e.to_string())),
+            Err(_) => Err(no_answer(format!("no answer within {ttl:?}"))),
+        }
+    });
+    let reply = exchanged.await.map_err(|_| not_sent("the cluster link has stopped".into()))??;
+    let reply: Reply<ForwardedReply> =
+        message::decode(&reply, max).map_err(|e| no_answer(e.to_string()))?;
+    reply.map_err(no_answer)
 }
 
 /// One request and its reply on `channel`, or on a new connection. Returns the connection to

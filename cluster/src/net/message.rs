@@ -42,6 +42,36 @@ pub enum Rpc {
     },
     /// The leader hands over to the receiver.
     TransferLeader(TransferLeaderRequest<TypeConfig>),
+    /// A client's request a follower sends on to the leader, answered with a
+    /// [`ForwardedReply`].
+    Forward(Forwarded),
+}
+
+/// A client's HTTP request as a follower received it, sent on to the leader over the link
+/// (docs/spec/cluster.md: one hop, node-to-node traffic on the link only).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Forwarded {
+    /// The node that received it.
+    pub from: u64,
+    /// `GET`, `POST`, ...
+    pub method: String,
+    /// The path and query, as received.
+    pub path: String,
+    /// The end-to-end headers, as received.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The body, as received (still compressed if it came so).
+    pub body: Vec<u8>,
+}
+
+/// The leader's answer to a [`Forwarded`] request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ForwardedReply {
+    /// The HTTP status.
+    pub status: u16,
+    /// The end-to-end headers.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The body.
+    pub body: Vec<u8>,
 }
 
 impl Rpc {
@@ -53,6 +83,7 @@ impl Rpc {
             Rpc::PreVote(_) => "pre_vote",
             Rpc::Snapshot { .. } => "snapshot",
             Rpc::TransferLeader(_) => "transfer_leader",
+            Rpc::Forward(_) => "forward",
         }
     }
 }

@@ -54,8 +54,8 @@ mod server;
 pub use channel::Channel;
 pub use client::{Network, PeerClient};
 pub use frame::HANDSHAKE_FRAME_MAX;
-pub use message::{Request, Rpc};
-pub use server::ClusterLink;
+pub use message::{Forwarded, ForwardedReply, Request, Rpc};
+pub use server::{ClusterLink, ForwardError, Forwarder};
 
 /// The shortest cluster secret accepted, in bytes: 256 bits, the HMAC-SHA256 key size.
 pub const MIN_SECRET_LEN: usize = 32;

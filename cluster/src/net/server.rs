@@ -28,19 +28,59 @@ use tokio::time::timeout;
 
 use super::channel::Channel;
 use super::client::Network;
-use super::message::{self, Reply, Request, Rpc};
+use super::message::{self, Forwarded, ForwardedReply, Reply, Request, Rpc};
 use super::LinkConfig;
-use crate::types::{GroupId, TypeConfig};
+use crate::types::{GroupId, NodeId, TypeConfig};
 
 /// What the link's parts share: its settings, where its runtime is, and the host outgoing
 /// connections leave from.
-#[derive(Debug)]
 pub(crate) struct LinkShared {
     pub(crate) config: LinkConfig,
     pub(crate) handle: Handle,
     /// The listener's IP, unless it listens on every address: outgoing connections are bound
     /// to it, so that cutting traffic between two raft addresses cuts everything between them.
     pub(crate) local_ip: Option<IpAddr>,
+    /// What answers requests forwarded to this node, once the server set it.
+    pub(crate) forwarder: std::sync::OnceLock<Forwarder>,
+}
+
+impl fmt::Debug for LinkShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LinkShared")
+            .field("config", &self.config)
+            .field("local_ip", &self.local_ip)
+            .field("forwarding", &self.forwarder.get().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Answers a request a follower forwarded to this node.
+pub type Forwarder = Arc<
+    dyn Fn(Forwarded) -> std::pin::Pin<Box<dyn std::future::Future<Output = ForwardedReply> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Why a forwarded request got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ForwardError {
+    /// It never reached the target (no connection, no handshake): certainly not run.
+    #[error("the request did not reach node {target}: {reason}")]
+    NotSent {
+        /// The node it was for.
+        target: NodeId,
+        /// Why.
+        reason: String,
+    },
+    /// It was sent and no answer came back (the connection failed, the time ran out, or the
+    /// target could not run it): it may have run.
+    #[error("no answer from node {target}: {reason}")]
+    NoAnswer {
+        /// The node it was for.
+        target: NodeId,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// A node's cluster link: a listener on its raft address, a small runtime on a thread of its
@@ -86,7 +126,12 @@ impl ClusterLink {
             drop(runtime);
         })?;
         Ok(ClusterLink {
-            shared: Arc::new(LinkShared { config, handle, local_ip }),
+            shared: Arc::new(LinkShared {
+                config,
+                handle,
+                local_ip,
+                forwarder: std::sync::OnceLock::new(),
+            }),
             local_addr,
             listener: Mutex::new(Some(listener)),
             stop: Mutex::new(Some(stop)),
@@ -135,6 +180,28 @@ impl ClusterLink {
         });
         self.shared.handle.spawn(accept_loop(listener, serving));
         Ok(())
+    }
+
+    /// Sets what answers requests forwarded to this node (once; later calls change nothing).
+    pub fn set_forwarder(&self, forwarder: Forwarder) {
+        let _ = self.shared.forwarder.set(forwarder);
+    }
+
+    /// Sends `request` to node `target` at its raft address `addr` and waits at most `ttl` for
+    /// the answer, on a connection of its own (a request that may have run is never sent
+    /// twice).
+    ///
+    /// # Errors
+    /// See [`ForwardError`].
+    pub async fn forward(
+        &self,
+        target: NodeId,
+        addr: &str,
+        group: GroupId,
+        request: Forwarded,
+        ttl: Duration,
+    ) -> Result<ForwardedReply, ForwardError> {
+        super::client::forward(Arc::clone(&self.shared), target, addr, group, request, ttl).await
     }
 
     /// Stops the link: the listener closes, every connection in and out is dropped, RPCs
@@ -328,6 +395,13 @@ where
         }
         Rpc::TransferLeader(rpc) => {
             message::encode(&raft.handle_transfer_leader(rpc).await.map_err(|e| e.to_string()))
+        }
+        Rpc::Forward(request) => {
+            let reply: Reply<ForwardedReply> = match serving.shared.forwarder.get() {
+                Some(forwarder) => Ok(forwarder(request).await),
+                None => Err("this node does not take forwarded requests yet".into()),
+            };
+            message::encode(&reply)
         }
     }
 }

@@ -1,0 +1,196 @@
+//! Forwarding on a cluster node (docs/spec/cluster.md, "Where a request is served"): a node
+//! that does not serve from its own state sends a public request on to the leader over the
+//! cluster link (one hop) and relays the answer; the leader runs a forwarded request through
+//! its own public listener, so it is authenticated, limited, logged and answered exactly as a
+//! request sent to it directly.
+//!
+//! A forwarded request carries `Sheetd-Forwarded-From`; a node never forwards such a request
+//! again (one hop, no loops), it answers `503 cluster_unavailable` instead.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use actix_web::dev::ServiceRequest;
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::http::{Method, StatusCode};
+use actix_web::{HttpMessage, HttpResponse};
+use actors::error::ClusterOutcome;
+use actors::replica::{ClusterDomain, ForwardError, Forwarded, ForwardedReply};
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{cluster_unavailable, ApiError, Code};
+
+/// The header that marks a forwarded request, naming the node that received it.
+pub const FORWARDED_FROM: &str = "sheetd-forwarded-from";
+
+/// How long a follower waits for the leader's answer: a long poll of the change feed waits up
+/// to 30 s on the leader.
+const FORWARD_TTL: Duration = Duration::from_secs(45);
+
+/// Headers of one connection, not of the request or answer: never relayed.
+const HOP_BY_HOP: [&str; 10] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+];
+
+fn relayed(name: &str) -> bool {
+    !HOP_BY_HOP.contains(&name) && name != "date"
+}
+
+/// Makes this node answer requests forwarded to it, through its own public listener at
+/// `public`. Runs inside the actix system (its HTTP client lives there).
+pub fn serve_forwarded(cluster: &ClusterDomain, public: SocketAddr) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Forwarded, oneshot::Sender<ForwardedReply>)>();
+    actix_rt::spawn(async move {
+        let client = awc::Client::builder().timeout(FORWARD_TTL).finish();
+        while let Some((request, answer)) = rx.recv().await {
+            let client = client.clone();
+            actix_rt::spawn(async move {
+                let _ = answer.send(run_locally(&client, public, request).await);
+            });
+        }
+    });
+    cluster.set_forwarder(std::sync::Arc::new(move |request| {
+        let tx = tx.clone();
+        Box::pin(async move {
+            let (answer, reply) = oneshot::channel();
+            if tx.send((request, answer)).is_err() {
+                return failure(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping");
+            }
+            reply.await.unwrap_or_else(|_| {
+                failure(StatusCode::SERVICE_UNAVAILABLE, "the node dropped the request")
+            })
+        })
+    }));
+}
+
+/// An answer made here rather than by the listener.
+fn failure(status: StatusCode, why: &str) -> ForwardedReply {
+    let body = serde_json::json!({
+        "errorCode": "cluster_unavailable",
+        "message": format!("The leader could not run the forwarded request: {why}."),
+        "detail": {"outcome": "unknown", "leaderId": null},
+        "requestId": crate::middleware::new_request_id(),
+    });
+    ForwardedReply {
+        status: status.as_u16(),
+        headers: vec![("content-type".into(), b"application/json".to_vec())],
+        body: body.to_string().into_bytes(),
+    }
+}
+
+/// Runs a forwarded request through this node's public listener.
+async fn run_locally(
+    client: &awc::Client,
+    public: SocketAddr,
+    request: Forwarded,
+) -> ForwardedReply {
+    let Ok(method) = Method::from_bytes(request.method.as_bytes()) else {
+        return failure(StatusCode::BAD_REQUEST, "an unknown method");
+    };
+    let mut req = client.request(method, format!("http://{public}{}", request.path));
+    for (name, value) in &request.headers {
+        if let (Ok(name), Ok(value)) =
+            (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value))
+        {
+            req = req.append_header((name, value));
+        }
+    }
+    req = req.insert_header((FORWARDED_FROM, request.from.to_string()));
+    let mut res = match req.send_body(request.body).await {
+        Ok(res) => res,
+        Err(e) => return failure(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    };
+    let body = match res.body().limit(usize::MAX).await {
+        Ok(body) => body.to_vec(),
+        Err(e) => return failure(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    };
+    let headers = res
+        .headers()
+        .iter()
+        .filter(|(name, _)| relayed(name.as_str()))
+        .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+        .collect();
+    ForwardedReply { status: res.status().as_u16(), headers, body }
+}
+
+/// Whether `req` may be forwarded (it was not forwarded to this node already).
+pub fn may_forward(req: &ServiceRequest) -> bool {
+    !req.headers().contains_key(FORWARDED_FROM)
+}
+
+/// Sends `req` on to the leader and builds the answer to relay, or the `503` to give.
+pub async fn to_leader(
+    cluster: &ClusterDomain,
+    req: &mut ServiceRequest,
+    max_body_bytes: usize,
+) -> Result<HttpResponse, ApiError> {
+    let mut body = Vec::new();
+    let mut payload = req.take_payload();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|_| {
+            ApiError::validation(
+                vec![serde_json::json!("body")],
+                "the request body could not be read",
+                "value_error",
+            )
+        })?;
+        // The leader counts the decompressed bytes; this only bounds what a follower holds.
+        if body.len() + chunk.len() > max_body_bytes {
+            return Err(ApiError::new(Code::PayloadTooLarge, "The request body is too large."));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let path = req.uri().path_and_query().map_or_else(|| req.path().to_owned(), |p| p.to_string());
+    let headers = req
+        .headers()
+        .iter()
+        .filter(|(name, _)| relayed(name.as_str()))
+        .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+        .collect();
+    let write = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let request = Forwarded {
+        from: cluster.node_id(),
+        method: req.method().to_string(),
+        path,
+        headers,
+        body,
+    };
+    match cluster.forward(request, FORWARD_TTL).await {
+        Ok((leader, reply)) => {
+            let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::BAD_GATEWAY);
+            let mut res = HttpResponse::build(status);
+            for (name, value) in reply.headers {
+                if let (Ok(name), Ok(value)) =
+                    (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(&value))
+                {
+                    res.append_header((name, value));
+                }
+            }
+            res.insert_header(("sheetd-served-by", leader.to_string()));
+            Ok(res.body(reply.body))
+        }
+        Err(ForwardError::NotSent { reason, .. }) => Err(cluster_unavailable(
+            ClusterOutcome::NotApplied,
+            None,
+            &format!("The leader could not be reached: {reason}."),
+        )),
+        Err(ForwardError::NoAnswer { target, reason }) => {
+            let outcome = if write { ClusterOutcome::Unknown } else { ClusterOutcome::NotApplied };
+            Err(cluster_unavailable(
+                outcome,
+                Some(target),
+                &format!("The leader did not answer: {reason}."),
+            ))
+        }
+    }
+}
