@@ -168,7 +168,7 @@ pub struct ErrorEnvelope {
     /// `version_conflict`, `capacity_exceeded`, `rate_limit_exceeded`,
     /// `idempotency_key_reused`, `idempotency_in_progress`, `payload_too_large`,
     /// `internal_error`, `payment_required`, `report_compile_failed`, `report_cap_exceeded`,
-    /// `storage_unavailable`, `precondition_failed`, `cursor_expired`;
+    /// `storage_unavailable`, `precondition_failed`, `cursor_expired`, `cluster_unavailable`;
     /// codes are only ever added.
     pub error_code: String,
     /// A sentence naming the problem.
@@ -419,7 +419,15 @@ error_responses! {
     StorageUnavailable => "ErrorEnvelope",
         "`storage_unavailable`: the data dir cannot take writes now (free space below the \
          server's floor, or an I/O failure); nothing was written and reads are still served. \
-         Retry after `Retry-After` seconds.";
+         Retry after `Retry-After` seconds. On a cluster node also `cluster_unavailable` (see \
+         below).";
+    ClusterUnavailable => "ErrorEnvelope",
+        "`cluster_unavailable` (a cluster node only): no leader is known or reachable now, or \
+         a leader change is under way. `detail.outcome` is `not_applied` (certainly not \
+         applied: a retry is safe) or `unknown` (a write whose fate could not be learned: \
+         retry it with the same `Idempotency-Key` to learn which); `detail.leaderId` names the \
+         leader the node knows of, or null. Retry after `Retry-After` seconds, on this node or \
+         another.";
 }
 
 /// The 304 of a conditional read: no body.
@@ -464,8 +472,13 @@ macro_rules! response_sets {
 }
 
 response_sets! {
-    /// What every operation can answer: 401, 429 and 500.
-    CommonErrors = [401 => Unauthorized, 429 => RateLimited, 500 => InternalError];
+    /// What every operation can answer: 401, 429, 500, and on a cluster node 503.
+    CommonErrors = [
+        401 => Unauthorized,
+        429 => RateLimited,
+        500 => InternalError,
+        503 => ClusterUnavailable,
+    ];
     /// A paged list: [`CommonErrors`] and 422 for a malformed `limit` or `cursor`.
     ListErrors = CommonErrors + [422 => ValidationFailed];
     /// A read of what a path names: [`ListErrors`] and 404.

@@ -59,10 +59,14 @@ impl Metrics {
 
 /// Every metric of a scrape, as Prometheus text: the requests this server counted, the log's
 /// group commits, LSNs and space, and the sizes of the domain and its side stores.
-pub fn exposition(metrics: &Metrics, service: &Service) -> String {
-    let counts = service.counts();
-    let wal = service.log_stats();
-    let sides = service.side_store_sizes();
+///
+/// A cluster node that does not serve from its own state (a follower) has no domain figures;
+/// a cluster node adds its view of the group.
+pub fn exposition(
+    metrics: &Metrics,
+    service: Option<&Service>,
+    cluster: Option<&actors::replica::ClusterDomain>,
+) -> String {
     let mut e = Exposition::new();
 
     let requests = metrics.requests();
@@ -87,6 +91,20 @@ pub fn exposition(metrics: &Metrics, service: &Service) -> String {
         sum,
     );
 
+    if let Some(service) = service {
+        domain(&mut e, service);
+    }
+    if let Some(cluster) = cluster {
+        cluster_gauges(&mut e, &cluster.status());
+    }
+    e.finish()
+}
+
+/// The log's and the domain's figures.
+fn domain(e: &mut Exposition, service: &Service) {
+    let counts = service.counts();
+    let wal = service.log_stats();
+    let sides = service.side_store_sizes();
     e.histogram(
         "sheetd_wal_flush_duration_seconds",
         "Time of one group commit of the log (write, flush and fsync).",
@@ -171,6 +189,30 @@ pub fn exposition(metrics: &Metrics, service: &Service) -> String {
         sides.idempotency as f64,
     );
     e.gauge("sheetd_events", "Internal events held in the outbox.", sides.events as f64);
+}
 
-    e.finish()
+/// A cluster node's view of its group.
+fn cluster_gauges(e: &mut Exposition, status: &actors::replica::Status) {
+    e.gauge("sheetd_cluster_node_id", "This node's id.", status.node_id as f64);
+    e.gauge("sheetd_cluster_term", "The current Raft term.", status.term as f64);
+    e.gauge(
+        "sheetd_cluster_is_leader",
+        "1 while this node is the leader.",
+        f64::from(u8::from(status.role == "leader")),
+    );
+    e.gauge(
+        "sheetd_cluster_leader_known",
+        "1 while this node knows a leader.",
+        f64::from(u8::from(status.leader.is_some())),
+    );
+    e.gauge(
+        "sheetd_cluster_commit_index",
+        "The highest Raft index this node knows committed.",
+        status.commit_index.map_or(0.0, |i| i as f64),
+    );
+    e.gauge(
+        "sheetd_cluster_applied_index",
+        "The highest Raft index applied on this node.",
+        status.applied_index.map_or(0.0, |i| i as f64),
+    );
 }

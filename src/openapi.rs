@@ -33,8 +33,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::api_doc::{
-    CellProblem, Conflict, ConflictErrorEnvelope, CursorExpired, ErrorEnvelope, Forbidden,
-    InternalError, NotFound, NotModified, PayloadTooLarge, PaymentRequired,
+    CellProblem, ClusterUnavailable, Conflict, ConflictErrorEnvelope, CursorExpired, ErrorEnvelope,
+    Forbidden, InternalError, NotFound, NotModified, PayloadTooLarge, PaymentRequired,
     PreconditionErrorEnvelope, PreconditionFailed, RateLimitErrorEnvelope, RateLimited,
     RetryAfterDetail, StorageUnavailable, Unauthorized, ValidationErrorEnvelope, ValidationFailed,
     ValidationProblem, VersionConflictDetail,
@@ -107,6 +107,7 @@ use crate::schema::BulkItemError;
             RateLimited,
             InternalError,
             StorageUnavailable,
+            ClusterUnavailable,
             CursorExpired,
         )
     ),
@@ -171,7 +172,18 @@ fn always_headers() -> Map<String, Value> {
         header("The window now, e.g. `\"default\";r=599;t=60`.", string.clone()),
         header("The limit policy, e.g. `\"default\";q=600;w=60`.", string),
     ];
-    ALWAYS.iter().map(|n| n.to_string()).zip(headers).collect()
+    let mut all: Map<String, Value> = ALWAYS.iter().map(|n| n.to_string()).zip(headers).collect();
+    // A cluster node's (docs/spec/cluster.md, "What a client sees"); absent on a single node.
+    let optional = |description: &str| json!({"description": description, "required": false, "schema": {"type": "integer"}});
+    all.insert(
+        "Sheetd-Node".into(),
+        optional("On a cluster node: the id of the node that answered the client."),
+    );
+    all.insert(
+        "Sheetd-Served-By".into(),
+        optional("On a cluster node that forwarded the request: the leader that served it."),
+    );
+    all
 }
 
 /// Spell the Link Object's fields as OpenAPI does: utoipa 5 serializes them in snake_case
@@ -294,7 +306,7 @@ pub fn document() -> &'static Value {
                 let status = match name.as_str() {
                     "Unauthorized" => "401",
                     "RateLimited" => "429",
-                    "StorageUnavailable" => "503",
+                    "StorageUnavailable" | "ClusterUnavailable" => "503",
                     _ => "",
                 };
                 let replayable = REPLAYABLE_ERRORS.contains(&name.as_str());

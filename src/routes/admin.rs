@@ -364,7 +364,8 @@ pub async fn get_metrics(
     _: AdminCaller,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let text = crate::metrics::exposition(&state.metrics, state.service()?);
+    let text =
+        crate::metrics::exposition(&state.metrics, state.try_service(), state.cluster.as_ref());
     Ok(HttpResponse::Ok().content_type(crate::prometheus::CONTENT_TYPE).body(text))
 }
 

@@ -261,10 +261,20 @@ async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() 
             assert_eq!(body["detail"]["leaderId"], nodes[at].id);
             assert_eq!(headers.get("retry-after").unwrap(), "1");
         }
-        // Cluster status answers on every node, leader or not.
+        // Cluster status answers on every node, leader or not; so do health and metrics.
         let status = node.cluster().await.unwrap();
         assert_eq!(status["nodeId"], node.id);
         assert_eq!(status["leaderId"], nodes[at].id);
+        let health = admin_get(&node.admin_url("/health")).await.unwrap();
+        assert_eq!(health["status"], "ok");
+        assert_eq!(health["cluster"]["leaderId"], nodes[at].id);
+        assert_eq!(health["cluster"]["role"], if i == at { "leader" } else { "follower" });
+        let (_, text, _) =
+            send("GET", &node.admin_url("/metrics"), Some(ADMIN_TOKEN), &[], None).await;
+        let text = text.as_str().unwrap();
+        let leading = format!("sheetd_cluster_is_leader {}", u8::from(i == at));
+        assert!(text.lines().any(|l| l == leading), "{text}");
+        assert!(text.lines().any(|l| l.starts_with("sheetd_cluster_term ")), "{text}");
     }
     let rows = list_all(&nodes[at].base(), ADA_READ, 10).await;
     assert_eq!(rows.len(), 7, "one write through each node");
