@@ -139,6 +139,9 @@ impl<A: Apply> GroupNode<A> {
             // Snapshots are the domain's checkpoints, built on the leader from its published
             // state; until that lands the log is kept whole.
             snapshot_policy: SnapshotPolicy::Never,
+            // A node back from a crash or a cut must not raise the term of a healthy leader
+            // (which would make it step down, and restart): it asks first whether it could win.
+            enable_pre_vote: Some(true),
             ..Default::default()
         };
         let raft_config = Arc::new(raft_config.validate().map_err(io::Error::other)?);

@@ -385,3 +385,125 @@ async fn killing_the_leader_again_and_again_loses_no_acknowledged_write() {
     // The fixture's rows, each writer's add and patch.
     assert!(seqs.len() >= 4 + 2 * acked.len(), "{} changes", seqs.len());
 }
+
+/// Adds rows through `api` until `stop`, without retrying: every answer must be a 200.
+fn steady_writer(
+    api: String,
+    name: String,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> actix_rt::task::JoinHandle<Vec<(u16, String)>> {
+    actix_rt::spawn(async move {
+        let mut failures = Vec::new();
+        let mut n = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let body = json!({"rows": [{"cells": {"100": format!("{name} {n}")}}]});
+            let url = format!("http://{api}/api/v1/sheets/10/rows:bulkAdd");
+            match attempt("POST", &url, &format!("{name}-{n}"), &body).await {
+                Some((200, _)) => {}
+                Some((status, reply)) => failures.push((status, reply.to_string())),
+                None => failures.push((0, "no answer".into())),
+            }
+            n += 1;
+        }
+        failures
+    })
+}
+
+#[actix_rt::test]
+async fn a_lost_follower_costs_the_others_clients_nothing_and_a_paused_leader_steps_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = three(dir.path()).await;
+    let at = leader(&nodes).await;
+    let follower = (at + 1) % 3;
+    let other = (at + 2) % 3;
+
+    // A follower killed and restarted under load: clients of the two other nodes (one of
+    // them forwarding to the leader) see no failed request.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let api = if w % 2 == 0 { &nodes[at].api } else { &nodes[other].api };
+            steady_writer(api.clone(), format!("steady{w}"), Arc::clone(&stop))
+        })
+        .collect();
+    actix_rt::time::sleep(Duration::from_millis(500)).await;
+    nodes[follower].kill9();
+    actix_rt::time::sleep(Duration::from_millis(1500)).await;
+    nodes[follower].start();
+    actix_rt::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        let failures = w.await.unwrap();
+        let restarts: Vec<String> = nodes
+            .iter()
+            .flat_map(|n| {
+                let log = std::fs::read_to_string(&n.log).unwrap_or_default();
+                log.lines()
+                    .filter(|l| l.contains("restarting") || l.contains("leading"))
+                    .map(|l| format!("node {}: {l}", n.id))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let first: Vec<_> = failures.iter().take(3).collect();
+        assert!(
+            failures.is_empty(),
+            "a client of a live node saw a failure: {first:?}; {restarts:#?}"
+        );
+    }
+    converged(&nodes).await;
+
+    // The leader paused past the election timeout: the others elect a new leader and take
+    // writes; resumed, the old leader acknowledges nothing more, steps down and converges.
+    let paused = nodes[at].child.as_ref().unwrap().id().to_string();
+    Command::new("kill").args(["-STOP", &paused]).status().unwrap();
+    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let apis: Vec<String> = nodes.iter().map(|n| n.api.clone()).collect();
+    let writers: Vec<_> = (0..8usize)
+        .map(|w| {
+            let (apis, acked) = (apis.clone(), Arc::clone(&acked));
+            actix_rt::spawn(async move {
+                for n in 0..20 {
+                    let name = format!("paused{w} {n}");
+                    let body = json!({"rows": [{"cells": {"100": name}}]});
+                    let idem = format!("paused-{w}-{n}");
+                    let path = "/sheets/10/rows:bulkAdd";
+                    let (status, reply) =
+                        until_acknowledged(&apis, w, "POST", path, &idem, &body).await;
+                    assert_eq!(status, 200, "{reply}");
+                    acked.lock().unwrap().push(name);
+                }
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    'elected: loop {
+        assert!(Instant::now() < deadline, "no new leader while the old one is paused");
+        for (i, node) in nodes.iter().enumerate() {
+            let health = admin_get(&node.admin_url("/health")).await;
+            if i != at && health.is_some_and(|h| h["cluster"]["serving"] == true) {
+                break 'elected;
+            }
+        }
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    actix_rt::time::sleep(Duration::from_millis(1000)).await;
+    Command::new("kill").args(["-CONT", &paused]).status().unwrap();
+    for w in writers {
+        w.await.unwrap();
+    }
+    converged(&nodes).await;
+    // Resumed, it learned of the newer term and started again as a follower.
+    let log = std::fs::read_to_string(&nodes[at].log).unwrap();
+    assert!(log.contains("restarting as a follower"), "{log}");
+    let leader_now = leader(&nodes).await;
+    let rows = list_all(&nodes[leader_now].base(), ADA_READ, 10).await;
+    let mut names: HashMap<String, usize> = HashMap::new();
+    for row in rows.values() {
+        if let Some(name) = row["cells"]["100"].as_str() {
+            *names.entry(name.to_owned()).or_default() += 1;
+        }
+    }
+    for name in acked.lock().unwrap().iter() {
+        assert_eq!(names.get(name), Some(&1), "{name}: acknowledged, so present once");
+    }
+}
