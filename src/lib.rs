@@ -5,6 +5,7 @@
 //! - [`config`]: command line and environment.
 //! - [`server`]: start-up (recovery, seeding), the two listeners, graceful stop.
 //! - [`cluster`]: a cluster node's settings, its shared cursor key, its life as a leader.
+//! - [`local_cluster`]: `sheetd cluster up`, N nodes on this machine for trying a cluster.
 //! - [`forward`]: a cluster node's requests sent on to the leader, and those it runs for others.
 //! - [`state`]: what every handler reaches ([`state::AppState`]).
 //! - [`middleware`]: request ids, rate limiting, panics, the error envelope, request logs.
@@ -48,6 +49,7 @@ pub mod error;
 pub mod forward;
 pub mod idempotency;
 pub mod input;
+pub mod local_cluster;
 pub mod maintenance;
 pub mod metrics;
 pub mod middleware;

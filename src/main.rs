@@ -49,6 +49,9 @@ enum Command {
         #[arg(long)]
         data_dir: PathBuf,
     },
+    /// Run a local cluster of N nodes on 127.0.0.1..N for trying it out.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Load-test a server: this binary's own, in-process on generated data, or a running one
     /// (`--url`). Prints a table per concurrency level; `--verify` reads back every
     /// acknowledged write.
@@ -87,6 +90,13 @@ fn init_logging(json: bool, default_level: &str) {
     }
 }
 
+/// `sheetd cluster ...`.
+#[derive(Debug, Subcommand)]
+enum ClusterCommand {
+    /// Start N `sheetd serve` processes as one cluster on this machine; Ctrl-C stops them.
+    Up(sheetd::local_cluster::UpArgs),
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -122,6 +132,10 @@ fn main() -> ExitCode {
         Command::Restore { from, data_dir } => {
             init_logging(false, "warn");
             sheetd::backup::restore(&from, &data_dir)
+        }
+        Command::Cluster(ClusterCommand::Up(args)) => {
+            init_logging(false, "warn");
+            sheetd::local_cluster::up(args)
         }
         Command::Bench(args) => {
             // The own server's per-request info lines would bury the table.
