@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use futures_util::future::LocalBoxFuture;
-use sheetd::config::{BackupArgs, KeyCommand, ServeArgs};
+use sheetd::config::{BackupArgs, KeyCommand, RestoreArgs, ServeArgs};
 use sheetd::server::{self, Options};
 use sheetd_bench::{BenchArgs, Started};
 
@@ -40,15 +40,9 @@ enum Command {
     /// Back up a running server (`--admin-url`) or a stopped data dir (`--data-dir`) into one
     /// checked file; `sheetd backup verify FILE` checks one.
     Backup(BackupArgs),
-    /// Restore a backup into an empty or absent data dir, after checking all of it.
-    Restore {
-        /// The backup file.
-        #[arg(long)]
-        from: PathBuf,
-        /// The data dir to create (absent or empty).
-        #[arg(long)]
-        data_dir: PathBuf,
-    },
+    /// Restore a backup into an empty or absent data dir, after checking all of it; with
+    /// `--archive-dir`, rolled forward to `--until` a time or `--until-position` an LSN.
+    Restore(RestoreArgs),
     /// Load-test a server: this binary's own, in-process on generated data, or a running one
     /// (`--url`). Prints a table per concurrency level; `--verify` reads back every
     /// acknowledged write.
@@ -117,9 +111,9 @@ fn main() -> ExitCode {
             init_logging(false, "warn");
             sheetd::backup::backup(args)
         }
-        Command::Restore { from, data_dir } => {
+        Command::Restore(args) => {
             init_logging(false, "warn");
-            sheetd::backup::restore(&from, &data_dir)
+            sheetd::backup::restore(args)
         }
         Command::Bench(args) => {
             // The own server's per-request info lines would bury the table.

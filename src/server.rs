@@ -161,6 +161,18 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         elapsed_ms = report.elapsed.as_millis() as u64,
         "recovery complete"
     );
+    if let Some(dir) = &args.archive_dir {
+        // Started before the seed, so the archive holds a new data dir's first records too.
+        service
+            .start_archive(actors::archive::ArchiveConfig {
+                dir: dir.clone(),
+                seal_after: std::time::Duration::from_millis(args.archive_seal_ms),
+                segment_bytes: args.archive_segment_bytes.max(1),
+                hold_records: args.archive_hold_records,
+            })
+            .context("cannot start the log archive")?;
+        tracing::info!(dir = %dir.display(), "log archive started");
+    }
     let fresh = report.last_lsn == 0 && report.checkpoint_lsn.is_none();
     if fresh {
         seed(&service, &opts).await?;
@@ -247,6 +259,9 @@ pub async fn stop(running: Running) -> anyhow::Result<()> {
     }
     // A background checkpoint must not race the final one.
     running.maintenance.stop().await;
+    // The archive takes what is durable before the log closes (its thread joins: blocking).
+    let service = running.state.service.clone();
+    let _ = actix_web::rt::task::spawn_blocking(move || service.stop_archive()).await;
     let report = running.state.service.checkpoint().await.context("final checkpoint")?;
     tracing::info!(lsn = report.lsn, bytes = report.bytes, "final checkpoint written");
     running.state.service.close().context("closing the log")?;

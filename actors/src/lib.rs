@@ -20,10 +20,12 @@
 //!   ([`directory::keys`]) and the fixture format ([`directory::fixture`]).
 //! - [`report`]: the [`ReportRunner`]: saved report definitions, compiled and run over snapshots.
 //! - [`digest`]: the state's digest, one hash of everything a recovery rebuilds.
+//! - [`archive`]: the log archive: segment files of every durable record, the thread that
+//!   writes them behind the log, and reading them back for a restore to a point in time.
 //! - [`service`]: recovery, actor start-up, checkpoints and a backup's consistent copies; the
 //!   one way in from above.
 //! - [`backup`]: the backup file: writing one from the service's copies, verifying one,
-//!   restoring one into a new data dir.
+//!   restoring one into a new data dir (rolled forward with the archive's records).
 //!
 //! The log is this crate's alone, and inside it every append, read and checkpoint goes through
 //! [`log::RecordLog`]: the server and the CLI reach the log only through [`Service`], whose
@@ -41,6 +43,7 @@
 //! - A write and its side effects (idempotency response, events) are one record.
 #![forbid(unsafe_code)]
 
+pub mod archive;
 pub mod backup;
 pub mod coerce;
 pub mod digest;

@@ -37,6 +37,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::archive::{Archive, ArchiveConfig, ArchiveError, ArchiveStatus};
 use crate::digest::{digest, StateDigest, StateParts};
 use crate::directory::{
     CopyDirectoryForCheckpoint, DirectoryActor, DirectorySnapshot, DirectoryState,
@@ -404,6 +405,8 @@ pub struct Service {
     /// Held by a checkpoint, and by a backup while it reads the records after its copies: a
     /// checkpoint between would truncate them.
     checkpointing: Arc<tokio::sync::Mutex<()>>,
+    /// The log archive, once started: a checkpoint keeps what it has not taken.
+    archive: Arc<std::sync::OnceLock<Arc<Archive>>>,
     _arbiters: Arc<Vec<Arbiter>>,
 }
 
@@ -478,6 +481,7 @@ impl Service {
                 reports,
                 spans: Arc::default(),
                 checkpointing: Arc::default(),
+                archive: Arc::default(),
                 _arbiters: Arc::new(arbiters),
             },
             report,
@@ -726,6 +730,8 @@ impl Service {
         let _one_at_a_time = self.checkpointing.lock().await;
         let Copies { file, lsn, retained, .. } = self.copies().await?;
         let log = Arc::clone(&self.shared.log);
+        // Records above this stay for the archive, which has not taken them yet.
+        let hold = self.archive.get().map(|a| a.hold(lsn));
         // Encoded on a blocking thread straight into the file: a large state takes a while,
         // and would otherwise need a buffer of its whole size.
         let size = tokio::task::spawn_blocking(move || {
@@ -734,7 +740,8 @@ impl Service {
                 size = encode_snapshot(&file, out)?;
                 Ok(())
             };
-            log.checkpoint(lsn, &mut encode, &|lsn| retained.contains(&lsn)).map(|()| size)
+            let retains = |lsn| retained.contains(&lsn) || hold.is_some_and(|h| lsn > h);
+            log.checkpoint(lsn, &mut encode, &retains).map(|()| size)
         })
         .await
         .map_err(|_| Error::Unavailable("checkpoint"))??;
@@ -754,6 +761,34 @@ impl Service {
             taken_at: self.shared.clock.now(),
             _no_checkpoint: guard,
         })
+    }
+
+    /// Starts the log archive (see [`crate::archive`]) in `config.dir`, after the segments it
+    /// holds. Once only; a second call is refused.
+    ///
+    /// # Errors
+    /// The dir cannot be created or listed, or an archive runs already.
+    pub fn start_archive(&self, config: ArchiveConfig) -> std::result::Result<(), ArchiveError> {
+        let dir = config.dir.display().to_string();
+        let archive =
+            Archive::start(config, Arc::clone(&self.shared.log), self.shared.clock.clone())?;
+        self.archive.set(Arc::new(archive)).map_err(|archive| {
+            archive.stop();
+            ArchiveError::Io { dir, source: std::io::Error::other("an archive runs already") }
+        })
+    }
+
+    /// The log archive's position, lag and last error; `None` without an archive.
+    pub fn archive_status(&self) -> Option<ArchiveStatus> {
+        self.archive.get().map(|a| a.status())
+    }
+
+    /// Lets the archive take what is durable now (a few seconds at most), then stops it.
+    /// Blocking.
+    pub fn stop_archive(&self) {
+        if let Some(archive) = self.archive.get() {
+            archive.stop();
+        }
     }
 
     /// Whether a backup (or a checkpoint) holds the checkpoint exclusion now, so a checkpoint

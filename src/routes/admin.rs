@@ -43,9 +43,10 @@ use crate::views::{
 
 /// `GET /admin/v1/health`: 200 once recovery is complete (the listener starts after it), with
 /// `status` `ok`, or `degraded` and the `reason` while the data dir takes no writes (reads are
-/// served either way).
+/// served either way) or the log archive is behind because of an error; `archive` shows the
+/// archive's position, lag and last error.
 pub async fn health(_: AdminCaller, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    ok(&HealthView::new(state.service.unwritable_reason()))
+    ok(&HealthView::new(state.service.unwritable_reason(), state.service.archive_status()))
 }
 
 /// `POST /admin/v1/import`: add a fixture's objects; 422 on an id clash or bad reference.

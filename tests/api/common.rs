@@ -115,6 +115,10 @@ pub fn args(data_dir: &Path) -> ServeArgs {
         min_free_disk_bytes: None,
         changes_retention_days: 7,
         changes_retention_min: 100_000,
+        archive_dir: None,
+        archive_seal_ms: 5_000,
+        archive_segment_bytes: 16 * 1024 * 1024,
+        archive_hold_records: 1_000_000,
     }
 }
 
