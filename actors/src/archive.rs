@@ -42,7 +42,7 @@
 //! record with backoff: since every sealed segment is complete, catching up leaves no gap.
 //! At start it lists the dir and goes on after its last segment.
 //!
-//! A checkpoint keeps the log's records above the archive's position ([`Archive::hold`]), so
+//! A checkpoint keeps the log's records above the archive's position (`Archive::hold`), so
 //! truncation never drops a record the archive has not taken, up to
 //! [`ArchiveConfig::hold_records`] records behind the checkpoint: beyond that the log would
 //! grow without end while the archive is broken, so the oldest are let go, with a warning.
@@ -814,5 +814,177 @@ impl Writer {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::directory::Import;
+    use crate::sheet::BulkAdd;
+    use crate::{Service, ServiceConfig};
+
+    async fn service(dir: &Path) -> Service {
+        let config = ServiceConfig {
+            data_dir: dir.to_owned(),
+            sheet_threads: 1,
+            clock: Default::default(),
+            min_free_bytes: None,
+            // The feed keeps nothing: only the archive's hold keeps records from truncation.
+            retention: crate::shared::Retention { days: 0, min_changes: 0 },
+        };
+        let (service, _) = Service::open(config).unwrap();
+        let fixture = serde_json::from_value(json!({
+            "users": [{"id": 1, "name": "ada", "plan": "paid"}],
+            "projects": [{"id": 1, "name": "P", "ownerId": 1}],
+            "sheets": [{"id": 10, "projectId": 1, "name": "A"}],
+            "columns": [{"id": 100, "sheetId": 10, "name": "N", "type": "number", "position": 0}]
+        }))
+        .unwrap();
+        service.directory_actor().send(Import(fixture)).await.unwrap().unwrap();
+        service
+    }
+
+    async fn add(service: &Service, n: u64) {
+        let cells = json!({"100": n}).as_object().unwrap().clone();
+        let msg = BulkAdd { items: vec![cells], cap: 1000, idem: None };
+        service.sheet(10).unwrap().send(msg).await.unwrap().result.unwrap();
+    }
+
+    async fn archived_up_to(service: &Service, lsn: Lsn) -> ArchiveStatus {
+        for _ in 0..600 {
+            let status = service.archive_status().unwrap();
+            if status.position >= lsn {
+                return status;
+            }
+            actix_rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("never archived up to {lsn}: {:?}", service.archive_status());
+    }
+
+    fn read_all(dir: &Path) -> Result<Vec<(Lsn, Vec<u8>)>, ArchiveError> {
+        let mut records = Vec::new();
+        for segment in list(dir)? {
+            let mut reader = SegmentReader::open(&segment)?;
+            while let Some(r) = reader.next_record()? {
+                records.push((r.lsn, r.bytes));
+            }
+        }
+        Ok(records)
+    }
+
+    /// Every durable record ends up in sealed segments as the log stored it, a checkpoint keeps
+    /// what the archive has not taken, a restart goes on after the last segment, and a flipped
+    /// byte or a segment's missing trailer is found.
+    #[actix_rt::test]
+    async fn the_archive_holds_every_record_in_order_and_damage_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = dir.path().join("archive");
+        let config = |hold| ArchiveConfig {
+            dir: archive.clone(),
+            seal_after: Duration::from_millis(1),
+            segment_bytes: 1 << 20,
+            hold_records: hold,
+        };
+        let service = service(&dir.path().join("data")).await;
+        service.start_archive(config(1_000_000)).unwrap();
+        for n in 0..20 {
+            add(&service, n).await;
+        }
+        let status = archived_up_to(&service, service.durable_lsn()).await;
+        assert!(status.last_error.is_none() && status.gaps.is_empty(), "{status:?}");
+        // The log keeps nothing for the feed, so this checkpoint truncates everything the
+        // archive has taken, and nothing it has not.
+        service.checkpoint().await.unwrap();
+        service.stop_archive();
+        for n in 20..40 {
+            add(&service, n).await;
+        }
+        let durable = service.durable_lsn();
+        service.checkpoint().await.unwrap();
+        let log = service.log();
+        assert!(log.read_stored(durable).unwrap().is_some(), "kept for the stopped archive");
+        service.close().unwrap();
+        drop(service);
+
+        // A restart goes on after the last segment with what the checkpoint kept.
+        let service = crate::Service::open(ServiceConfig {
+            data_dir: dir.path().join("data"),
+            sheet_threads: 1,
+            clock: Default::default(),
+            min_free_bytes: None,
+            retention: crate::shared::Retention { days: 0, min_changes: 0 },
+        })
+        .unwrap()
+        .0;
+        service.start_archive(config(1_000_000)).unwrap();
+        add(&service, 40).await;
+        let last = service.durable_lsn();
+        let status = archived_up_to(&service, last).await;
+        assert!(status.gaps.is_empty(), "no gap across the restart: {status:?}");
+        let records = read_all(&archive).unwrap();
+        let lsns: Vec<Lsn> = records.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lsns, (1..=last).collect::<Vec<_>>(), "every record, in order, once");
+        let (lsn, bytes) = &records[records.len() - 1];
+        assert_eq!(Some(bytes), service.log().read_stored(*lsn).unwrap().as_ref());
+        service.stop_archive();
+        service.close().unwrap();
+
+        let segments = list(&archive).unwrap();
+        let victim = &segments[segments.len() / 2];
+        let mut bytes = std::fs::read(&victim.path).unwrap();
+        let keep = bytes.clone();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x04;
+        std::fs::write(&victim.path, &bytes).unwrap();
+        assert!(matches!(read_all(&archive), Err(ArchiveError::Damaged { .. })));
+        std::fs::write(&victim.path, &keep[..keep.len() - 5]).unwrap();
+        assert!(
+            matches!(
+                read_all(&archive),
+                Err(ArchiveError::Damaged { source: BlockError::Truncated { .. }, .. })
+            ),
+            "{:?}",
+            read_all(&archive).err()
+        );
+    }
+
+    /// Past `hold_records`, a checkpoint lets the oldest records go, and the archive reports
+    /// the gap instead of skipping it.
+    #[actix_rt::test]
+    async fn records_dropped_past_the_hold_are_a_reported_gap() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = service(&dir.path().join("data")).await;
+        let archive = dir.path().join("archive");
+        let config = ArchiveConfig {
+            dir: archive.clone(),
+            seal_after: Duration::from_millis(1),
+            segment_bytes: 1 << 20,
+            hold_records: 3,
+        };
+        service.start_archive(config.clone()).unwrap();
+        archived_up_to(&service, service.durable_lsn()).await;
+        service.stop_archive();
+        for n in 0..20 {
+            add(&service, n).await;
+        }
+        service.checkpoint().await.unwrap();
+        service.close().unwrap();
+        drop(service);
+        let (service, _) = Service::open(ServiceConfig {
+            data_dir: dir.path().join("data"),
+            sheet_threads: 1,
+            clock: Default::default(),
+            min_free_bytes: None,
+            retention: crate::shared::Retention { days: 0, min_changes: 0 },
+        })
+        .unwrap();
+        service.start_archive(config).unwrap();
+        let status = archived_up_to(&service, service.durable_lsn()).await;
+        assert_eq!(status.gaps.len(), 1, "{status:?}");
+        assert!(status.trouble().unwrap().contains("gap"), "{status:?}");
+        service.stop_archive();
     }
 }

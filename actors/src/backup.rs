@@ -33,8 +33,9 @@
 //! rebuilds, whatever the data dir's size.
 //!
 //! Room to grow: a later format may add items (a reader refuses a tag it does not know) and
-//! manifest fields (unknown ones are ignored); log archive segments can use the same blocks
-//! under their own magic, starting at P+1.
+//! manifest fields (unknown ones are ignored). The log archive's segments ([`crate::archive`])
+//! use the same blocks under their own magic and hold the records after P: [`restore_to`]
+//! rolls a backup forward with them.
 //!
 //! # Checks
 //!
@@ -42,7 +43,10 @@
 //! after C, and compares its digest ([`crate::digest`]) with the manifest's. [`restore`] does
 //! that first and writes nothing unless it passes; then it writes the data dir, recovers it as
 //! a start would (without the actors), and compares the digest again, removing what it wrote
-//! on a mismatch.
+//! on a mismatch. [`restore_to`] also reads every archive segment it uses (from P+1 to the
+//! point asked for) and applies their records to the rebuilt state before writing anything,
+//! so a gap, a damaged segment or a point before the backup is refused with nothing written,
+//! and the restored dir is compared with that rolled-forward state's digest.
 
 use std::io::{self, Read, Write};
 use std::path::Path;

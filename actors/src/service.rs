@@ -683,6 +683,12 @@ impl Service {
         SideStoreSizes { idempotency: self.shared.idem.len(), events: self.shared.outbox.len() }
     }
 
+    /// The log itself, for tests inside the crate.
+    #[cfg(test)]
+    pub(crate) fn log(&self) -> Arc<dyn RecordLog> {
+        Arc::clone(&self.shared.log)
+    }
+
     /// The log's counters (LSNs, group commits, sizes, free space); atomics and short locks.
     pub fn log_stats(&self) -> WalStats {
         self.shared.log.stats()
@@ -725,13 +731,25 @@ impl Service {
     }
 
     /// Take a checkpoint and truncate the log behind it. One at a time, and not while a
-    /// backup reads the log.
+    /// backup reads the log. Records the log archive has not taken stay (see
+    /// [`crate::archive`]).
     pub async fn checkpoint(&self) -> Result<CheckpointReport> {
+        self.checkpoint_keeping(false).await
+    }
+
+    /// A checkpoint that truncates nothing: for an offline command on a data dir whose server
+    /// may archive its log (`--archive-dir`), which this process does not know of. The records
+    /// stay readable for that archive, and a start still replays none of them.
+    pub async fn checkpoint_keeping_log(&self) -> Result<CheckpointReport> {
+        self.checkpoint_keeping(true).await
+    }
+
+    async fn checkpoint_keeping(&self, everything: bool) -> Result<CheckpointReport> {
         let _one_at_a_time = self.checkpointing.lock().await;
         let Copies { file, lsn, retained, .. } = self.copies().await?;
         let log = Arc::clone(&self.shared.log);
         // Records above this stay for the archive, which has not taken them yet.
-        let hold = self.archive.get().map(|a| a.hold(lsn));
+        let hold = if everything { Some(0) } else { self.archive.get().map(|a| a.hold(lsn)) };
         // Encoded on a blocking thread straight into the file: a large state takes a while,
         // and would otherwise need a buffer of its whole size.
         let size = tokio::task::spawn_blocking(move || {
