@@ -238,8 +238,12 @@ fn main() {
         .await;
         std::fs::remove_dir_all(&restored).unwrap();
 
-        // 3. Writers' p99 without and during online backups, alternated.
-        let (mut quiet, mut during, mut backups) = (Vec::new(), Vec::new(), 0u64);
+        // 3. Writers' p99 without and during online backups, alternated: backups by the
+        //    operator's command (which also checks what it received, on these same 2 cores),
+        //    and backups streamed from `GET /admin/v1/backup` and dropped (the server's side
+        //    alone, as when the command runs on another machine).
+        let (mut quiet, mut during, mut streamed, mut backups, mut streams) =
+            (Vec::new(), Vec::new(), Vec::new(), 0u64, 0u64);
         for _ in 0..2 {
             quiet.push(patch64(&server.base).await.levels[0].clone());
             let stop = Arc::new(AtomicBool::new(false));
@@ -264,6 +268,33 @@ fn main() {
             stop.store(true, Ordering::Release);
             actix_rt::task::spawn_blocking(move || looping.join().unwrap()).await.unwrap();
             backups += taken.load(Ordering::Relaxed);
+
+            let stop = Arc::new(AtomicBool::new(false));
+            let streaming = {
+                let (stop, url) = (stop.clone(), format!("{}/backup", server.admin));
+                actix_rt::spawn(async move {
+                    let client = awc::Client::builder().disable_timeout().finish();
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Acquire) {
+                        let mut res = client
+                            .get(&url)
+                            .insert_header(("Authorization", format!("Bearer {ADMIN}")))
+                            .send()
+                            .await
+                            .expect("backup requested");
+                        assert_eq!(res.status(), 200);
+                        while let Some(chunk) = futures_util::StreamExt::next(&mut res).await {
+                            chunk.expect("the backup streams");
+                        }
+                        n += 1;
+                    }
+                    n
+                })
+            };
+            actix_rt::time::sleep(Duration::from_millis(300)).await;
+            streamed.push(patch64(&server.base).await.levels[0].clone());
+            stop.store(true, Ordering::Release);
+            streams += streaming.await.unwrap();
         }
         server.terminate();
 
@@ -294,7 +325,7 @@ fn main() {
         );
         for (i, (q, d)) in quiet.iter().zip(&during).enumerate() {
             row(
-                &format!("patchRow 64 conns, run {}: without / during online backups", i + 1),
+                &format!("patchRow 64 conns, run {}: without / during backup commands", i + 1),
                 format!(
                     "p99 {:.1} / {:.1} ms, {:.1}k / {:.1}k req/s",
                     q.latency_ms.p99,
@@ -304,13 +335,32 @@ fn main() {
                 ),
             );
         }
-        row("online backups completed during the measured runs", backups.to_string());
+        for (i, (q, d)) in quiet.iter().zip(&streamed).enumerate() {
+            row(
+                &format!("patchRow 64 conns, run {}: without / during streamed backups", i + 1),
+                format!(
+                    "p99 {:.1} / {:.1} ms, {:.1}k / {:.1}k req/s",
+                    q.latency_ms.p99,
+                    d.latency_ms.p99,
+                    q.requests_per_second / 1e3,
+                    d.requests_per_second / 1e3
+                ),
+            );
+        }
+        row(
+            "backups during the measured runs: commands / streams",
+            format!("{backups} / {streams}"),
+        );
         let p99 = |v: &[bench::report::LevelView]| {
             v.iter().map(|l| l.latency_ms.p99).sum::<f64>() / v.len() as f64
         };
         row(
-            "patchRow p99 during / without (mean of the runs)",
+            "patchRow p99 during commands / without (mean of the runs)",
             format!("{:.2}x", p99(&during) / p99(&quiet)),
+        );
+        row(
+            "patchRow p99 during streams / without (mean of the runs)",
+            format!("{:.2}x", p99(&streamed) / p99(&quiet)),
         );
         row(
             "patchRow 64 conns durable req/s, without / with --archive-dir (each run)",
