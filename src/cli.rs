@@ -156,6 +156,7 @@ where
             clock: Clock::default(),
             min_free_bytes: None,
             retention: Default::default(),
+            archive: None,
         })
         .with_context(|| format!("cannot open data dir {}", data_dir.display()))?;
         let result = work(service.clone()).await;

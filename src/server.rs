@@ -140,6 +140,12 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create data dir {}", args.data_dir.display()))?;
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let archive = args.archive_dir.as_ref().map(|dir| actors::archive::ArchiveConfig {
+        dir: dir.clone(),
+        seal_after: std::time::Duration::from_millis(args.archive_seal_ms),
+        segment_bytes: args.archive_segment_bytes.max(1),
+        hold_records: args.archive_hold_records,
+    });
     let (service, report) = Service::open(ServiceConfig {
         data_dir: args.data_dir.clone(),
         sheet_threads: threads,
@@ -149,6 +155,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
             days: args.changes_retention_days,
             min_changes: args.changes_retention_min,
         },
+        archive: archive.clone(),
     })
     .with_context(|| format!("cannot open data dir {}", args.data_dir.display()))?;
     tracing::info!(
@@ -161,17 +168,11 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         elapsed_ms = report.elapsed.as_millis() as u64,
         "recovery complete"
     );
-    if let Some(dir) = &args.archive_dir {
+    if let Some(archive) = archive {
         // Started before the seed, so the archive holds a new data dir's first records too.
-        service
-            .start_archive(actors::archive::ArchiveConfig {
-                dir: dir.clone(),
-                seal_after: std::time::Duration::from_millis(args.archive_seal_ms),
-                segment_bytes: args.archive_segment_bytes.max(1),
-                hold_records: args.archive_hold_records,
-            })
-            .context("cannot start the log archive")?;
-        tracing::info!(dir = %dir.display(), "log archive started");
+        let dir = archive.dir.display().to_string();
+        service.start_archive(archive).context("cannot start the log archive")?;
+        tracing::info!(%dir, "log archive started");
     }
     let fresh = report.last_lsn == 0 && report.checkpoint_lsn.is_none();
     if fresh {

@@ -223,6 +223,11 @@ struct IdemHead {
     completed_at: Millis,
 }
 
+/// The last LSN the sealed segments in `dir` hold; `None` for an empty or unreadable dir.
+pub fn archived_position(dir: &Path) -> Option<Lsn> {
+    list(dir).ok()?.last().map(|s| s.last)
+}
+
 /// The time of the record in `bytes` (see the module docs); `previous` when it carries none.
 fn record_time(bytes: &[u8], previous: Millis) -> crate::Result<Millis> {
     let head = match codec::decode_prefix::<RecordHead>(bytes) {
@@ -873,6 +878,7 @@ mod tests {
             min_free_bytes: None,
             // The feed keeps nothing: only the archive's hold keeps records from truncation.
             retention: crate::shared::Retention { days: 0, min_changes: 0 },
+            archive: None,
         };
         let (service, _) = Service::open(config).unwrap();
         let fixture = serde_json::from_value(json!({
@@ -955,6 +961,7 @@ mod tests {
             clock: Default::default(),
             min_free_bytes: None,
             retention: crate::shared::Retention { days: 0, min_changes: 0 },
+            archive: None,
         })
         .unwrap()
         .0;
@@ -1030,6 +1037,44 @@ mod tests {
         assert!(big[0] & codec::COMPRESSED != 0, "a bulk write is stored compressed");
     }
 
+    /// A start that finds no sweep marker (a crash between a checkpoint and its truncation)
+    /// keeps the records the archive has not taken, as the checkpoint would have.
+    #[actix_rt::test]
+    async fn a_start_without_a_sweep_marker_keeps_what_the_archive_has_not_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let config = ArchiveConfig {
+            dir: dir.path().join("archive"),
+            seal_after: Duration::from_millis(1),
+            segment_bytes: 1 << 20,
+            hold_records: 1_000_000,
+        };
+        let service = service(&data).await;
+        service.start_archive(config.clone()).unwrap();
+        archived_up_to(&service, service.durable_lsn()).await;
+        service.stop_archive();
+        for n in 0..20 {
+            add(&service, n).await;
+        }
+        service.checkpoint().await.unwrap();
+        service.close().unwrap();
+        drop(service);
+        std::fs::remove_file(data.join("checkpoint.swept")).unwrap();
+        let (service, _) = Service::open(ServiceConfig {
+            data_dir: data,
+            sheet_threads: 1,
+            clock: Default::default(),
+            min_free_bytes: None,
+            retention: crate::shared::Retention { days: 0, min_changes: 0 },
+            archive: Some(config.clone()),
+        })
+        .unwrap();
+        service.start_archive(config).unwrap();
+        let status = archived_up_to(&service, service.durable_lsn()).await;
+        assert!(status.gaps.is_empty(), "{status:?}");
+        service.stop_archive();
+    }
+
     /// Past `hold_records`, a checkpoint lets the oldest records go, and the archive reports
     /// the gap instead of skipping it.
     #[actix_rt::test]
@@ -1058,6 +1103,7 @@ mod tests {
             clock: Default::default(),
             min_free_bytes: None,
             retention: crate::shared::Retention { days: 0, min_changes: 0 },
+            archive: None,
         })
         .unwrap();
         service.start_archive(config).unwrap();

@@ -947,6 +947,7 @@ mod tests {
             clock: Default::default(),
             min_free_bytes: None,
             retention: Default::default(),
+            archive: None,
         }
     }
 

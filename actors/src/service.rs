@@ -128,13 +128,19 @@ pub(crate) struct Rebuild {
     /// The records at or below the checkpoint that hold retained changes: gathered only if the
     /// log asks (a start without a sweep marker), from the sheets as the checkpoint left them.
     retained: std::sync::OnceLock<std::collections::HashSet<Lsn>>,
+    /// The log archive's position and its hold (`ArchiveConfig::hold_records`): records above
+    /// it are kept for the archive, as a checkpoint keeps them.
+    archive_hold: Option<(Lsn, u64)>,
+    /// The checkpoint the log handed over (0 before one).
+    checkpoint_lsn: Lsn,
 }
 
 /// How often a long replay logs its progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
 impl Replay for Rebuild {
-    fn checkpoint(&mut self, _lsn: Lsn, snapshot: &mut dyn std::io::Read) -> Result<()> {
+    fn checkpoint(&mut self, lsn: Lsn, snapshot: &mut dyn std::io::Read) -> Result<()> {
+        self.checkpoint_lsn = lsn;
         self.load(CheckpointFile::decode(snapshot)?);
         Ok(())
     }
@@ -149,7 +155,10 @@ impl Replay for Rebuild {
         let retained = self.retained.get_or_init(|| {
             self.sheets.values().flat_map(|(state, _, _)| state.changes.lsns()).collect()
         });
-        retained.contains(&lsn)
+        let for_archive = self.archive_hold.is_some_and(|(position, hold)| {
+            lsn > position.max(self.checkpoint_lsn.saturating_sub(hold))
+        });
+        retained.contains(&lsn) || for_archive
     }
 }
 
@@ -285,6 +294,10 @@ pub struct ServiceConfig {
     pub min_free_bytes: Option<u64>,
     /// How long each sheet keeps its changes for the feed.
     pub retention: Retention,
+    /// The log archive this service will run ([`Service::start_archive`]), if any: a start
+    /// keeps the log's records it has not taken, where a crash between a checkpoint and its
+    /// truncation leaves the start to decide which records below the checkpoint to keep.
+    pub archive: Option<ArchiveConfig>,
 }
 
 /// Why [`Service::read_changes`] returned no page.
@@ -431,6 +444,8 @@ fn rebuild(shared_parts: (&Arc<IdemStore>, &Arc<Outbox>, &Arc<RowIds>), now: i64
         now,
         progress: (0, std::time::Instant::now()),
         retained: Default::default(),
+        archive_hold: None,
+        checkpoint_lsn: 0,
     }
 }
 
@@ -442,6 +457,9 @@ impl Service {
         let row_ids = Arc::new(RowIds::default());
         row_ids.observe(0);
         let mut rebuild = rebuild((&idem, &outbox, &row_ids), config.clock.now());
+        rebuild.archive_hold = config.archive.as_ref().and_then(|a| {
+            crate::archive::archived_position(&a.dir).map(|position| (position, a.hold_records))
+        });
         let log_config =
             WalLogConfig { dir: config.data_dir.clone(), min_free_bytes: config.min_free_bytes };
         let (log, report) = WalLog::open(log_config, &mut rebuild)?;
