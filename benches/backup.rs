@@ -182,6 +182,26 @@ async fn patch64(base: &str) -> Report {
     .await
 }
 
+/// CPU seconds of process `pid` and of its thread named `sheetd-archive` (0 without one).
+fn cpu_seconds(pid: u32) -> (f64, f64) {
+    // Fields 14 and 15 of a stat line (after the command's parenthesis): user and system
+    // ticks, 100 a second.
+    let ticks = |stat: &str| {
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / 100.0
+    };
+    let total = ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap());
+    let mut archiver = 0.0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "sheetd-archive" {
+            archiver += ticks(&std::fs::read_to_string(task.path().join("stat")).unwrap());
+        }
+    }
+    (total, archiver)
+}
+
 fn row(what: &str, now: String) {
     println!("| {what:<70} | {now:<44} |");
 }
@@ -222,6 +242,16 @@ fn main() {
         let file = dir.path().join("state.backup");
         let (_, backup_secs) = sheetd(backup_args(&server.admin, &file)).await;
         let backup_bytes = std::fs::metadata(&file).unwrap().len();
+        // The check alone, which both commands include: the backup's after receiving the file,
+        // the restore's before writing anything.
+        let (_, verify_secs) = sheetd(
+            ["backup", "verify"]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .chain([file.display().to_string()])
+                .collect(),
+        )
+        .await;
         let restored = dir.path().join("restored");
         let (_, restore_secs) = sheetd(
             [
@@ -298,19 +328,32 @@ fn main() {
         }
         server.terminate();
 
-        // 4. The archive's cost to the writers' durable rate, alternated on the same data dir.
+        // 4. The archive's cost to the writers' durable rate, alternated on the same data dir
+        //    (the order flips each pair, so a drift of the shared machine falls on both), and
+        //    the CPU its thread took against the whole server's during the archived runs.
         let archive: PathBuf = dir.path().join("archive");
         let archive_flag = archive.display().to_string();
-        let (mut plain, mut archived, mut lags) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..2 {
-            let server = Server::start(&data, &[]).await;
-            plain.push(patch64(&server.base).await.levels[0].requests_per_second);
-            server.terminate();
-            let server = Server::start(&data, &["--archive-dir", &archive_flag]).await;
-            archived.push(patch64(&server.base).await.levels[0].requests_per_second);
-            let (_, health) = get(&format!("{}/health", server.admin)).await;
-            lags.push(health["archive"]["lagRecords"].as_u64().unwrap_or(0));
-            server.terminate();
+        let (mut plain, mut archived, mut lags, mut cpu) =
+            (Vec::new(), Vec::new(), Vec::new(), (0.0, 0.0));
+        for pair in 0..4 {
+            for with_archive in if pair % 2 == 0 { [false, true] } else { [true, false] } {
+                let flags: &[&str] =
+                    if with_archive { &["--archive-dir", &archive_flag] } else { &[] };
+                let server = Server::start(&data, flags).await;
+                let before = cpu_seconds(server.child.id());
+                let rate = patch64(&server.base).await.levels[0].requests_per_second;
+                let after = cpu_seconds(server.child.id());
+                if with_archive {
+                    archived.push(rate);
+                    cpu.0 += after.1 - before.1;
+                    cpu.1 += after.0 - before.0;
+                    let (_, health) = get(&format!("{}/health", server.admin)).await;
+                    lags.push(health["archive"]["lagRecords"].as_u64().unwrap_or(0));
+                } else {
+                    plain.push(rate);
+                }
+                server.terminate();
+            }
         }
 
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
@@ -319,6 +362,7 @@ fn main() {
             "online backup (sheetd backup --admin-url, received and verified)",
             format!("{backup_secs:.2} s, {:.0} MB", backup_bytes as f64 / 1e6),
         );
+        row("of which the check (sheetd backup verify)", format!("{verify_secs:.2} s"));
         row(
             "restore (sheetd restore: verify, write, recover and check)",
             format!("{restore_secs:.2} s"),
@@ -369,6 +413,16 @@ fn main() {
         row(
             "archive's cost to the durable rate (means)",
             format!("{:.1} %", 100.0 * (1.0 - mean(&archived) / mean(&plain))),
+        );
+        let mut ratios: Vec<f64> = archived.iter().zip(&plain).map(|(a, p)| a / p).collect();
+        ratios.sort_by(f64::total_cmp);
+        row(
+            "archive's cost, median of the pairs",
+            format!("{:.1} %", 100.0 * (1.0 - (ratios[1] + ratios[2]) / 2.0)),
+        );
+        row(
+            "archiver thread CPU / server CPU during the archived runs",
+            format!("{:.2} s / {:.2} s ({:.1} %)", cpu.0, cpu.1, 100.0 * cpu.0 / cpu.1),
         );
         row("archive lag at the end of each archived run (records)", format!("{lags:?}"));
     });
