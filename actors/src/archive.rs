@@ -757,6 +757,8 @@ impl Writer {
     fn add(&mut self, lsn: Lsn, at: Millis, bytes: &[u8]) -> Result<(), Failure> {
         let io = |e: io::Error| Failure::Retry(format!("writing a segment: {e}"));
         if self.open.is_none() {
+            // The dir may have been removed under the server: made again, not failed forever.
+            std::fs::create_dir_all(&self.config.dir).map_err(io)?;
             let tmp = self.config.dir.join(format!("{}.tmp", segment_name(lsn, lsn)));
             let file = File::create(&tmp).map_err(io)?;
             let out = BlockWriter::new(file, MAGIC, FORMAT).map_err(io)?;
