@@ -696,7 +696,7 @@ impl Writer {
         let mut state = lock(&self.shared.state);
         if state.last_error.as_deref() != Some(why) {
             tracing::error!(dir = %self.config.dir.display(), error = why,
-                "the log archive cannot write; it retries, writes go on");
+                "the log archive cannot write or read what it needs; it retries, writes go on");
         }
         state.last_error = Some(why.to_owned());
         state.errors += 1;
