@@ -13,12 +13,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use actix_web::web::Bytes;
-use actors::backup::{self, Manifest, Progress};
+use actors::backup::{self, Manifest, PointInTime, Progress, Until};
 use anyhow::{bail, Context};
 use futures_util::StreamExt;
 
 use crate::cli::{fail, offline};
-use crate::config::{BackupArgs, BackupCommand};
+use crate::config::{BackupArgs, BackupCommand, RestoreArgs};
 
 /// The files beside the log a backup carries: the cursor key.
 pub const CURSOR_KEY_FILE: &str = "cursor.key";
@@ -220,13 +220,37 @@ fn verify(file: &Path) -> ExitCode {
     }
 }
 
-/// `sheetd restore --from FILE --data-dir D`.
-pub fn restore(from: &Path, data_dir: &Path) -> ExitCode {
+/// `sheetd restore --from FILE [--archive-dir DIR [--until T | --until-position N]]
+/// --data-dir D`.
+pub fn restore(args: RestoreArgs) -> ExitCode {
+    let until = match (&args.until, args.until_position) {
+        (Some(text), _) => match actors::coerce::parse_instant(text) {
+            Ok(at) => Until::Time(at),
+            Err(why) => {
+                let e = anyhow::anyhow!("--until `{text}` is not an RFC 3339 time: {why}");
+                return fail("restore", e.context("nothing was restored"));
+            }
+        },
+        (None, Some(lsn)) => Until::Position(lsn),
+        (None, None) => Until::End,
+    };
+    let point = args.archive_dir.as_deref().map(|dir| PointInTime { archive_dir: dir, until });
     let mut reporter = Reporter::new("restore");
-    match backup::restore(from, data_dir, &mut |p| reporter.tick(p)) {
-        Ok(manifest) => {
-            println!("restored {} into {}", from.display(), data_dir.display());
-            print_manifest(&manifest);
+    match backup::restore_to(&args.from, &args.data_dir, point, &mut |p| reporter.tick(p)) {
+        Ok(restored) => {
+            println!("restored {} into {}", args.from.display(), args.data_dir.display());
+            print_manifest(&restored.manifest);
+            if point.is_some() {
+                let at = restored.position_at.and_then(actors::model::timestamp);
+                println!(
+                    "rolled forward: to LSN {}{} with {} archived records from {} segments",
+                    restored.position,
+                    at.map(|t| format!(" (a record of {t})")).unwrap_or_default(),
+                    restored.archived_records,
+                    restored.segments
+                );
+                println!("restored digest: {}", restored.digest);
+            }
             ExitCode::SUCCESS
         }
         Err(e) => fail("restore", anyhow::Error::new(e).context("nothing was restored")),

@@ -12,7 +12,8 @@
 //! `key create` and `key revoke` recover the service on the data dir inside a short-lived actix
 //! system and send the same [`actors::directory`] messages as the admin API, so the change is
 //! checked, logged and made durable exactly like one made through a running server. They end
-//! with a checkpoint and a clean shutdown of the log, so the next server start replays nothing.
+//! with a checkpoint (which truncates nothing: a server's log archive takes those records at its
+//! next start) and a clean shutdown of the log, so the next server start replays nothing.
 //! `key list` only reads. A created key's secret is printed once, to stdout; only its hash is
 //! stored, and it is never logged.
 
@@ -155,13 +156,15 @@ where
             clock: Clock::default(),
             min_free_bytes: None,
             retention: Default::default(),
+            archive: None,
         })
         .with_context(|| format!("cannot open data dir {}", data_dir.display()))?;
         let result = work(service.clone()).await;
         // The change is durable in the log already; the checkpoint only spares the next start
-        // its replay. The log is closed either way.
+        // its replay. It truncates nothing: the server's log archive (`--archive-dir`, unknown
+        // here) takes these records at its next start. The log is closed either way.
         let checkpoint = if changes && result.is_ok() {
-            service.checkpoint().await.map(drop).context("checkpoint after the change")
+            service.checkpoint_keeping_log().await.map(drop).context("checkpoint after the change")
         } else {
             Ok(())
         };

@@ -33,6 +33,9 @@ const ELECTION_TIMEOUT_MS: (u64, u64) = (300, 600);
 pub fn node_config(args: &ServeArgs) -> anyhow::Result<Option<NodeConfig>> {
     let Some(node_id) = args.node_id else { return Ok(None) };
     let node_id = node_id.get();
+    if args.archive_dir.is_some() {
+        anyhow::bail!("--archive-dir is not supported on a cluster node yet");
+    }
     let (Some(raft_addr), Some(secret_file)) = (args.raft_addr, &args.cluster_secret_file) else {
         anyhow::bail!("--node-id needs --raft-addr and --cluster-secret-file");
     };

@@ -71,6 +71,27 @@ pub struct BackupArgs {
     pub out: Option<PathBuf>,
 }
 
+/// `sheetd restore`.
+#[derive(Debug, clap::Args)]
+pub struct RestoreArgs {
+    /// The backup file.
+    #[arg(long)]
+    pub from: PathBuf,
+    /// The data dir to create (absent or empty).
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// A log archive (`sheetd serve --archive-dir`) to roll the backup forward with; alone,
+    /// as far as it goes.
+    #[arg(long)]
+    pub archive_dir: Option<PathBuf>,
+    /// Roll forward up to this time (RFC 3339): stop before the first archived record after it.
+    #[arg(long, requires = "archive_dir", conflicts_with = "until_position")]
+    pub until: Option<String>,
+    /// Roll forward up to this log position (LSN).
+    #[arg(long, requires = "archive_dir")]
+    pub until_position: Option<u64>,
+}
+
 /// `sheetd backup verify`.
 #[derive(Debug, Subcommand)]
 pub enum BackupCommand {
@@ -147,6 +168,21 @@ pub struct ServeArgs {
     /// Changes each sheet keeps at least, however old.
     #[arg(long, env = "SHEETD_CHANGES_RETENTION_MIN", default_value_t = 100_000)]
     pub changes_retention_min: u64,
+    /// Keep every durable log record in sealed segment files in this dir (the log archive), so
+    /// `sheetd restore --archive-dir` can roll a backup forward to a point in time.
+    #[arg(long, env = "SHEETD_ARCHIVE_DIR")]
+    pub archive_dir: Option<PathBuf>,
+    /// Seal an archive segment once its first record is this many milliseconds old: how far
+    /// the archive trails the log.
+    #[arg(long, env = "SHEETD_ARCHIVE_SEAL_MS", default_value_t = 5_000)]
+    pub archive_seal_ms: u64,
+    /// Seal an archive segment once its records reach this many bytes.
+    #[arg(long, env = "SHEETD_ARCHIVE_SEGMENT_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub archive_segment_bytes: usize,
+    /// A checkpoint keeps at most this many log records the archive has not taken (while its
+    /// dir is full or failing); past that the oldest are dropped and the archive reports a gap.
+    #[arg(long, env = "SHEETD_ARCHIVE_HOLD_RECORDS", default_value_t = 1_000_000)]
+    pub archive_hold_records: u64,
     /// Run as a member of a cluster: this node's id for life (a positive integer; a node
     /// whose data is lost joins again under a new id). With `--raft-addr`,
     /// `--initial-cluster` and `--cluster-secret-file`.

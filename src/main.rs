@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use futures_util::future::LocalBoxFuture;
-use sheetd::config::{BackupArgs, KeyCommand, ServeArgs};
+use sheetd::config::{BackupArgs, KeyCommand, RestoreArgs, ServeArgs};
 use sheetd::server::{self, Options};
 use sheetd_bench::{BenchArgs, Started};
 
@@ -26,7 +26,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the service.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Verify a data dir that no server holds open: replay the log, print counts, exit non-zero
     /// on damage.
     Check {
@@ -40,15 +40,9 @@ enum Command {
     /// Back up a running server (`--admin-url`) or a stopped data dir (`--data-dir`) into one
     /// checked file; `sheetd backup verify FILE` checks one.
     Backup(BackupArgs),
-    /// Restore a backup into an empty or absent data dir, after checking all of it.
-    Restore {
-        /// The backup file.
-        #[arg(long)]
-        from: PathBuf,
-        /// The data dir to create (absent or empty).
-        #[arg(long)]
-        data_dir: PathBuf,
-    },
+    /// Restore a backup into an empty or absent data dir, after checking all of it; with
+    /// `--archive-dir`, rolled forward to `--until` a time or `--until-position` an LSN.
+    Restore(RestoreArgs),
     /// Run a local cluster of N nodes on 127.0.0.1..N for trying it out.
     #[command(subcommand)]
     Cluster(ClusterCommand),
@@ -102,7 +96,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => {
             init_logging(args.log_json, "info");
-            let opts = Options { args, clock: Default::default(), print_secrets: true };
+            let opts = Options { args: *args, clock: Default::default(), print_secrets: true };
             let result = actix_rt::System::new().block_on(async move {
                 let running = server::start(opts).await?;
                 server::wait_for_signal().await;
@@ -129,9 +123,9 @@ fn main() -> ExitCode {
             init_logging(false, "warn");
             sheetd::backup::backup(args)
         }
-        Command::Restore { from, data_dir } => {
+        Command::Restore(args) => {
             init_logging(false, "warn");
-            sheetd::backup::restore(&from, &data_dir)
+            sheetd::backup::restore(args)
         }
         Command::Cluster(ClusterCommand::Up(args)) => {
             init_logging(false, "warn");

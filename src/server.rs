@@ -137,7 +137,9 @@ async fn seed(service: &Service, opts: &Options) -> anyhow::Result<()> {
 /// Recovers a single node's data dir and seeds it when it is new.
 async fn open_alone(opts: &Options) -> anyhow::Result<Service> {
     let args = &opts.args;
-    let (service, report) = Service::open(service_config(opts))
+    let config = service_config(opts);
+    let archive = config.archive.clone();
+    let (service, report) = Service::open(config)
         .with_context(|| format!("cannot open data dir {}", args.data_dir.display()))?;
     tracing::info!(
         checkpoint_lsn = report.checkpoint_lsn,
@@ -149,6 +151,12 @@ async fn open_alone(opts: &Options) -> anyhow::Result<Service> {
         elapsed_ms = report.elapsed.as_millis() as u64,
         "recovery complete"
     );
+    if let Some(archive) = archive {
+        // Started before the seed, so the archive holds a new data dir's first records too.
+        let dir = archive.dir.display().to_string();
+        service.start_archive(archive).context("cannot start the log archive")?;
+        tracing::info!(%dir, "log archive started");
+    }
     let fresh = report.last_lsn == 0 && report.checkpoint_lsn.is_none();
     if fresh {
         seed(&service, opts).await?;
@@ -170,6 +178,12 @@ fn service_config(opts: &Options) -> ServiceConfig {
             days: args.changes_retention_days,
             min_changes: args.changes_retention_min,
         },
+        archive: args.archive_dir.as_ref().map(|dir| actors::archive::ArchiveConfig {
+            dir: dir.clone(),
+            seal_after: std::time::Duration::from_millis(args.archive_seal_ms),
+            segment_bytes: args.archive_segment_bytes.max(1),
+            hold_records: args.archive_hold_records,
+        }),
     }
 }
 
@@ -286,6 +300,10 @@ pub async fn stop(running: Running) -> anyhow::Result<()> {
     // A background checkpoint must not race the final one.
     running.maintenance.stop().await;
     if let Some(service) = running.state.try_service() {
+        // The archive takes what is durable before the log closes (its thread joins:
+        // blocking).
+        let archived = service.clone();
+        let _ = actix_web::rt::task::spawn_blocking(move || archived.stop_archive()).await;
         let report = service.checkpoint().await.context("final checkpoint")?;
         tracing::info!(lsn = report.lsn, bytes = report.bytes, "final checkpoint written");
         service.close().context("closing the log")?;

@@ -533,18 +533,59 @@ pub struct AdminListView<T> {
 /// `GET /admin/v1/health`.
 #[derive(Serialize)]
 pub struct HealthView {
-    /// Why the data dir takes no writes; absent while it does.
+    /// The log archive (with `--archive-dir`): its position, lag and last error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub archive: Option<ArchiveView>,
+    /// Why the data dir takes no writes, or the archive is behind by an error or has a gap;
+    /// absent while neither.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// `ok`, or `degraded` while the data dir takes no writes.
+    /// `ok`, or `degraded` while the data dir takes no writes or the archive is behind
+    /// because of an error (or lost records to a gap).
     pub status: &'static str,
 }
 
+/// The log archive in `GET /admin/v1/health`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveView {
+    /// The archive dir.
+    pub dir: String,
+    /// Every record up to this LSN is in a sealed segment.
+    pub position: u64,
+    /// The log's durable LSN.
+    pub durable_lsn: u64,
+    /// Durable records not archived yet.
+    pub lag_records: u64,
+    /// Since when the oldest record not archived yet waits (RFC 3339); null when none.
+    pub behind_since: Option<String>,
+    /// When the last segment was sealed; null before the first.
+    pub last_sealed_at: Option<String>,
+    /// Why the archive cannot write, while it fails; null once it writes again.
+    pub last_error: Option<String>,
+    /// Ranges of records the archive lost (the log dropped them first), `[from, to]`.
+    pub gaps: Vec<[u64; 2]>,
+}
+
 impl HealthView {
-    /// `ok` without a reason, `degraded` with one.
-    pub fn new(unwritable_reason: Option<String>) -> Self {
-        let status = if unwritable_reason.is_some() { "degraded" } else { "ok" };
-        HealthView { reason: unwritable_reason, status }
+    /// `ok` without a reason, `degraded` with one: the data dir's, else the archive's.
+    pub fn new(
+        unwritable_reason: Option<String>,
+        archive: Option<actors::archive::ArchiveStatus>,
+    ) -> Self {
+        let reason = unwritable_reason.or_else(|| archive.as_ref().and_then(|a| a.trouble()));
+        let status = if reason.is_some() { "degraded" } else { "ok" };
+        let archive = archive.map(|a| ArchiveView {
+            dir: a.dir.display().to_string(),
+            position: a.position,
+            durable_lsn: a.durable_lsn,
+            lag_records: a.lag_records,
+            behind_since: a.behind_since.and_then(timestamp),
+            last_sealed_at: a.last_sealed_at.and_then(timestamp),
+            last_error: a.last_error,
+            gaps: a.gaps.iter().map(|&(from, to)| [from, to]).collect(),
+        });
+        HealthView { archive, reason, status }
     }
 }
 

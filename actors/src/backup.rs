@@ -33,8 +33,9 @@
 //! rebuilds, whatever the data dir's size.
 //!
 //! Room to grow: a later format may add items (a reader refuses a tag it does not know) and
-//! manifest fields (unknown ones are ignored); log archive segments can use the same blocks
-//! under their own magic, starting at P+1.
+//! manifest fields (unknown ones are ignored). The log archive's segments ([`crate::archive`])
+//! use the same blocks under their own magic and hold the records after P: [`restore_to`]
+//! rolls a backup forward with them.
 //!
 //! # Checks
 //!
@@ -42,13 +43,17 @@
 //! after C, and compares its digest ([`crate::digest`]) with the manifest's. [`restore`] does
 //! that first and writes nothing unless it passes; then it writes the data dir, recovers it as
 //! a start would (without the actors), and compares the digest again, removing what it wrote
-//! on a mismatch.
+//! on a mismatch. [`restore_to`] also reads every archive segment it uses (from P+1 to the
+//! point asked for) and applies their records to the rebuilt state before writing anything,
+//! so a gap, a damaged segment or a point before the backup is refused with nothing written,
+//! and the restored dir is compared with that rolled-forward state's digest.
 
 use std::io::{self, Read, Write};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::archive::{self, ArchiveError, SegmentReader};
 use crate::log::blocks::{self, BlockError, BlockReader, BlockWriter};
 use crate::log::{codec, encode_snapshot, LogError, Lsn, Replay, WalLogRestore};
 use crate::model::Millis;
@@ -89,6 +94,12 @@ pub enum BackupError {
         /// The restored dir's.
         found: String,
     },
+    /// The log archive lacks a segment a restore needs, or one is damaged.
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+    /// The point in time asked for is not one this backup and archive can reach.
+    #[error("{0}")]
+    Target(String),
     /// A restore's target holds something already.
     #[error("data dir {0} is not empty: a restore writes only into an empty or absent data dir")]
     NotEmpty(String),
@@ -537,6 +548,14 @@ pub struct Verified {
 /// # Errors
 /// The first damage found, naming it; a digest that does not match.
 pub fn verify(file: impl Read, progress: &mut dyn FnMut(Progress)) -> Result<Verified> {
+    verify_rebuild(file, progress).map(|(verified, _)| verified)
+}
+
+/// [`verify`], and the state it rebuilt, at the backup's position.
+fn verify_rebuild(
+    file: impl Read,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(Verified, Rebuild)> {
     let (mut items, head) = Items::open(file)?;
     let mut rebuild = fresh_rebuild(head.taken_at);
     if let Err(e) = rebuild.checkpoint(head.checkpoint, &mut Snapshot(&mut items)) {
@@ -578,7 +597,7 @@ pub fn verify(file: impl Read, progress: &mut dyn FnMut(Progress)) -> Result<Ver
     if found != manifest.digest {
         return Err(BackupError::DigestMismatch { expected: manifest.digest, found });
     }
-    Ok(Verified { manifest })
+    Ok((Verified { manifest }, rebuild))
 }
 
 /// The records' order: increasing, and without a gap from the checkpoint to the position.
@@ -615,6 +634,44 @@ impl Order {
     }
 }
 
+/// How far a restore rolls a backup forward with the log archive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Until {
+    /// As far as the archive goes without a gap.
+    End,
+    /// Up to the last record before the first one whose time is after this (see
+    /// [`crate::archive`] for a record's time).
+    Time(Millis),
+    /// Up to this position.
+    Position(Lsn),
+}
+
+/// A restore to a point after the backup: the archive dir and the point.
+#[derive(Clone, Copy, Debug)]
+pub struct PointInTime<'a> {
+    /// The log archive (`sheetd serve --archive-dir`).
+    pub archive_dir: &'a Path,
+    /// Where to stop.
+    pub until: Until,
+}
+
+/// What a restore restored.
+#[derive(Clone, Debug)]
+pub struct Restored {
+    /// The backup's manifest.
+    pub manifest: Manifest,
+    /// The restored state's position: the restored server's next record gets `position + 1`.
+    pub position: Lsn,
+    /// The time of the record at `position`, when it came from the archive.
+    pub position_at: Option<Millis>,
+    /// Records taken from the archive.
+    pub archived_records: u64,
+    /// The segments they came from.
+    pub segments: usize,
+    /// The digest of the restored state.
+    pub digest: String,
+}
+
 /// Restores the backup at `path` into `data_dir` (absent or empty): [`verify`] first, then the
 /// data dir written at the backup's LSNs and fsynced, then recovered from disk as a start
 /// would, its digest compared with the manifest's. Nothing is left in `data_dir` on failure.
@@ -627,6 +684,23 @@ pub fn restore(
     data_dir: &Path,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Manifest> {
+    restore_to(path, data_dir, None, progress).map(|r| r.manifest)
+}
+
+/// [`restore`], rolled forward to `point` with the log archive's records: the backup and
+/// every segment the restore uses (from the backup's position + 1 to the point) are read and
+/// checked, and the state they make is rebuilt in memory, before anything is written; then
+/// the data dir is written, recovered and its digest compared with that state's.
+///
+/// # Errors
+/// As [`restore`]; and a segment missing (a gap) or damaged, or a point before the backup or
+/// past the archive's end, each refused before anything is written.
+pub fn restore_to(
+    path: &Path,
+    data_dir: &Path,
+    point: Option<PointInTime<'_>>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Restored> {
     let not_empty = || BackupError::NotEmpty(data_dir.display().to_string());
     match std::fs::read_dir(data_dir) {
         Ok(mut entries) => {
@@ -638,13 +712,35 @@ pub fn restore(
         Err(e) => return Err(e.into()),
     }
     let open = || std::fs::File::open(path).map(|f| io::BufReader::with_capacity(1 << 20, f));
-    let manifest = verify(open()?, progress)?.manifest;
+    if let Some(point) = &point {
+        // A point before the backup is refused before the backup is read through.
+        before_backup(&read_manifest(std::fs::File::open(path)?)?, point.until)?;
+    }
+    let (verified, mut rebuild) = verify_rebuild(open()?, progress)?;
+    let manifest = verified.manifest;
+    let plan = match point {
+        Some(point) => plan(&manifest, point, &mut rebuild, progress)?,
+        None => Plan { segments: Vec::new(), target: manifest.position, target_at: None },
+    };
+    let expected = rebuild.digest().to_string();
     let existed = data_dir.exists();
-    let written = write_dir(open()?, data_dir).and_then(|()| {
+    let position = manifest.position;
+    let written = write_dir(open()?, data_dir, &mut |restore| {
+        for segment in &plan.segments {
+            let mut reader = SegmentReader::open(segment)?;
+            while let Some(record) = reader.next_record()? {
+                if record.lsn > position && record.lsn <= plan.target {
+                    restore.record(record.lsn, &record.bytes).map_err(crate::Error::from)?;
+                }
+            }
+        }
+        Ok(())
+    })
+    .and_then(|()| {
         let found =
             Service::recover_and_inspect(data_dir, manifest.created_at_ms)?.digest.to_string();
-        if found != manifest.digest {
-            return Err(BackupError::RestoredMismatch { expected: manifest.digest.clone(), found });
+        if found != expected {
+            return Err(BackupError::RestoredMismatch { expected: expected.clone(), found });
         }
         Ok(())
     });
@@ -656,11 +752,129 @@ pub fn restore(
         }
         return Err(e);
     }
-    Ok(manifest)
+    Ok(Restored {
+        position: plan.target,
+        position_at: plan.target_at,
+        archived_records: plan.target - manifest.position,
+        segments: plan.segments.len(),
+        digest: expected,
+        manifest,
+    })
 }
 
-/// Writes the checkpoint and records of a verified backup into `data_dir`.
-fn write_dir(file: impl Read, data_dir: &Path) -> Result<()> {
+/// Refuses a point before the backup.
+fn before_backup(manifest: &Manifest, until: Until) -> Result<()> {
+    match until {
+        Until::Time(at) if at < manifest.created_at_ms => Err(BackupError::Target(format!(
+            "--until {} is before the backup's time {}: a restore cannot go back before its \
+             backup; use an older backup",
+            crate::model::timestamp(at).unwrap_or_else(|| at.to_string()),
+            manifest.created_at
+        ))),
+        Until::Position(lsn) if lsn < manifest.position => Err(BackupError::Target(format!(
+            "--until-position {lsn} is before the backup's position {}: a restore cannot go \
+             back before its backup; use an older backup",
+            manifest.position
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The segments a restore to a point uses and where it stops.
+struct Plan {
+    segments: Vec<archive::SegmentFile>,
+    target: Lsn,
+    target_at: Option<Millis>,
+}
+
+/// Finds the segments from the backup's position + 1 on, reads and checks each whole, and
+/// applies their records up to the point to `rebuild`.
+fn plan(
+    manifest: &Manifest,
+    point: PointInTime<'_>,
+    rebuild: &mut Rebuild,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Plan> {
+    before_backup(manifest, point.until)?;
+    let dir = point.archive_dir.display().to_string();
+    let gap = |why: String| BackupError::Archive(ArchiveError::Gap { dir: dir.clone(), why });
+    let start = manifest.position + 1;
+    let all = archive::list(point.archive_dir)?;
+    let mut chain: Vec<archive::SegmentFile> = Vec::new();
+    let mut beyond = None;
+    for segment in all.into_iter().filter(|s| s.last >= start) {
+        let next = chain.last().map_or(start, |s| s.last + 1);
+        if segment.first > next {
+            beyond = Some((next, segment.first));
+            break;
+        }
+        if chain.last().is_some_and(|last| segment.first <= last.last) {
+            return Err(ArchiveError::Content {
+                path: segment.path.display().to_string(),
+                why: format!("it overlaps {}", chain.last().expect("checked").path.display()),
+            }
+            .into());
+        }
+        chain.push(segment);
+    }
+    let (mut target, mut target_at, mut done) = (manifest.position, None, false);
+    let mut used = Vec::new();
+    let mut records = 0;
+    for segment in chain {
+        let mut reader = SegmentReader::open(&segment)?;
+        while let Some(record) = reader.next_record()? {
+            if record.lsn < start || done {
+                continue;
+            }
+            done = match point.until {
+                Until::Time(at) => record.at > at,
+                Until::Position(lsn) => record.lsn > lsn,
+                Until::End => false,
+            };
+            if done {
+                continue;
+            }
+            let decoded: Record = codec::decode(&record.bytes).map_err(|e| {
+                BackupError::Content(format!("archived record {} does not decode: {e}", record.lsn))
+            })?;
+            rebuild.apply(record.lsn, decoded);
+            (target, target_at) = (record.lsn, Some(record.at));
+            records += 1;
+            progress(Progress { bytes: 0, records });
+        }
+        used.push(segment);
+        if done {
+            break;
+        }
+    }
+    if !done {
+        if let Some((from, to)) = beyond {
+            return Err(gap(format!(
+                "no segment holds records {from} to {} (the segments go on at {to}); nothing \
+                 was restored",
+                to - 1
+            )));
+        }
+        if let Until::Position(lsn) = point.until {
+            if lsn > target {
+                return Err(BackupError::Target(format!(
+                    "--until-position {lsn} is past the archive's end: it holds records up to \
+                     {target} after the backup's position {}",
+                    manifest.position
+                )));
+            }
+        }
+    }
+    Ok(Plan { segments: used, target, target_at })
+}
+
+/// Writes the checkpoint and records of a verified backup into `data_dir`, then lets `more`
+/// add the records after them.
+fn write_dir(
+    file: impl Read,
+    data_dir: &Path,
+    more: &mut dyn FnMut(&mut WalLogRestore) -> Result<()>,
+) -> Result<()> {
     let (mut items, head) = Items::open(file)?;
     let mut restore = WalLogRestore::create(data_dir).map_err(crate::Error::from)?;
     let mut failed = None;
@@ -687,6 +901,7 @@ fn write_dir(file: impl Read, data_dir: &Path) -> Result<()> {
         tag = items.next_tag()?;
     }
     items.manifest()?;
+    more(&mut restore)?;
     restore.finish().map_err(crate::Error::from)?;
     for (name, bytes) in files {
         write_private(&data_dir.join(name), &bytes)?;
@@ -732,6 +947,7 @@ mod tests {
             clock: Default::default(),
             min_free_bytes: None,
             retention: Default::default(),
+            archive: None,
         }
     }
 

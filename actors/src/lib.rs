@@ -20,10 +20,12 @@
 //!   ([`directory::keys`]) and the fixture format ([`directory::fixture`]).
 //! - [`report`]: the [`ReportRunner`]: saved report definitions, compiled and run over snapshots.
 //! - [`digest`]: the state's digest, one hash of everything a recovery rebuilds.
+//! - [`archive`]: the log archive: segment files of every durable record, the thread that
+//!   writes them behind the log, and reading them back for a restore to a point in time.
 //! - [`service`]: recovery, actor start-up, checkpoints and a backup's consistent copies; the
 //!   one way in from above.
 //! - [`backup`]: the backup file: writing one from the service's copies, verifying one,
-//!   restoring one into a new data dir.
+//!   restoring one into a new data dir (rolled forward with the archive's records).
 //! - [`replica`]: a cluster node's domain: committed records applied on a follower, the
 //!   actors started when it leads, and the log seam over the Raft group (`cluster` crate).
 //!
@@ -43,6 +45,7 @@
 //! - A write and its side effects (idempotency response, events) are one record.
 #![forbid(unsafe_code)]
 
+pub mod archive;
 pub mod backup;
 pub mod coerce;
 pub mod digest;

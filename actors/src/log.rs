@@ -134,6 +134,14 @@ pub trait RecordLog: Send + Sync + 'static {
     /// A damaged record (never skipped silently), or the log failing to read.
     fn read(&self, lsn: Lsn) -> Result<Option<Record>>;
 
+    /// The durable record at `lsn` as the log stores it ([`codec`] bytes), if it still holds
+    /// it: for a copy of the log that keeps records as they are (the log archive), without a
+    /// second encoding. Blocking.
+    ///
+    /// # Errors
+    /// As [`RecordLog::read`].
+    fn read_stored(&self, lsn: Lsn) -> Result<Option<Vec<u8>>>;
+
     /// The highest position given to a record.
     fn last_lsn(&self) -> Lsn;
 
@@ -279,6 +287,10 @@ impl RecordLog for WalLog {
             Some(bytes) => Ok(Some(codec::decode(&bytes)?)),
             None => Ok(None),
         }
+    }
+
+    fn read_stored(&self, lsn: Lsn) -> Result<Option<Vec<u8>>> {
+        Ok(self.wal.read(lsn)?)
     }
 
     fn last_lsn(&self) -> Lsn {

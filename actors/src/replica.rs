@@ -278,13 +278,17 @@ impl RecordLog for RaftLog {
     }
 
     fn read(&self, lsn: Lsn) -> Result<Option<Record>> {
+        match self.read_stored(lsn)? {
+            Some(payload) => Ok(Some(codec::decode(&payload)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn read_stored(&self, lsn: Lsn) -> Result<Option<Vec<u8>>> {
         let Some(index) = lsn.checked_sub(1) else { return Ok(None) };
         let stored =
             self.node.store().read_record(index).map_err(|e| Error::Inconsistent(e.to_string()))?;
-        match stored {
-            Some(record) => Ok(Some(codec::decode(&record.payload)?)),
-            None => Ok(None),
-        }
+        Ok(stored.map(|record| record.payload))
     }
 
     fn last_lsn(&self) -> Lsn {

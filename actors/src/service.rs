@@ -37,6 +37,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::archive::{Archive, ArchiveConfig, ArchiveError, ArchiveStatus};
 use crate::digest::{digest, StateDigest, StateParts};
 use crate::directory::{
     CopyDirectoryForCheckpoint, DirectoryActor, DirectorySnapshot, DirectoryState,
@@ -127,13 +128,19 @@ pub(crate) struct Rebuild {
     /// The records at or below the checkpoint that hold retained changes: gathered only if the
     /// log asks (a start without a sweep marker), from the sheets as the checkpoint left them.
     retained: std::sync::OnceLock<std::collections::HashSet<Lsn>>,
+    /// The log archive's position and its hold (`ArchiveConfig::hold_records`): records above
+    /// it are kept for the archive, as a checkpoint keeps them.
+    archive_hold: Option<(Lsn, u64)>,
+    /// The checkpoint the log handed over (0 before one).
+    checkpoint_lsn: Lsn,
 }
 
 /// How often a long replay logs its progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
 impl Replay for Rebuild {
-    fn checkpoint(&mut self, _lsn: Lsn, snapshot: &mut dyn std::io::Read) -> Result<()> {
+    fn checkpoint(&mut self, lsn: Lsn, snapshot: &mut dyn std::io::Read) -> Result<()> {
+        self.checkpoint_lsn = lsn;
         self.load(CheckpointFile::decode(snapshot)?);
         Ok(())
     }
@@ -148,7 +155,10 @@ impl Replay for Rebuild {
         let retained = self.retained.get_or_init(|| {
             self.sheets.values().flat_map(|(state, _, _)| state.changes.lsns()).collect()
         });
-        retained.contains(&lsn)
+        let for_archive = self.archive_hold.is_some_and(|(position, hold)| {
+            lsn > position.max(self.checkpoint_lsn.saturating_sub(hold))
+        });
+        retained.contains(&lsn) || for_archive
     }
 }
 
@@ -284,6 +294,10 @@ pub struct ServiceConfig {
     pub min_free_bytes: Option<u64>,
     /// How long each sheet keeps its changes for the feed.
     pub retention: Retention,
+    /// The log archive this service will run ([`Service::start_archive`]), if any: a start
+    /// keeps the log's records it has not taken, where a crash between a checkpoint and its
+    /// truncation leaves the start to decide which records below the checkpoint to keep.
+    pub archive: Option<ArchiveConfig>,
 }
 
 /// Why [`Service::read_changes`] returned no page.
@@ -404,6 +418,8 @@ pub struct Service {
     /// Held by a checkpoint, and by a backup while it reads the records after its copies: a
     /// checkpoint between would truncate them.
     checkpointing: Arc<tokio::sync::Mutex<()>>,
+    /// The log archive, once started: a checkpoint keeps what it has not taken.
+    archive: Arc<std::sync::OnceLock<Arc<Archive>>>,
     _arbiters: Arc<Vec<Arbiter>>,
 }
 
@@ -428,6 +444,8 @@ fn rebuild(shared_parts: (&Arc<IdemStore>, &Arc<Outbox>, &Arc<RowIds>), now: i64
         now,
         progress: (0, std::time::Instant::now()),
         retained: Default::default(),
+        archive_hold: None,
+        checkpoint_lsn: 0,
     }
 }
 
@@ -439,6 +457,9 @@ impl Service {
         let row_ids = Arc::new(RowIds::default());
         row_ids.observe(0);
         let mut rebuild = rebuild((&idem, &outbox, &row_ids), config.clock.now());
+        rebuild.archive_hold = config.archive.as_ref().and_then(|a| {
+            crate::archive::archived_position(&a.dir).map(|position| (position, a.hold_records))
+        });
         let log_config =
             WalLogConfig { dir: config.data_dir.clone(), min_free_bytes: config.min_free_bytes };
         let (log, report) = WalLog::open(log_config, &mut rebuild)?;
@@ -487,6 +508,7 @@ impl Service {
             reports,
             spans: Arc::default(),
             checkpointing: Arc::default(),
+            archive: Arc::default(),
             _arbiters: Arc::new(arbiters),
         }
     }
@@ -686,6 +708,12 @@ impl Service {
         SideStoreSizes { idempotency: self.shared.idem.len(), events: self.shared.outbox.len() }
     }
 
+    /// The log itself, for tests inside the crate.
+    #[cfg(test)]
+    pub(crate) fn log(&self) -> Arc<dyn RecordLog> {
+        Arc::clone(&self.shared.log)
+    }
+
     /// The log's counters (LSNs, group commits, sizes, free space); atomics and short locks.
     pub fn log_stats(&self) -> WalStats {
         self.shared.log.stats()
@@ -728,11 +756,25 @@ impl Service {
     }
 
     /// Take a checkpoint and truncate the log behind it. One at a time, and not while a
-    /// backup reads the log.
+    /// backup reads the log. Records the log archive has not taken stay (see
+    /// [`crate::archive`]).
     pub async fn checkpoint(&self) -> Result<CheckpointReport> {
+        self.checkpoint_keeping(false).await
+    }
+
+    /// A checkpoint that truncates nothing: for an offline command on a data dir whose server
+    /// may archive its log (`--archive-dir`), which this process does not know of. The records
+    /// stay readable for that archive, and a start still replays none of them.
+    pub async fn checkpoint_keeping_log(&self) -> Result<CheckpointReport> {
+        self.checkpoint_keeping(true).await
+    }
+
+    async fn checkpoint_keeping(&self, everything: bool) -> Result<CheckpointReport> {
         let _one_at_a_time = self.checkpointing.lock().await;
         let Copies { file, lsn, retained, .. } = self.copies().await?;
         let log = Arc::clone(&self.shared.log);
+        // Records above this stay for the archive, which has not taken them yet.
+        let hold = if everything { Some(0) } else { self.archive.get().map(|a| a.hold(lsn)) };
         // Encoded on a blocking thread straight into the file: a large state takes a while,
         // and would otherwise need a buffer of its whole size.
         let size = tokio::task::spawn_blocking(move || {
@@ -741,7 +783,8 @@ impl Service {
                 size = encode_snapshot(&file, out)?;
                 Ok(())
             };
-            log.checkpoint(lsn, &mut encode, &|lsn| retained.contains(&lsn)).map(|()| size)
+            let retains = |lsn| retained.contains(&lsn) || hold.is_some_and(|h| lsn > h);
+            log.checkpoint(lsn, &mut encode, &retains).map(|()| size)
         })
         .await
         .map_err(|_| Error::Unavailable("checkpoint"))??;
@@ -761,6 +804,34 @@ impl Service {
             taken_at: self.shared.clock.now(),
             _no_checkpoint: guard,
         })
+    }
+
+    /// Starts the log archive (see [`crate::archive`]) in `config.dir`, after the segments it
+    /// holds. Once only; a second call is refused.
+    ///
+    /// # Errors
+    /// The dir cannot be created or listed, or an archive runs already.
+    pub fn start_archive(&self, config: ArchiveConfig) -> std::result::Result<(), ArchiveError> {
+        let dir = config.dir.display().to_string();
+        let archive =
+            Archive::start(config, Arc::clone(&self.shared.log), self.shared.clock.clone())?;
+        self.archive.set(Arc::new(archive)).map_err(|archive| {
+            archive.stop();
+            ArchiveError::Io { dir, source: std::io::Error::other("an archive runs already") }
+        })
+    }
+
+    /// The log archive's position, lag and last error; `None` without an archive.
+    pub fn archive_status(&self) -> Option<ArchiveStatus> {
+        self.archive.get().map(|a| a.status())
+    }
+
+    /// Lets the archive take what is durable now (a few seconds at most), then stops it.
+    /// Blocking.
+    pub fn stop_archive(&self) {
+        if let Some(archive) = self.archive.get() {
+            archive.stop();
+        }
     }
 
     /// Whether a backup (or a checkpoint) holds the checkpoint exclusion now, so a checkpoint

@@ -43,16 +43,20 @@ use crate::views::{
 
 /// `GET /admin/v1/health`: 200 once recovery is complete (the listener starts after it), with
 /// `status` `ok`, or `degraded` and the `reason` while the data dir takes no writes (reads are
-/// served either way).
+/// served either way) or the log archive is behind because of an error; `archive` shows the
+/// archive's position, lag and last error.
 ///
 /// On a cluster node it adds `cluster`: the node's role, the leader it follows, and whether
 /// it serves the API from its own state; `status` is `degraded` while no leader is known.
 pub async fn health(_: AdminCaller, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let reason = state.try_service().and_then(|s| s.unwritable_reason());
-    let Some(cluster) = &state.cluster else { return ok(&HealthView::new(reason)) };
+    let service = state.try_service();
+    let reason = service.and_then(|s| s.unwritable_reason());
+    let archive = service.and_then(|s| s.archive_status());
+    let Some(cluster) = &state.cluster else { return ok(&HealthView::new(reason, archive)) };
     let status = cluster.status();
     let reason = reason.or_else(|| status.leader.is_none().then(|| "no leader is known".into()));
-    let mut view = serde_json::to_value(HealthView::new(reason)).map_err(ApiError::internal)?;
+    let view = HealthView::new(reason, archive);
+    let mut view = serde_json::to_value(view).map_err(ApiError::internal)?;
     view["cluster"] = json!({
         "nodeId": status.node_id,
         "role": status.role,

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use crate::common::*;
 
 /// Run the built `sheetd` with `args` on a blocking thread, so writers on this runtime go on.
-async fn sheetd(args: Vec<String>) -> Output {
+pub(crate) async fn sheetd(args: Vec<String>) -> Output {
     actix_web::rt::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_sheetd")).args(&args).output().expect("sheetd runs")
     })
@@ -23,27 +23,28 @@ async fn sheetd(args: Vec<String>) -> Output {
     .unwrap()
 }
 
-fn args(list: &[&str]) -> Vec<String> {
+pub(crate) fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
 
-fn path(p: &Path) -> &str {
+pub(crate) fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
 /// The value after `name` on a line of `out`'s stdout, e.g. `digest: `.
-fn field(out: &Output, name: &str) -> String {
+pub(crate) fn field(out: &Output, name: &str) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout.lines().find_map(|l| l.strip_prefix(name));
     line.unwrap_or_else(|| panic!("no `{name}` in {stdout}")).trim().to_owned()
 }
 
-fn stderr(out: &Output) -> String {
+pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// An acknowledged write: the row's id, version and text, and when the answer came.
-type Acked = Arc<Mutex<Vec<(u64, u64, String, Instant)>>>;
+/// An acknowledged write: the row's id, version and text, when the answer came, and when the
+/// request was sent.
+type Acked = Arc<Mutex<Vec<(u64, u64, String, Instant, Instant)>>>;
 
 /// Adds two rows to sheet 11 and patches the first, recording each answer.
 async fn writer(base: String, n: usize, acked: Acked, stop: Arc<AtomicBool>) {
@@ -54,6 +55,7 @@ async fn writer(base: String, n: usize, acked: Acked, stop: Arc<AtomicBool>) {
         let text = format!("w{n}-{i}");
         let body =
             json!({"rows": [{"cells": {"110": text}}, {"cells": {"110": format!("{text}b")}}]});
+        let sent = Instant::now();
         let mut res = client
             .post(format!("{base}/sheets/11/rows:bulkAdd"))
             .insert_header(("Authorization", format!("Bearer {ADA_WRITE}")))
@@ -69,10 +71,11 @@ async fn writer(base: String, n: usize, acked: Acked, stop: Arc<AtomicBool>) {
         for row in &rows {
             let (id, version) = (row["id"].as_u64().unwrap(), row["version"].as_u64().unwrap());
             let text = row["cells"]["110"].as_str().unwrap().to_owned();
-            acked.lock().unwrap().push((id, version, text, now));
+            acked.lock().unwrap().push((id, version, text, now, sent));
         }
         let id = rows[0]["id"].as_u64().unwrap();
         let patch = json!({"version": 1, "cells": {"110": format!("{text}-patched")}});
+        let sent = Instant::now();
         let mut res = client
             .patch(format!("{base}/sheets/11/rows/{id}"))
             .insert_header(("Authorization", format!("Bearer {ADA_WRITE}")))
@@ -83,7 +86,8 @@ async fn writer(base: String, n: usize, acked: Acked, stop: Arc<AtomicBool>) {
         assert_eq!(res.status(), 200);
         let v: Value = serde_json::from_slice(&res.body().await.unwrap()).unwrap();
         let text = v["cells"]["110"].as_str().unwrap().to_owned();
-        acked.lock().unwrap().push((id, v["version"].as_u64().unwrap(), text, Instant::now()));
+        let version = v["version"].as_u64().unwrap();
+        acked.lock().unwrap().push((id, version, text, Instant::now(), sent));
     }
 }
 
@@ -124,7 +128,8 @@ async fn an_online_backup_under_writes_restores_exactly_an_acknowledged_state() 
     let (source, _) = Binary::seeded(dir.path()).await;
     let fixture_rows = list_all(&source.base, ADA_READ, 11).await;
     let (acked, stop): (Acked, _) = (Arc::default(), Arc::new(AtomicBool::new(false)));
-    let writers: Vec<_> = (0..12)
+    // 64 connections, each adding rows and patching them.
+    let writers: Vec<_> = (0..64)
         .map(|n| actix_rt::spawn(writer(source.base.clone(), n, acked.clone(), stop.clone())))
         .collect();
     actix_rt::time::sleep(Duration::from_millis(800)).await;
@@ -189,7 +194,7 @@ async fn an_online_backup_under_writes_restores_exactly_an_acknowledged_state() 
     let copy = Binary::start(&target, &[]).await;
     let rows = list_all(&copy.base, ADA_READ, 11).await;
     let every: BTreeSet<(u64, u64, String)> =
-        acked.iter().map(|(id, v, t, _)| (*id, *v, t.clone())).collect();
+        acked.iter().map(|(id, v, t, _, _)| (*id, *v, t.clone())).collect();
     for (id, row) in &rows {
         let found = (
             *id,
@@ -201,8 +206,20 @@ async fn an_online_backup_under_writes_restores_exactly_an_acknowledged_state() 
             "row {id} was never acknowledged as {row}"
         );
     }
+    // None written after it: a request sent once the backup had ended is not in it.
+    for (id, version, _, _, sent) in &acked {
+        if *sent > ended {
+            let found = rows.get(id).map(|r| r["version"].as_u64().unwrap());
+            assert!(found < Some(*version), "row {id} v{version}, sent after the backup, is in it");
+        }
+    }
+    assert!(acked.iter().any(|a| a.4 > ended), "writes were sent after the backup");
+    // The restored server's own digest of its state is the manifest's.
+    let (restored_position, restored_digest) = live_digest(&copy.admin).await;
+    assert_eq!(restored_digest, digest, "the restored server serves the manifest's state");
+    assert!(restored_position > position, "its digest's marker follows the backup's position");
     let mut before: BTreeMap<u64, u64> = BTreeMap::new();
-    for (id, version, _, at) in &acked {
+    for (id, version, _, at, _) in &acked {
         if *at < began {
             let v = before.entry(*id).or_default();
             *v = (*v).max(*version);

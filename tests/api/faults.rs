@@ -14,13 +14,13 @@ use serde_json::json;
 use crate::common::*;
 
 /// A tmpfs of a given size mounted on a fresh temporary directory; unmounted on drop.
-struct Tmpfs {
-    mount: PathBuf,
+pub(crate) struct Tmpfs {
+    pub(crate) mount: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl Tmpfs {
-    fn mount(mib: u64) -> Self {
+    pub(crate) fn mount(mib: u64) -> Self {
         let uid = Command::new("id").arg("-u").output().expect("run id -u");
         assert_eq!(
             String::from_utf8_lossy(&uid.stdout).trim(),
@@ -57,7 +57,7 @@ impl Drop for Tmpfs {
 }
 
 /// Fills the file system holding `dir` with a filler file until it refuses more.
-fn fill(dir: &Path) -> PathBuf {
+pub(crate) fn fill(dir: &Path) -> PathBuf {
     use std::io::Write;
     let path = dir.join("filler");
     let mut f = std::fs::File::create(&path).unwrap();

@@ -2,6 +2,7 @@
 //! module per area (one binary links once).
 
 mod admin;
+mod archive;
 mod backup;
 mod bench;
 mod changes;

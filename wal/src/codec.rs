@@ -256,6 +256,31 @@ fn io_error(inner: std::io::Error) -> bincode::error::DecodeError {
 }
 
 /// Decodes a plain body written in format `version`.
+/// Decodes a `T` from the start of `bytes` (made by [`encode`]) and ignores what follows it:
+/// for a reader that needs only a value's leading fields (`T` lays out a prefix of the encoded
+/// type's fields), without decompressing or decoding the rest (a bulk write's rows).
+///
+/// # Errors
+/// An empty value, an unknown format, or bytes that do not start with a `T`.
+pub fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
+    let version = readable_version(format)?;
+    let config = bincode::config::standard();
+    if format & COMPRESSED == 0 {
+        let (value, _) = decoding_as(version, || bincode::serde::decode_from_slice(body, config))
+            .map_err(CodecError::Decode)?;
+        return Ok(value);
+    }
+    let (_, frame) = compressed_body(bytes).ok_or(CodecError::Truncated)?;
+    // Streamed: only the frame's first bytes are decompressed.
+    let mut stream = zstd::stream::read::Decoder::with_buffer(frame)
+        .map_err(CodecError::Decompress)?
+        .single_frame();
+    let value = decoding_as(version, || bincode::serde::decode_from_std_read(&mut stream, config))
+        .map_err(CodecError::Decode)?;
+    Ok(value)
+}
+
 fn decode_body<T: DeserializeOwned>(version: u8, body: &[u8]) -> Result<T> {
     let (value, used) = decoding_as(version, || {
         bincode::serde::decode_from_slice(body, bincode::config::standard())

@@ -493,6 +493,7 @@ mod tests {
             clock: Default::default(),
             min_free_bytes: None,
             retention: Default::default(),
+            archive: None,
         })
         .unwrap();
         let fixture = serde_json::from_value(json!({
