@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use cluster::{
-    ClusterNode, Entry, LogId, Record, RecordsStateMachine, TypeConfig, Vote, WalLogStore,
+    Apply, ClusterNode, Entry, LogId, Machine, Record, RecordsStateMachine, TypeConfig, Vote,
+    WalLogStore,
 };
 use openraft::storage::{IOFlushed, RaftLogStorage, RaftStateMachine};
 use openraft::testing::log::{StoreBuilder, Suite};
@@ -30,6 +31,96 @@ impl StoreBuilder<TypeConfig, WalLogStore, RecordsStateMachine, TempDir> for Fre
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openraft_storage_suite() {
     Suite::test_all(FreshDir).await.expect("openraft's storage suite");
+}
+
+/// The domain a server's [`Machine`] runs over, reduced to what it applied: (index, payload)
+/// pairs, snapshotted as `[index u64][len u64][payload]` repeated (little-endian).
+#[derive(Default)]
+struct Applied(Vec<(u64, Vec<u8>)>);
+
+impl Apply for Applied {
+    fn apply(&mut self, index: u64, payload: &[u8]) -> std::io::Result<()> {
+        self.0.push((index, payload.to_vec()));
+        Ok(())
+    }
+
+    fn skip(&mut self, _index: u64) {}
+
+    fn snapshot(&mut self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        for (index, payload) in &self.0 {
+            out.write_all(&index.to_le_bytes())?;
+            out.write_all(&(payload.len() as u64).to_le_bytes())?;
+            out.write_all(payload)?;
+        }
+        Ok(())
+    }
+
+    fn install(&mut self, _index: u64, snapshot: &mut dyn std::io::Read) -> std::io::Result<()> {
+        let mut bytes = Vec::new();
+        snapshot.read_to_end(&mut bytes)?;
+        let mut records = Vec::new();
+        let mut rest = bytes.as_slice();
+        while !rest.is_empty() {
+            let index = u64::from_le_bytes(rest[..8].try_into().unwrap());
+            let len = u64::from_le_bytes(rest[8..16].try_into().unwrap()) as usize;
+            records.push((index, rest[16..16 + len].to_vec()));
+            rest = &rest[16 + len..];
+        }
+        self.0 = records;
+        Ok(())
+    }
+}
+
+/// A log store and the server's state machine ([`Machine`], its snapshot kept in the data
+/// dir) on a fresh temporary data dir.
+struct FreshMachine;
+
+impl StoreBuilder<TypeConfig, WalLogStore, Machine<Applied>, TempDir> for FreshMachine {
+    async fn build(
+        &self,
+    ) -> Result<(TempDir, WalLogStore, Machine<Applied>), StorageError<TypeConfig>> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = WalLogStore::open(dir.path()).expect("open the log store");
+        let machine = Machine::open(dir.path(), Applied::default()).expect("open the machine");
+        Ok((dir, store, machine))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_storage_suite_with_the_servers_state_machine() {
+    Suite::test_all(FreshMachine).await.expect("openraft's storage suite");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_state_machine_keeps_its_snapshot_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut machine = Machine::open(dir.path(), Applied::default()).unwrap();
+    let mut entries = vec![membership_entry(1, 0, &[1])];
+    entries.extend((1..=3).map(|i| record_entry(1, i, format!("r{i}").as_bytes())));
+    let stream = futures_util::stream::iter(entries.into_iter().map(|e| Ok((e, None))));
+    machine.apply(stream).await.unwrap();
+    let built = machine.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    assert_eq!(built.meta.last_log_id, Some(log_id(1, 1, 3)));
+    drop(machine);
+
+    // A start installs the kept snapshot: the state and the applied log id are the snapshot's.
+    let mut again = Machine::open(dir.path(), Applied::default()).unwrap();
+    let (applied, membership) = again.applied_state().await.unwrap();
+    assert_eq!(applied, Some(log_id(1, 1, 3)));
+    assert_eq!(membership.membership().voter_ids().collect::<Vec<_>>(), vec![1]);
+    let records = again.with_domain(|d, _| d.0.clone());
+    let expected: Vec<(u64, Vec<u8>)> =
+        (1..=3).map(|i| (i, format!("r{i}").into_bytes())).collect();
+    assert_eq!(records, expected);
+    // A record proposed for another index than where it landed is skipped.
+    let mut misplaced = record_entry(1, 4, b"misplaced");
+    if let EntryPayload::Normal(record) = &mut misplaced.payload {
+        record.index = Some(9);
+    }
+    let stream = futures_util::stream::iter([Ok((misplaced, None))]);
+    again.apply(stream).await.unwrap();
+    assert_eq!(again.with_domain(|d, _| d.0.len()), 3);
+    assert_eq!(again.applied_state().await.unwrap().0, Some(log_id(1, 1, 4)));
 }
 
 // --- restarts ---------------------------------------------------------------------------
