@@ -30,6 +30,10 @@ pub struct UpArgs {
     /// The cluster link port of every node.
     #[arg(long, default_value_t = 9101)]
     pub raft_port: u16,
+    /// More `sheetd serve` flags for every node, after `--` (e.g. `-- --rate-limit-per-minute
+    /// 100000`).
+    #[arg(last = true)]
+    pub serve_flags: Vec<String>,
 }
 
 /// Reads the file at `path`, or makes it with `make` (owner-only) when it is absent.
@@ -96,6 +100,7 @@ fn run(args: &UpArgs) -> anyhow::Result<()> {
             .args(["--initial-cluster", &initial])
             .arg("--cluster-secret-file")
             .arg(&secret_file)
+            .args(&args.serve_flags)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

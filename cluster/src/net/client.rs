@@ -171,19 +171,32 @@ pub(crate) async fn forward(
     let on_link = Arc::clone(&shared);
     let exchanged = shared.handle.spawn(async move {
         let deadline = Instant::now() + ttl;
-        let by = deadline.min(Instant::now() + on_link.config.handshake_timeout);
-        let mut channel = match timeout_at(by, connect(&on_link, target, &addr)).await {
-            Ok(Ok(channel)) => channel,
-            Ok(Err(e)) => return Err(not_sent(e.to_string())),
-            Err(_) => return Err(not_sent("no handshake in time".into())),
+        let Ok(Ok(_turn)) =
+            timeout_at(deadline, Arc::clone(&on_link.forwards).acquire_owned()).await
+        else {
+            return Err(not_sent("too many requests forwarded at once".into()));
         };
-        // From here on the request may have run: no second try.
+        let mut channel = match pooled(&on_link, target) {
+            Some(channel) => channel,
+            None => {
+                let by = deadline.min(Instant::now() + on_link.config.handshake_timeout);
+                match timeout_at(by, connect(&on_link, target, &addr)).await {
+                    Ok(Ok(channel)) => channel,
+                    Ok(Err(e)) => return Err(not_sent(e.to_string())),
+                    Err(_) => return Err(not_sent("no handshake in time".into())),
+                }
+            }
+        };
+        // From here on the request may have run: no second try, on this connection or another.
         let round_trip = async {
             channel.send(&bytes).await?;
             channel.recv(max).await
         };
         match timeout_at(deadline, round_trip).await {
-            Ok(Ok(reply)) => Ok(reply),
+            Ok(Ok(reply)) => {
+                keep(&on_link, target, channel);
+                Ok(reply)
+            }
             Ok(Err(e)) => Err(no_answer(e.to_string())),
             Err(_) => Err(no_answer(format!("no answer within {ttl:?}"))),
         }
@@ -192,6 +205,33 @@ pub(crate) async fn forward(
     let reply: Reply<ForwardedReply> =
         message::decode(&reply, max).map_err(|e| no_answer(e.to_string()))?;
     reply.map_err(no_answer)
+}
+
+/// How long a kept forwarding connection may have been idle to be used again: well under the
+/// server's idle timeout, so a kept connection is one the peer still holds open.
+const POOL_IDLE: Duration = Duration::from_secs(20);
+
+/// Connections kept per target, at most.
+const POOL_MAX: usize = 32;
+
+/// Forwards from this node under way at once, at most; more wait their turn.
+pub(crate) const FORWARDS_AT_ONCE: usize = 32;
+
+/// A kept connection to `target` that was used lately, if any.
+fn pooled(shared: &LinkShared, target: NodeId) -> Option<Channel<TcpStream>> {
+    let mut pool = shared.forward_pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let kept = pool.get_mut(&target)?;
+    kept.retain(|(_, used)| used.elapsed() < POOL_IDLE);
+    kept.pop().map(|(channel, _)| channel)
+}
+
+/// Keeps `channel` to `target` for the next forward.
+fn keep(shared: &LinkShared, target: NodeId, channel: Channel<TcpStream>) {
+    let mut pool = shared.forward_pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let kept = pool.entry(target).or_default();
+    if kept.len() < POOL_MAX {
+        kept.push((channel, std::time::Instant::now()));
+    }
 }
 
 /// One request and its reply on `channel`, or on a new connection. Returns the connection to

@@ -112,13 +112,13 @@ pub struct LinkConfig {
     /// `handshake_timeout` each.
     pub max_handshakes: usize,
     /// Authenticated incoming connections, at most (each peer opens a few: replication,
-    /// heartbeats, snapshots, votes).
+    /// heartbeats, snapshots, votes; and up to 32 for requests it forwards).
     pub max_connections: usize,
 }
 
 impl LinkConfig {
     /// The defaults for node `node_id`: 64 MiB frames, 2 s for a handshake, 60 s of silence,
-    /// 16 handshakes and 64 connections at once.
+    /// 16 handshakes and 160 connections at once.
     pub fn new(node_id: NodeId, secret: ClusterSecret) -> Self {
         LinkConfig {
             node_id,
@@ -127,7 +127,7 @@ impl LinkConfig {
             handshake_timeout: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(60),
             max_handshakes: 16,
-            max_connections: 64,
+            max_connections: 160,
         }
     }
 }

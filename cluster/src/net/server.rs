@@ -42,6 +42,13 @@ pub(crate) struct LinkShared {
     pub(crate) local_ip: Option<IpAddr>,
     /// What answers requests forwarded to this node, once the server set it.
     pub(crate) forwarder: std::sync::OnceLock<Forwarder>,
+    /// Authenticated connections kept for forwarding, by target, with when each was last
+    /// used: a forward reuses one instead of a handshake per request.
+    pub(crate) forward_pool:
+        Mutex<std::collections::HashMap<NodeId, Vec<(Channel<TcpStream>, Instant)>>>,
+    /// Forwards under way at once, at most (`super::client::FORWARDS_AT_ONCE`): with the pool's
+    /// cap, what keeps forwarding from taking the connections a peer keeps for Raft.
+    pub(crate) forwards: Arc<Semaphore>,
 }
 
 impl fmt::Debug for LinkShared {
@@ -131,6 +138,8 @@ impl ClusterLink {
                 handle,
                 local_ip,
                 forwarder: std::sync::OnceLock::new(),
+                forward_pool: Mutex::default(),
+                forwards: Arc::new(Semaphore::new(super::client::FORWARDS_AT_ONCE)),
             }),
             local_addr,
             listener: Mutex::new(Some(listener)),
