@@ -44,8 +44,7 @@ pub(crate) struct LinkShared {
     pub(crate) forwarder: std::sync::OnceLock<Forwarder>,
     /// Authenticated connections kept for forwarding, by target, with when each was last
     /// used: a forward reuses one instead of a handshake per request.
-    pub(crate) forward_pool:
-        Mutex<std::collections::HashMap<NodeId, Vec<(Channel<TcpStream>, Instant)>>>,
+    pub(crate) forward_pool: Mutex<ForwardPool>,
     /// Forwards under way at once, at most (`super::client::FORWARDS_AT_ONCE`): with the pool's
     /// cap, what keeps forwarding from taking the connections a peer keeps for Raft.
     pub(crate) forwards: Arc<Semaphore>,
@@ -60,6 +59,9 @@ impl fmt::Debug for LinkShared {
             .finish_non_exhaustive()
     }
 }
+
+/// Kept forwarding connections by target, each with when it was last used.
+pub(crate) type ForwardPool = std::collections::HashMap<NodeId, Vec<(Channel<TcpStream>, Instant)>>;
 
 /// Answers a request a follower forwarded to this node.
 pub type Forwarder = Arc<
