@@ -1,17 +1,17 @@
 //! The domain of a cluster node: [`Replica`], what the Raft state machine applies committed
-//! records to, and [`RaftLog`], the log seam over the group.
+//! records to, and `RaftLog`, the log seam over the group.
 //!
 //! # Roles
 //!
 //! - **Following**, the state of every node at start: committed records are applied to a
-//!   [`Rebuild`] (the state recovery builds, without actors) exactly as a start replays them,
+//!   `Rebuild` (the state recovery builds, without actors) exactly as a start replays them,
 //!   at position `index + 1` (a record's position is the wal LSN of its Raft entry, so the
 //!   change feed reads it back from the local log at the same position on every node). The
 //!   node answers no public request from it: they go to the leader.
 //! - **Leading**: when this node's proposer first takes proposals it has applied everything
 //!   committed before its term, and [`ClusterDomain::promote`] starts the actors on the
 //!   rebuilt state. From then on the actors decide writes and append them through
-//!   [`RaftLog`]; applying a record on this node changes nothing more (its actors applied it
+//!   `RaftLog`; applying a record on this node changes nothing more (its actors applied it
 //!   when they decided it, and publish it when its proposal resolves).
 //! - A leader that loses its lease keeps its actors: a record that did not apply fails its
 //!   write and the actors drop back to their published state, as after a failed fsync (the
@@ -93,7 +93,7 @@ pub struct ClusterDomain {
 
 /// Whether the actors of a leader may still answer from their state.
 ///
-/// Invariant: while [`LeaderGuard::holds`], every record this node's actors decided and saw
+/// Invariant: while the guard holds ([`ClusterDomain::serving`]), every record this node's actors decided and saw
 /// acknowledged is committed, and every side effect they ordered (a stored idempotent answer)
 /// belongs to a record that is committed or still pending under the current leadership. A
 /// proposal that failed after its `at` ran (skipped, or of unknown fate) breaks that: the guard
