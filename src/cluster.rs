@@ -25,12 +25,13 @@ use crate::state::AppState;
 const HEARTBEAT_MS: u64 = 100;
 const ELECTION_TIMEOUT_MS: (u64, u64) = (300, 600);
 
-/// The node's settings, when the flags ask for a cluster node.
+/// The node's settings, when the flags ask for a cluster node, with the cursor key derived
+/// from the secret ([`cursor_key`]).
 ///
 /// # Errors
 /// The secret file cannot be read or is too short, or `--initial-cluster` is malformed or
 /// omits this node.
-pub fn node_config(args: &ServeArgs) -> anyhow::Result<Option<NodeConfig>> {
+pub fn node_config(args: &ServeArgs) -> anyhow::Result<Option<(NodeConfig, [u8; 32])>> {
     let Some(node_id) = args.node_id else { return Ok(None) };
     let node_id = node_id.get();
     if args.archive_dir.is_some() {
@@ -41,7 +42,9 @@ pub fn node_config(args: &ServeArgs) -> anyhow::Result<Option<NodeConfig>> {
     };
     let secret = std::fs::read(secret_file)
         .with_context(|| format!("cannot read the cluster secret {}", secret_file.display()))?;
-    let secret = ClusterSecret::new(trim_newline(secret))
+    let secret = trim_newline(secret);
+    let cursors = cursor_key(&secret);
+    let secret = ClusterSecret::new(secret)
         .with_context(|| format!("the cluster secret in {}", secret_file.display()))?;
     let initial = match &args.initial_cluster {
         None => None,
@@ -61,7 +64,7 @@ pub fn node_config(args: &ServeArgs) -> anyhow::Result<Option<NodeConfig>> {
             Some(members)
         }
     };
-    Ok(Some(NodeConfig {
+    let config = NodeConfig {
         node_id,
         group: 0,
         dir: args.data_dir.clone(),
@@ -71,7 +74,8 @@ pub fn node_config(args: &ServeArgs) -> anyhow::Result<Option<NodeConfig>> {
         secret,
         heartbeat_ms: HEARTBEAT_MS,
         election_timeout_ms: ELECTION_TIMEOUT_MS,
-    }))
+    };
+    Ok(Some((config, cursors)))
 }
 
 /// A secret file's bytes without the line end an editor adds.
@@ -89,17 +93,6 @@ pub fn cursor_key(secret_file_bytes: &[u8]) -> [u8; 32] {
     hash.update(b"sheetd cursor key 1\0");
     hash.update(secret_file_bytes);
     hash.finalize().into()
-}
-
-/// The cluster secret's bytes as the flags name them, for [`cursor_key`].
-///
-/// # Errors
-/// The file cannot be read.
-pub fn secret_bytes(args: &ServeArgs) -> anyhow::Result<Vec<u8>> {
-    let Some(file) = &args.cluster_secret_file else { anyhow::bail!("no cluster secret") };
-    let bytes = std::fs::read(file)
-        .with_context(|| format!("cannot read the cluster secret {}", file.display()))?;
-    Ok(trim_newline(bytes))
 }
 
 /// Waits until this node leads, starts the actors on its applied state (`seed` fills a new

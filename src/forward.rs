@@ -28,6 +28,9 @@ pub const FORWARDED_FROM: &str = "sheetd-forwarded-from";
 /// to 30 s on the leader.
 const FORWARD_TTL: Duration = Duration::from_secs(45);
 
+/// The largest answer a leader relays back: the link's default frame cap.
+const FORWARDED_ANSWER_MAX: usize = 64 << 20;
+
 /// Headers of one connection, not of the request or answer: never relayed.
 const HOP_BY_HOP: [&str; 10] = [
     "connection",
@@ -110,7 +113,9 @@ async fn run_locally(
         Ok(res) => res,
         Err(e) => return failure(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     };
-    let body = match res.body().limit(usize::MAX).await {
+    // The answer travels back in one link frame (64 MiB by default); a larger one fails its
+    // forward there, so it is not held here beyond that.
+    let body = match res.body().limit(FORWARDED_ANSWER_MAX).await {
         Ok(body) => body.to_vec(),
         Err(e) => return failure(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     };

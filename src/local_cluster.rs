@@ -42,14 +42,7 @@ fn kept(path: &Path, make: impl FnOnce() -> String) -> anyhow::Result<String> {
         return Ok(text.trim().to_owned());
     }
     let text = make();
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    std::io::Write::write_all(&mut file, text.as_bytes())?;
+    crate::server::write_private(path, text.as_bytes())?;
     Ok(text)
 }
 

@@ -191,7 +191,11 @@ impl Maintenance {
                     heal_if_due(service, &mut schedule).await;
                     continue;
                 }
-                checkpoint_if_due(service, policy, &mut schedule).await;
+                // A cluster's log is truncated by the group, never by a node's checkpoint (it
+                // would copy every sheet and propose a marker each round, truncating nothing).
+                if state.cluster.is_none() {
+                    checkpoint_if_due(service, policy, &mut schedule).await;
+                }
                 if schedule.swept_at.elapsed() >= HOUSEKEEPING_EVERY {
                     schedule.swept_at = Instant::now();
                     sweep(&state, service);

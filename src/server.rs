@@ -74,8 +74,8 @@ fn cursor_key(data_dir: &Path) -> anyhow::Result<[u8; 32]> {
     Ok(key)
 }
 
-/// Write a file readable by its owner only.
-fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+/// Write a file readable by its owner only, durably.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -198,13 +198,11 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
             let service = open_alone(&opts).await?;
             (Some(service), None, CursorCodec::new(cursor_key(&args.data_dir)?))
         }
-        Some(node) => {
-            let cursors =
-                CursorCodec::new(crate::cluster::cursor_key(&crate::cluster::secret_bytes(args)?));
-            let domain =
-                actors::replica::ClusterDomain::start(node, opts.clock.now()).await.with_context(
-                    || format!("cannot start the cluster node in {}", args.data_dir.display()),
-                )?;
+        Some((node, key)) => {
+            let cursors = CursorCodec::new(key);
+            let domain = actors::replica::ClusterDomain::start(node).await.with_context(|| {
+                format!("cannot start the cluster node in {}", args.data_dir.display())
+            })?;
             (None, Some(domain), cursors)
         }
     };
@@ -299,7 +297,8 @@ pub async fn stop(running: Running) -> anyhow::Result<()> {
     }
     // A background checkpoint must not race the final one.
     running.maintenance.stop().await;
-    if let Some(service) = running.state.try_service() {
+    // A cluster node's log is the group's: nothing to checkpoint or close here.
+    if let (Some(service), None) = (running.state.try_service(), &running.state.cluster) {
         // The archive takes what is durable before the log closes (its thread joins:
         // blocking).
         let archived = service.clone();

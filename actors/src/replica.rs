@@ -54,9 +54,17 @@ enum Role {
 }
 
 impl Replica {
-    /// An empty domain, keeping idempotent answers younger than the window at `now`.
-    pub fn new(now: Millis) -> Replica {
-        Replica { role: Role::Following(Box::new(fresh_rebuild(now))) }
+    /// An empty domain. Applying reads no clock: it keeps every stored idempotent answer
+    /// (judged against the earliest time there is), so what a node holds depends on the log
+    /// alone; answers past their window are dropped by the leader's housekeeping.
+    pub fn new() -> Replica {
+        Replica { role: Role::Following(Box::new(fresh_rebuild(Millis::MIN))) }
+    }
+}
+
+impl Default for Replica {
+    fn default() -> Self {
+        Replica::new()
     }
 }
 
@@ -72,8 +80,6 @@ impl cluster::Apply for Replica {
         }
         Ok(())
     }
-
-    fn skip(&mut self, _index: u64) {}
 
     fn snapshot(&mut self, _out: &mut dyn Write) -> io::Result<()> {
         Err(io::Error::other("Raft snapshots are not built on a sheetd node yet"))
@@ -126,8 +132,8 @@ impl ClusterDomain {
     ///
     /// # Errors
     /// As [`GroupNode::start`].
-    pub async fn start(config: NodeConfig, now: Millis) -> Result<ClusterDomain> {
-        let node = GroupNode::start(config, Replica::new(now))
+    pub async fn start(config: NodeConfig) -> Result<ClusterDomain> {
+        let node = GroupNode::start(config, Replica::new())
             .await
             .map_err(|e| Error::Cluster(e.to_string()))?;
         let guard = Arc::new(LeaderGuard {
@@ -203,7 +209,7 @@ impl ClusterDomain {
             }
         })?;
         let last_lsn = last.map_or(0, |l| l.index + 1);
-        let term = self.node.proposer().leadership().borrow().term;
+        let term = self.node.proposer().leadership_now().term;
         self.guard.term.store(term, std::sync::atomic::Ordering::SeqCst);
         tracing::info!(applied = last_lsn, term, "leading: the actors start on the applied state");
         let log =
@@ -233,8 +239,7 @@ fn serving(node: &GroupNode<Replica>, guard: &LeaderGuard) -> bool {
     if term == 0 || guard.is_tainted() {
         return false;
     }
-    let leadership = node.proposer().leadership();
-    let now = leadership.borrow();
+    let now = node.proposer().leadership_now();
     now.leader == Some(node.node_id()) && now.term == term
 }
 

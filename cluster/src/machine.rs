@@ -39,10 +39,6 @@ pub trait Apply: Send + 'static {
     /// and openraft stops with it.
     fn apply(&mut self, index: u64, payload: &[u8]) -> io::Result<()>;
 
-    /// Moves the applied position on without a record of the domain's (a blank or membership
-    /// entry, or a record skipped for its place).
-    fn skip(&mut self, index: u64);
-
     /// Writes the whole state as applied so far.
     ///
     /// # Errors
@@ -178,15 +174,11 @@ impl<A: Apply> RaftStateMachine<TypeConfig> for Machine<A> {
                     EntryPayload::Normal(record) if record.belongs_at(index) => {
                         inner.domain.apply(index, &record.payload)?;
                     }
-                    EntryPayload::Normal(_) => {
-                        // Decided by the entry alone, so every node skips the same ones.
-                        accepted = false;
-                        inner.domain.skip(index);
-                    }
-                    EntryPayload::Blank => inner.domain.skip(index),
+                    // Decided by the entry alone, so every node skips the same ones.
+                    EntryPayload::Normal(_) => accepted = false,
+                    EntryPayload::Blank => {}
                     EntryPayload::Membership(membership) => {
                         inner.membership = StoredMembership::new(Some(entry.log_id), membership);
-                        inner.domain.skip(index);
                     }
                 }
                 inner.last_applied = Some(entry.log_id);

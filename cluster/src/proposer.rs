@@ -243,6 +243,11 @@ impl<SM: RaftStateMachine<TypeConfig>> Proposer<SM> {
         self.shared.lock().lease.as_ref().map(|l| l.next)
     }
 
+    /// What this node knows of the leadership now (no subscription: for a check per request).
+    pub fn leadership_now(&self) -> Leadership {
+        self.shared.leadership.borrow().clone()
+    }
+
     /// What this node knows of the leadership, kept current.
     pub fn leadership(&self) -> watch::Receiver<Leadership> {
         self.shared.leadership.subscribe()

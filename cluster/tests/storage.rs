@@ -44,8 +44,6 @@ impl Apply for Applied {
         Ok(())
     }
 
-    fn skip(&mut self, _index: u64) {}
-
     fn snapshot(&mut self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         for (index, payload) in &self.0 {
             out.write_all(&index.to_le_bytes())?;

@@ -12,9 +12,17 @@ use serde_json::{json, Value};
 
 use crate::common::{fixture, list_all, send, ADA_READ, ADA_WRITE, ADMIN_TOKEN};
 
-/// A port free on `ip` now (the OS's pick, released at once).
+/// A port free on `ip` now, below the range the OS picks outgoing ports from: a node restarted
+/// on its port must not find it taken by some client's connection meanwhile (one cluster test
+/// runs at a time, and every other test binds port 0).
 fn free_port(ip: &str) -> u16 {
-    std::net::TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap().port()
+    use rand::Rng;
+    loop {
+        let port = rand::thread_rng().gen_range(20_000..32_000);
+        if std::net::TcpListener::bind((ip, port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// One node of the cluster: its addresses stay the same across restarts.
@@ -189,8 +197,41 @@ async fn converged(nodes: &[Node]) -> (u64, String) {
             let index = answers.iter().filter_map(|a| a.as_ref()?["appliedIndex"].as_u64()).min();
             return (index.unwrap(), digests[0].unwrap().to_owned());
         }
-        assert!(Instant::now() < deadline, "the nodes did not converge: {answers:?}");
+        if Instant::now() >= deadline {
+            let logs: Vec<String> = nodes.iter().map(tail_of_log).collect();
+            panic!("the nodes did not converge: {answers:?}\n{}", logs.join("\n"));
+        }
         actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The last lines of a node's log, for a failure's message.
+fn tail_of_log(node: &Node) -> String {
+    let log = std::fs::read_to_string(&node.log).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.contains("sheetd::middleware")).collect();
+    let tail = lines[lines.len().saturating_sub(25)..].join("\n");
+    format!("--- node {} ---\n{tail}", node.id)
+}
+
+/// One cluster test at a time: three more processes per test on two cores would starve each
+/// other's heartbeats into elections that no test is about.
+static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Waits until a node serves and every node names it leader; returns its position.
+async fn agreed_leader(nodes: &[Node]) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let at = leader(nodes).await;
+        let mut agree = true;
+        for node in nodes {
+            let status = node.cluster().await;
+            agree &= status.is_some_and(|s| s["leaderId"] == nodes[at].id);
+        }
+        if agree {
+            return at;
+        }
+        assert!(Instant::now() < deadline, "the nodes did not agree on a leader within 30 s");
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -217,9 +258,10 @@ async fn three(dir: &Path) -> Vec<Node> {
 
 #[actix_rt::test]
 async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() {
+    let _one = ONE_CLUSTER.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let nodes = three(dir.path()).await;
-    let at = leader(&nodes).await;
+    let at = agreed_leader(&nodes).await;
     let status = nodes[at].cluster().await.unwrap();
     assert_eq!(status["leaderId"], nodes[at].id);
     assert_eq!(status["nodes"].as_array().unwrap().len(), 3);
@@ -278,11 +320,31 @@ async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() 
     }
     let rows = list_all(&nodes[at].base(), ADA_READ, 10).await;
     assert_eq!(rows.len(), 7, "one write through each node");
+
+    // A write under an Idempotency-Key, sent again to each other node: replayed byte for byte
+    // with the original X-Request-Id, applied once.
+    let add = json!({"rows": [{"cells": {"100": "once, wherever it is retried"}}]}).to_string();
+    let key = [("Idempotency-Key", "cluster-replay-1")];
+    let first = |n: &Node| format!("{}/sheets/10/rows:bulkAdd", n.base());
+    let (status, body, headers) =
+        send("POST", &first(&nodes[0]), Some(ADA_WRITE), &key, Some(add.clone().into_bytes()))
+            .await;
+    assert_eq!(status, 200, "{body}");
+    let request_id = headers.get("x-request-id").unwrap().to_str().unwrap().to_owned();
+    for node in &nodes[1..] {
+        let (again, replay, replay_headers) =
+            send("POST", &first(node), Some(ADA_WRITE), &key, Some(add.clone().into_bytes())).await;
+        assert_eq!((again, &replay), (200, &body), "node {}", node.id);
+        assert_eq!(replay_headers.get("x-request-id").unwrap().to_str().unwrap(), request_id);
+        assert_eq!(replay_headers.get("idempotent-replayed").unwrap(), "true");
+    }
+    assert_eq!(list_all(&nodes[at].base(), ADA_READ, 10).await.len(), 8);
     converged(&nodes).await;
 }
 
 #[actix_rt::test]
 async fn killing_the_leader_again_and_again_loses_no_acknowledged_write() {
+    let _one = ONE_CLUSTER.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let mut nodes = three(dir.path()).await;
     let apis: Vec<String> = nodes.iter().map(|n| n.api.clone()).collect();
@@ -411,9 +473,10 @@ fn steady_writer(
 
 #[actix_rt::test]
 async fn a_lost_follower_costs_the_others_clients_nothing_and_a_paused_leader_steps_down() {
+    let _one = ONE_CLUSTER.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let mut nodes = three(dir.path()).await;
-    let at = leader(&nodes).await;
+    let at = agreed_leader(&nodes).await;
     let follower = (at + 1) % 3;
     let other = (at + 2) % 3;
 
