@@ -105,7 +105,7 @@ pub async fn request_context(
     let mut refused = None;
     // A cluster node that does not serve from its own state answers every public request so.
     let service = match (&state, public) {
-        (Some(state), true) => match state.try_service() {
+        (Some(state), true) => match state.confirmed_service().await {
             Some(service) => Some(service),
             None => {
                 refused = Some(state.not_serving());

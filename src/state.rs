@@ -14,6 +14,10 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::rate_limit::RateLimiter;
 
+/// How long a cluster leader whose lease lapsed waits for a quorum to confirm it before it
+/// answers `503 cluster_unavailable`: a few heartbeats.
+const LEADERSHIP_CONFIRM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What every handler can reach.
 pub struct AppState {
     /// The domain: set at start on a single node; on a cluster node, when it first leads
@@ -67,6 +71,18 @@ impl AppState {
     pub fn try_service(&self) -> Option<&Service> {
         if self.cluster.as_ref().is_some_and(|c| !c.serving()) {
             return None;
+        }
+        self.service.get()
+    }
+
+    /// The domain, if this node serves from it now and (a cluster node) a quorum still takes
+    /// it as leader: what every public request is answered from. See
+    /// `actors::replica::ClusterDomain::confirm_serving`.
+    pub async fn confirmed_service(&self) -> Option<&Service> {
+        if let Some(cluster) = &self.cluster {
+            if !cluster.confirm_serving(LEADERSHIP_CONFIRM_TIMEOUT).await {
+                return None;
+            }
         }
         self.service.get()
     }

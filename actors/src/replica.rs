@@ -172,6 +172,14 @@ impl ClusterDomain {
         serving(&self.node, &self.guard)
     }
 
+    /// Whether this node may answer a request from its actors now: [`ClusterDomain::serving`],
+    /// and a quorum still takes it as leader (its lease, or else a read-index round trip of at
+    /// most `timeout`). So a leader that was paused or cut off never answers a read from a
+    /// state a newer leader has moved past.
+    pub async fn confirm_serving(&self, timeout: Duration) -> bool {
+        self.serving() && self.node.confirm_leadership(timeout).await && self.serving()
+    }
+
     /// The guard of this node's leadership.
     pub fn guard(&self) -> &Arc<LeaderGuard> {
         &self.guard

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
-use openraft::{Config, Raft, ServerState, SnapshotPolicy};
+use openraft::{Config, Instant as _, Raft, ReadPolicy, ServerState, SnapshotPolicy};
 
 use crate::machine::{Apply, Machine};
 use crate::net::{
@@ -197,6 +197,38 @@ impl<A: Apply> GroupNode<A> {
     /// The index applied on this node, if any.
     pub fn applied_index(&self) -> Option<u64> {
         self.raft.metrics().borrow_watched().last_applied.map(|l| l.index)
+    }
+
+    /// Whether a quorum acknowledged this node as its leader within the shortest election
+    /// timeout (a group of one always is). No other node can have been elected since: a voter
+    /// that heard from this leader refuses every candidate for openraft's leader lease (the
+    /// longest election timeout), which is longer. A leader that was paused, or cut off
+    /// from the majority, fails this before it learns of a newer term.
+    pub fn lease_fresh(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        if m.state != ServerState::Leader {
+            return false;
+        }
+        if m.membership_config.membership().voter_ids().count() == 1 {
+            return true;
+        }
+        m.last_quorum_acked.as_ref().is_some_and(|acked| {
+            acked.elapsed() < Duration::from_millis(self.config.election_timeout_ms.0)
+        })
+    }
+
+    /// Confirms this node's leadership with a quorum round trip (openraft's read index) when
+    /// its lease is not fresh; `false` when it cannot within `timeout`.
+    pub async fn confirm_leadership(&self, timeout: Duration) -> bool {
+        if self.lease_fresh() {
+            return true;
+        }
+        let raft = self.raft.clone();
+        let confirm = async move {
+            tokio::time::timeout(timeout, raft.ensure_linearizable(ReadPolicy::ReadIndex)).await
+        };
+        matches!(self.link.runtime().spawn(confirm).await, Ok(Ok(Ok(_))))
     }
 
     /// Resolves once this node has applied `index`, or fails after `timeout`.

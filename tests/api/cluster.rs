@@ -519,7 +519,7 @@ async fn a_lost_follower_costs_the_others_clients_nothing_and_a_paused_leader_st
     // writes; resumed, the old leader acknowledges nothing more, steps down and converges.
     let paused = nodes[at].child.as_ref().unwrap().id().to_string();
     Command::new("kill").args(["-STOP", &paused]).status().unwrap();
-    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let acked: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
     let apis: Vec<String> = nodes.iter().map(|n| n.api.clone()).collect();
     let writers: Vec<_> = (0..8usize)
         .map(|w| {
@@ -533,7 +533,8 @@ async fn a_lost_follower_costs_the_others_clients_nothing_and_a_paused_leader_st
                     let (status, reply) =
                         until_acknowledged(&apis, w, "POST", path, &idem, &body).await;
                     assert_eq!(status, 200, "{reply}");
-                    acked.lock().unwrap().push(name);
+                    let id = reply["results"][0]["row"]["id"].as_u64().unwrap();
+                    acked.lock().unwrap().push((name, id));
                 }
             })
         })
@@ -550,7 +551,20 @@ async fn a_lost_follower_costs_the_others_clients_nothing_and_a_paused_leader_st
         actix_rt::time::sleep(Duration::from_millis(50)).await;
     }
     actix_rt::time::sleep(Duration::from_millis(1000)).await;
+    // A read sent to the paused leader waits in its accept queue; resumed, it must not answer
+    // it from the state the new leader has moved past: the row acknowledged meanwhile is
+    // there, or the answer is a 503 (or the node restarts as a follower under it).
+    let (_, written) = acked.lock().unwrap().last().cloned().expect("a write while paused");
+    let url = format!("{}/sheets/10/rows/{written}", nodes[at].base());
+    let stale_read = actix_rt::spawn(async move { attempt("GET", &url, "read", &json!({})).await });
+    actix_rt::time::sleep(Duration::from_millis(200)).await;
     Command::new("kill").args(["-CONT", &paused]).status().unwrap();
+    match stale_read.await.unwrap() {
+        Some((200, row)) => assert_eq!(row["id"], written, "{row}"),
+        Some((503, reply)) => assert_eq!(reply["errorCode"], "cluster_unavailable", "{reply}"),
+        None => {}
+        Some(other) => panic!("the resumed leader answered a read from a stale state: {other:?}"),
+    }
     for w in writers {
         w.await.unwrap();
     }
@@ -566,7 +580,7 @@ async fn a_lost_follower_costs_the_others_clients_nothing_and_a_paused_leader_st
             *names.entry(name.to_owned()).or_default() += 1;
         }
     }
-    for name in acked.lock().unwrap().iter() {
+    for (name, _) in acked.lock().unwrap().iter() {
         assert_eq!(names.get(name), Some(&1), "{name}: acknowledged, so present once");
     }
 }
