@@ -117,7 +117,7 @@ where
             return;
         }
     };
-    match cluster.promote(&config) {
+    match cluster.promote(&config).await {
         Ok(service) => {
             let counts = service.counts();
             if counts.users == 0 && counts.sheets == 0 && counts.keys == 0 {

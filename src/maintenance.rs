@@ -198,7 +198,7 @@ impl Maintenance {
                 }
                 if schedule.swept_at.elapsed() >= HOUSEKEEPING_EVERY {
                     schedule.swept_at = Instant::now();
-                    sweep(&state, service);
+                    sweep(&state, service).await;
                 }
             }
         });
@@ -309,9 +309,20 @@ fn chain(e: &dyn std::error::Error) -> String {
     line
 }
 
-/// Step 3 of the loop.
-fn sweep(state: &AppState, service: &Service) {
-    let purged = service.purge_expired();
+/// Step 3 of the loop. A cluster's leader decides what expires and replicates it, so that
+/// every node forgets the same answers (see `actors::record::Record::Expire`).
+async fn sweep(state: &AppState, service: &Service) {
+    let purged = if state.cluster.is_some() {
+        match service.expire_replicated().await {
+            Ok(purged) => purged,
+            Err(e) => {
+                tracing::warn!(error = %e, "expired idempotency records and events stay until the next sweep");
+                Default::default()
+            }
+        }
+    } else {
+        service.purge_expired()
+    };
     state.limiter.prune(service.now());
     if purged.events > 0 {
         tracing::debug!(events = purged.events, "events past their retention dropped");

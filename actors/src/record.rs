@@ -11,6 +11,8 @@
 //! | [`Record::Sheet`] | one sheet actor | idempotency store, event outbox |
 //! | [`Record::Idempotency`] | [`crate::Service::store_answer`], for an answer decided before a sheet | idempotency store |
 //! | [`Record::Marker`] | the checkpointer | none (it snapshots the side stores) |
+//! | [`Record::FeedRetention`] | a cluster leader's promotion | none (the sheets prune by it) |
+//! | [`Record::Expire`] | a cluster leader's housekeeping | idempotency store, event outbox |
 //!
 //! A write's rows, its idempotency response, its counters and its `ROW_DELETED` events are one
 //! record, so a crash keeps all of them or none.
@@ -25,6 +27,7 @@ use crate::model::{
     ApiKey, Column, Folder, KeyId, Millis, Plan, Project, Report, Row, RowId, Share, SheetId,
     SheetMeta, User, UserId,
 };
+use crate::shared::Retention;
 
 /// One entry of the write-ahead log.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -39,6 +42,21 @@ pub enum Record {
     Idempotency(IdemEntry),
     /// Written by a checkpoint to fix the LSN at which the side stores were copied.
     Marker,
+    /// The change feed's retention from here on. A cluster's leader appends it when its
+    /// `--changes-retention-*` differ from the group's, so every node prunes its feeds alike.
+    FeedRetention(Retention),
+    /// Idempotent answers and events past their windows at `at`, dropped. A cluster's leader
+    /// appends it from its housekeeping, so every node forgets the same answers at the same
+    /// position (no node applies its own clock).
+    Expire(Expiry),
+}
+
+/// What [`Record::Expire`] drops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expiry {
+    /// The leader's time when it decided: answers completed a whole idempotency window
+    /// before it, and events older than their retention before it, are gone.
+    pub at: Millis,
 }
 
 /// Normalized, validated objects of one import. Rows are already coerced.

@@ -205,24 +205,36 @@ impl ClusterDomain {
     }
 
     /// Starts the actors on the state this node applied: called once, when it first takes
-    /// proposals. Must run inside an actix system.
+    /// proposals. Must run inside an actix system. A leader whose change-feed retention
+    /// differs from the group's appends its own first ([`Record::FeedRetention`]): retention
+    /// is the leader's to decide, and every node prunes by the same.
     ///
     /// # Errors
-    /// Called a second time.
-    pub fn promote(&self, config: &ServiceConfig) -> Result<Service> {
+    /// Called a second time, or the retention record did not commit (the leadership ended).
+    pub async fn promote(&self, config: &ServiceConfig) -> Result<Service> {
         let (rebuild, last) = self.node.machine().with_domain(|replica, last| {
             match std::mem::replace(&mut replica.role, Role::Leading) {
                 Role::Following(rebuild) => Ok((rebuild, last)),
                 Role::Leading => Err(Error::Inconsistent("promoted twice".into())),
             }
         })?;
-        let last_lsn = last.map_or(0, |l| l.index + 1);
+        let mut rebuild = *rebuild;
+        let mut last_lsn = last.map_or(0, |l| l.index + 1);
         let term = self.node.proposer().leadership_now().term;
         self.guard.term.store(term, std::sync::atomic::Ordering::SeqCst);
-        tracing::info!(applied = last_lsn, term, "leading: the actors start on the applied state");
         let log =
             Arc::new(RaftLog { node: Arc::clone(&self.node), guard: Arc::clone(&self.guard) });
-        Ok(Service::start(config, *rebuild, log, last_lsn))
+        if rebuild.retention != config.retention {
+            let record = Record::FeedRetention(config.retention);
+            let options = AppendOptions { reserve: false, epoch: None };
+            let appended = log.append(&record, options, &mut |_| {})?;
+            last_lsn = appended.lsn();
+            appended.await?;
+            tracing::info!(retention = ?config.retention, "the change feeds' retention is this leader's from here on");
+            rebuild.apply(last_lsn, record);
+        }
+        tracing::info!(applied = last_lsn, term, "leading: the actors start on the applied state");
+        Ok(Service::start(config, rebuild, log, last_lsn))
     }
 
     /// Stops the node.

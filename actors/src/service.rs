@@ -50,7 +50,7 @@ use crate::log::{
 };
 use crate::model::{KeyId, Millis, Row, RowId, SheetId};
 use crate::publish::Published;
-use crate::record::{IdemEntry, Record};
+use crate::record::{Expiry, IdemEntry, Record};
 use crate::registry::SheetRegistry;
 use crate::report::ReportRunner;
 use crate::shared::Retention;
@@ -133,6 +133,9 @@ pub(crate) struct Rebuild {
     archive_hold: Option<(Lsn, u64)>,
     /// The checkpoint the log handed over (0 before one).
     checkpoint_lsn: Lsn,
+    /// The retention each applied sheet write prunes its feed by, as a live write does: the
+    /// server's own on one node, the group's ([`Record::FeedRetention`]) on a cluster node.
+    pub(crate) retention: Retention,
 }
 
 /// How often a long replay logs its progress.
@@ -218,6 +221,7 @@ impl Rebuild {
                 if let Some((state, copy_lsn, applied)) = self.sheets.get_mut(&write.sheet_id) {
                     if lsn > *copy_lsn {
                         state.apply(&write, lsn);
+                        state.changes.prune(write.at, self.retention);
                         *applied = lsn;
                     }
                 }
@@ -234,6 +238,12 @@ impl Rebuild {
                 }
             }
             Record::Marker => {}
+            Record::FeedRetention(retention) => self.retention = retention,
+            Record::Expire(expiry) => {
+                if lsn > self.side_lsn {
+                    expire(&self.idem, &self.outbox, expiry);
+                }
+            }
         }
     }
 
@@ -446,6 +456,16 @@ fn rebuild(shared_parts: (&Arc<IdemStore>, &Arc<Outbox>, &Arc<RowIds>), now: i64
         retained: Default::default(),
         archive_hold: None,
         checkpoint_lsn: 0,
+        retention: Retention::default(),
+    }
+}
+
+/// Drops what `expiry` expires from the side stores: the one rule a leader's housekeeping and
+/// every node's apply share.
+fn expire(idem: &IdemStore, outbox: &Outbox, expiry: Expiry) -> Purged {
+    Purged {
+        idempotency: idem.purge(expiry.at),
+        events: outbox.purge(expiry.at - EVENT_RETENTION.as_millis() as i64),
     }
 }
 
@@ -457,6 +477,7 @@ impl Service {
         let row_ids = Arc::new(RowIds::default());
         row_ids.observe(0);
         let mut rebuild = rebuild((&idem, &outbox, &row_ids), config.clock.now());
+        rebuild.retention = config.retention;
         rebuild.archive_hold = config.archive.as_ref().and_then(|a| {
             crate::archive::archived_position(&a.dir).map(|position| (position, a.hold_records))
         });
@@ -481,7 +502,7 @@ impl Service {
             row_ids: Arc::clone(&rebuild.row_ids),
             idem: Arc::clone(&rebuild.idem),
             outbox: Arc::clone(&rebuild.outbox),
-            retention: config.retention,
+            retention: rebuild.retention,
         };
 
         let arbiters: Vec<Arbiter> =
@@ -696,11 +717,26 @@ impl Service {
 
     /// Drop idempotency records past their window and events past [`EVENT_RETENTION`].
     pub fn purge_expired(&self) -> Purged {
-        let now = self.shared.clock.now();
-        Purged {
-            idempotency: self.shared.idem.purge(now),
-            events: self.shared.outbox.purge(now - EVENT_RETENTION.as_millis() as i64),
+        expire(&self.shared.idem, &self.shared.outbox, Expiry { at: self.shared.clock.now() })
+    }
+
+    /// [`Service::purge_expired`] on a cluster's leader: what expires is decided here, by this
+    /// node's clock, and appended as a [`Record::Expire`], so that every node drops the same
+    /// answers and events at the same position; dropped here once it is durable. Appends
+    /// nothing while nothing has expired.
+    ///
+    /// # Errors
+    /// The log refused the record or it did not become durable; nothing was dropped.
+    pub async fn expire_replicated(&self) -> Result<Purged> {
+        let expiry = Expiry { at: self.shared.clock.now() };
+        let event_horizon = expiry.at - EVENT_RETENTION.as_millis() as i64;
+        if !self.shared.idem.any_expired(expiry.at) && !self.shared.outbox.any_before(event_horizon)
+        {
+            return Ok(Purged::default());
         }
+        let options = AppendOptions { reserve: false, epoch: None };
+        self.shared.append(&Record::Expire(expiry), options, |_| {})?.await?;
+        Ok(expire(&self.shared.idem, &self.shared.outbox, expiry))
     }
 
     /// How much the side stores hold.
@@ -903,5 +939,37 @@ impl Service {
             counts.attachment_bytes += bytes;
         }
         counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(key: &str, completed_at: Millis) -> IdemEntry {
+        IdemEntry {
+            key_id: 1,
+            idem_key: key.to_owned(),
+            fingerprint: [0; 32],
+            status: 200,
+            body: b"{}".to_vec(),
+            request_id: "req_1".to_owned(),
+            completed_at,
+        }
+    }
+
+    #[test]
+    fn an_expiry_record_drops_exactly_the_answers_past_their_window_at_its_time() {
+        let window = IDEMPOTENCY_WINDOW.as_millis() as Millis;
+        // Nodes that read no clock while applying (as a cluster's followers do).
+        let (mut expired, mut never_old) = (fresh_rebuild(Millis::MIN), fresh_rebuild(Millis::MIN));
+        expired.apply(1, Record::Idempotency(answer("old", 10)));
+        expired.apply(2, Record::Idempotency(answer("young", window)));
+        never_old.apply(2, Record::Idempotency(answer("young", window)));
+        assert_ne!(expired.digest(), never_old.digest());
+
+        expired.apply(3, Record::Expire(Expiry { at: window + 10 }));
+        assert_eq!(expired.idem.len(), 1);
+        assert_eq!(expired.digest(), never_old.digest(), "only the old answer went");
     }
 }

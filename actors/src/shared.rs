@@ -157,6 +157,14 @@ impl IdemStore {
         before - self.slots.len()
     }
 
+    /// Whether a stored response's window has passed at `now` ([`IdemStore::purge`] would drop
+    /// it).
+    pub fn any_expired(&self, now: Millis) -> bool {
+        self.slots.iter().any(|s| {
+            matches!(s.value(), Slot::Done { entry, .. } if entry.completed_at + self.window_ms <= now)
+        })
+    }
+
     /// Drop the responses stored by records above `lsn`: a failed log lost those records
     /// (see [`RecordLog::heal`]), so their requests were never answered and may run again.
     pub fn forget_after(&self, lsn: Lsn) {
@@ -253,6 +261,12 @@ impl Outbox {
         old
     }
 
+    /// Whether an event older than `before` is held ([`Outbox::purge`] would drop it).
+    pub fn any_before(&self, before: Millis) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.events.front().is_some_and(|e| e.at < before)
+    }
+
     /// Drop the events of records above `lsn` (lost with a failed log, never shown: readers
     /// take only durable events) and give their sequence numbers back, so the sequence stays
     /// gap-free.
@@ -289,7 +303,7 @@ impl Outbox {
 }
 
 /// How long changes are kept: at least `days` and at least the last `min_changes` per sheet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Retention {
     /// Days a change is kept at least.
     pub days: u32,
@@ -338,7 +352,11 @@ impl Shared {
         let (answer, deleted) = match record {
             Record::Sheet(w) => (w.idem.as_ref(), Some((w.sheet_id, &w.deleted, w.at))),
             Record::Idempotency(entry) => (Some(entry), None),
-            Record::Import(_) | Record::Directory(_) | Record::Marker => (None, None),
+            Record::Import(_)
+            | Record::Directory(_)
+            | Record::Marker
+            | Record::FeedRetention(_)
+            | Record::Expire(_) => (None, None),
         };
         // Copied before the log's ordering is taken: every appender waits on it.
         let mut answer = answer.cloned();

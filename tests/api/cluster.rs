@@ -237,6 +237,11 @@ async fn agreed_leader(nodes: &[Node]) -> usize {
 
 /// Three nodes on `dir`, started, with a leader serving.
 async fn three(dir: &Path) -> Vec<Node> {
+    three_with(dir, |_| Vec::new()).await
+}
+
+/// [`three`], node `id` started with the serve flags `extra(id)` too.
+async fn three_with(dir: &Path, extra: impl Fn(u64) -> Vec<String>) -> Vec<Node> {
     let seed = dir.join("seed.json");
     std::fs::write(&seed, fixture().to_string()).unwrap();
     let secret = dir.join("secret");
@@ -247,7 +252,12 @@ async fn three(dir: &Path) -> Vec<Node> {
         rafts.iter().enumerate().map(|(i, r)| format!("{}={r}", i + 1)).collect::<Vec<_>>();
     let initial = initial.join(",");
     let mut nodes: Vec<Node> = (1..=3)
-        .map(|id| Node::new(dir, id, rafts[id as usize - 1].clone(), &initial, &secret, &seed))
+        .map(|id| {
+            let mut node =
+                Node::new(dir, id, rafts[id as usize - 1].clone(), &initial, &secret, &seed);
+            node.flags.extend(extra(id));
+            node
+        })
         .collect();
     for node in &mut nodes {
         node.start();
@@ -582,5 +592,58 @@ async fn a_lost_follower_costs_the_others_clients_nothing_and_a_paused_leader_st
     }
     for (name, _) in acked.lock().unwrap().iter() {
         assert_eq!(names.get(name), Some(&1), "{name}: acknowledged, so present once");
+    }
+}
+
+/// The first change `node`'s feed of sheet 10 holds (a follower forwards the read).
+async fn oldest_change(node: &Node) -> u64 {
+    let url = format!("{}/sheets/10/changes?limit=1", node.base());
+    let (status, page) = attempt("GET", &url, "oldest", &json!({})).await.expect("an answer");
+    assert_eq!(status, 200, "{page}");
+    page["data"][0]["seq"].as_u64().expect("a change")
+}
+
+#[actix_rt::test]
+async fn feed_retention_is_the_leaders_and_every_node_prunes_alike() {
+    let _one = ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Each node is configured with its own retention: the leader's is the group's.
+    let mut nodes = three_with(dir.path(), |id| {
+        let keep = (5 * id).to_string();
+        vec!["--changes-retention-days".into(), "0".into(), "--changes-retention-min".into(), keep]
+    })
+    .await;
+    let apis: Vec<String> = nodes.iter().map(|n| n.api.clone()).collect();
+    let write = |round: &'static str, n: usize| {
+        let apis = apis.clone();
+        async move {
+            let body = json!({"rows": [{"cells": {"100": format!("{round} {n}")}}]});
+            let idem = format!("{round}-{n}");
+            let path = "/sheets/10/rows:bulkAdd";
+            let (status, reply) = until_acknowledged(&apis, n, "POST", path, &idem, &body).await;
+            assert_eq!(status, 200, "{reply}");
+        }
+    };
+    for n in 0..40 {
+        write("first", n).await;
+    }
+    // Pruned, by the same rule at the same positions on every node.
+    converged(&nodes).await;
+    let at = agreed_leader(&nodes).await;
+    assert!(oldest_change(&nodes[at]).await > 1, "the feed was pruned");
+
+    // A new leader with another retention: the group prunes by its from then on.
+    nodes[at].kill9();
+    for n in 0..40 {
+        write("second", n).await;
+    }
+    nodes[at].start();
+    converged(&nodes).await;
+    let now = agreed_leader(&nodes).await;
+    assert_ne!(now, at);
+    let log = std::fs::read_to_string(&nodes[now].log).unwrap();
+    assert!(log.contains("retention is this leader's"), "{}", tail_of_log(&nodes[now]));
+    for node in &nodes {
+        assert!(oldest_change(node).await > 40, "pruned after the second round");
     }
 }
