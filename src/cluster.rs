@@ -71,6 +71,7 @@ pub fn node_config(args: &ServeArgs) -> anyhow::Result<Option<(NodeConfig, [u8; 
         raft_addr,
         api_addr: args.addr.to_string(),
         initial,
+        join: args.join,
         secret,
         heartbeat_ms: HEARTBEAT_MS,
         election_timeout_ms: ELECTION_TIMEOUT_MS,

@@ -194,8 +194,13 @@ pub struct ServeArgs {
     /// The voters of a new cluster: `1=HOST:PORT,2=HOST:PORT,3=HOST:PORT` (their raft
     /// addresses). Every listed node started on an empty data dir forms the cluster; a data dir
     /// that already belongs to one ignores it.
-    #[arg(long, env = "SHEETD_INITIAL_CLUSTER", requires = "node_id")]
+    #[arg(long, env = "SHEETD_INITIAL_CLUSTER", requires = "node_id", conflicts_with = "join")]
     pub initial_cluster: Option<String>,
+    /// Join a running cluster: start on an empty data dir and wait until the leader adds this
+    /// node (`POST /admin/v1/cluster/nodes`); until then its public API answers
+    /// `503 cluster_unavailable`.
+    #[arg(long, env = "SHEETD_JOIN", requires = "node_id")]
+    pub join: bool,
     /// A file holding the secret every node of the cluster shares (at least 32 bytes): it
     /// authenticates node-to-node traffic and keys the cursors, so a cursor works on any node.
     #[arg(long, env = "SHEETD_CLUSTER_SECRET_FILE", requires = "node_id")]

@@ -53,6 +53,9 @@ pub enum Code {
     /// 503: a cluster node cannot serve the request now (no leader, a leader change, a node
     /// that is not the leader).
     ClusterUnavailable,
+    /// 409: a cluster membership change the membership refuses now (the node is a member
+    /// already, another change runs, the last voter).
+    MembershipConflict,
 }
 
 impl Code {
@@ -78,6 +81,7 @@ impl Code {
             PreconditionFailed => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
             CursorExpired => (StatusCode::GONE, "cursor_expired"),
             ClusterUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "cluster_unavailable"),
+            MembershipConflict => (StatusCode::CONFLICT, "membership_conflict"),
         }
     }
 
@@ -117,6 +121,15 @@ impl ApiError {
     /// Set the envelope's `detail`, replacing what it held.
     pub fn with_detail(mut self, detail: Value) -> Self {
         self.detail = detail;
+        self
+    }
+
+    /// Sets one field of the detail object (made an object if it was not one).
+    pub fn with_detail_field(mut self, name: &str, value: impl Into<Value>) -> Self {
+        if !self.detail.is_object() {
+            self.detail = json!({});
+        }
+        self.detail[name] = value.into();
         self
     }
 

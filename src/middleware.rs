@@ -133,9 +133,10 @@ pub async fn request_context(
     }
     let mut res = match (refused, decision) {
         (Some(e), _) => {
-            // A cluster node that does not serve sends the request on to the leader, once.
+            // A cluster node that does not serve sends the request on to the leader, once (a
+            // removed node, no longer a member, says so instead).
             let cluster = state.as_ref().and_then(|s| s.cluster.clone());
-            match cluster.filter(|_| crate::forward::may_forward(&req)) {
+            match cluster.filter(|c| crate::forward::may_forward(&req) && !c.removed()) {
                 Some(cluster) => {
                     let max = state.as_ref().map_or(0, |s| s.max_body_bytes);
                     let mut req = req;

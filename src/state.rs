@@ -95,6 +95,14 @@ impl AppState {
 
     /// The answer of a cluster node that does not serve from its own state now.
     pub fn not_serving(&self) -> ApiError {
+        if self.cluster.as_ref().is_some_and(|c| c.removed()) {
+            return crate::error::cluster_unavailable(
+                ClusterOutcome::NotApplied,
+                None,
+                "This node was removed from its cluster; send requests to another node.",
+            )
+            .with_detail_field("reason", "removed");
+        }
         let leader = self.cluster.as_ref().and_then(|c| c.status().leader);
         crate::error::cluster_unavailable(
             ClusterOutcome::NotApplied,

@@ -30,7 +30,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use cluster::net::{ClusterSecret, ForwardError, Forwarded, ForwardedReply, Forwarder};
-pub use cluster::{ClusterNode as Peer, Member, NodeConfig, NodeId, Status};
+pub use cluster::{
+    Action, ChangeError, ClusterNode as Peer, Member, MembershipChange, NodeConfig, NodeId, Phase,
+    Status,
+};
 use cluster::{GroupNode, ProposeError};
 
 use crate::digest::StateDigest;
@@ -178,6 +181,36 @@ impl ClusterDomain {
     /// state a newer leader has moved past.
     pub async fn confirm_serving(&self, timeout: Duration) -> bool {
         self.serving() && self.node.confirm_leadership(timeout).await && self.serving()
+    }
+
+    /// Starts adding node `id` (see `cluster::GroupNode::add_member`).
+    ///
+    /// # Errors
+    /// See [`ChangeError`].
+    pub fn add_member(
+        &self,
+        id: NodeId,
+        node: Peer,
+    ) -> std::result::Result<MembershipChange, ChangeError> {
+        self.node.add_member(id, node)
+    }
+
+    /// Starts removing node `id` (see `cluster::GroupNode::remove_member`).
+    ///
+    /// # Errors
+    /// See [`ChangeError`].
+    pub fn remove_member(&self, id: NodeId) -> std::result::Result<MembershipChange, ChangeError> {
+        self.node.remove_member(id)
+    }
+
+    /// The last membership change this node ran as leader.
+    pub fn membership_change(&self) -> Option<MembershipChange> {
+        self.node.membership_change()
+    }
+
+    /// Whether this node was removed from its cluster.
+    pub fn removed(&self) -> bool {
+        self.node.removed()
     }
 
     /// The guard of this node's leadership.

@@ -16,6 +16,7 @@
 //!   Raft), [`net::Network`] (openraft's network), the handshake and authenticated frames.
 //! - `machine.rs`: [`Machine`], openraft's state machine over a domain behind [`Apply`], and
 //!   the durable copy of its last snapshot.
+//! - `membership.rs`: adding and removing members ([`MembershipChange`]), on the leader.
 //! - `node.rs`: [`GroupNode`], one member as a server runs it (store, machine, link, core,
 //!   proposer), and its [`Status`].
 //! - `proposer.rs`: [`Proposer`], the leader's one proposer of a group: a record's Raft index
@@ -41,6 +42,7 @@
 mod error;
 mod log_store;
 mod machine;
+mod membership;
 pub mod net;
 mod node;
 mod proposer;
@@ -50,6 +52,7 @@ mod types;
 pub use error::{Error, Result};
 pub use log_store::{RaftState, WalLogStore};
 pub use machine::{Apply, Machine};
+pub use membership::{Action, ChangeError, MembershipChange, Phase};
 pub use node::{GroupNode, Member, NodeConfig, Status};
 pub use proposer::{Leadership, Proposal, ProposeError, Proposer};
 pub use state_machine::{RecordsState, RecordsStateMachine, SnapshotData};

@@ -12,7 +12,7 @@
 //! then elects one leader). A node whose data dir already holds a log ignores the list and
 //! rejoins the cluster its log belongs to.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,6 +23,7 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::{Config, Instant as _, Raft, ReadPolicy, ServerState, SnapshotPolicy};
 
 use crate::machine::{Apply, Machine};
+use crate::membership::{self, Action, ChangeError, ChangeSlot, MembershipChange};
 use crate::net::{
     ClusterLink, ClusterSecret, ForwardError, Forwarded, ForwardedReply, Forwarder, LinkConfig,
 };
@@ -45,6 +46,10 @@ pub struct NodeConfig {
     pub api_addr: String,
     /// The voters of a new cluster, when this node is one of them.
     pub initial: Option<BTreeMap<NodeId, ClusterNode>>,
+    /// Whether a node on an empty data dir waits to be added to a running cluster (without
+    /// it, and without `initial`, an empty data dir is refused: a mistyped flag must not
+    /// leave a node waiting for ever).
+    pub join: bool,
     /// The cluster's secret.
     pub secret: ClusterSecret,
     /// Heartbeat interval, ms.
@@ -100,6 +105,8 @@ pub struct GroupNode<A: Apply> {
     store: WalLogStore,
     link: ClusterLink,
     proposer: Proposer<Machine<A>>,
+    /// The membership change this node runs or ran last as leader.
+    change: ChangeSlot,
 }
 
 impl<A: Apply> GroupNode<A> {
@@ -127,6 +134,17 @@ impl<A: Apply> GroupNode<A> {
                 .map_err(io::Error::other)?
         };
         let pristine = store.is_pristine();
+        if pristine && config.initial.is_none() && !config.join {
+            return Err(io::Error::other(
+                "the data dir belongs to no cluster yet: start it with --initial-cluster (a new \
+                 cluster) or --join (to be added to a running one)",
+            ));
+        }
+        if pristine && config.join {
+            tracing::info!(
+                "waiting to be added to a cluster (POST /admin/v1/cluster/nodes on its leader)"
+            );
+        }
         let machine = Machine::open(&config.dir, domain)?;
         let link = ClusterLink::bind(
             config.raft_addr,
@@ -166,7 +184,71 @@ impl<A: Apply> GroupNode<A> {
                 Err(e) => tracing::info!(error = %e, "the cluster was already initialized"),
             }
         }
-        Ok(Arc::new(GroupNode { config, raft, machine, store, link, proposer }))
+        let change = ChangeSlot::default();
+        Ok(Arc::new(GroupNode { config, raft, machine, store, link, proposer, change }))
+    }
+
+    /// The last membership change this node ran as leader, if any.
+    pub fn membership_change(&self) -> Option<MembershipChange> {
+        self.change.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Starts adding node `id` at `node` (see the `membership` module): a learner until it
+    /// has caught up, then a voter.
+    ///
+    /// # Errors
+    /// See [`ChangeError`]; nothing was started then.
+    pub fn add_member(
+        &self,
+        id: NodeId,
+        node: ClusterNode,
+    ) -> Result<MembershipChange, ChangeError> {
+        let (leading, leader, _, members) = self.membership_now();
+        if members.contains(&id) {
+            return Err(ChangeError::Member(id));
+        }
+        membership::claim(&self.change, leader, leading, id, Action::Add)?;
+        let task = membership::add(self.proposer.clone(), Arc::clone(&self.change), id, node);
+        self.link.runtime().spawn(task);
+        Ok(self.membership_change().expect("claimed above"))
+    }
+
+    /// Starts removing node `id` from the voters and the members.
+    ///
+    /// # Errors
+    /// See [`ChangeError`]; nothing was started then.
+    pub fn remove_member(&self, id: NodeId) -> Result<MembershipChange, ChangeError> {
+        let (leading, leader, voters, members) = self.membership_now();
+        if !members.contains(&id) {
+            return Err(ChangeError::Unknown(id));
+        }
+        if voters.len() == 1 && voters.contains(&id) {
+            return Err(ChangeError::LastVoter(id));
+        }
+        membership::claim(&self.change, leader, leading, id, Action::Remove)?;
+        let voter = voters.contains(&id);
+        let task = membership::remove(self.proposer.clone(), Arc::clone(&self.change), id, voter);
+        self.link.runtime().spawn(task);
+        Ok(self.membership_change().expect("claimed above"))
+    }
+
+    /// Whether this node leads, the leader, the voters and every member, as it knows them.
+    fn membership_now(&self) -> (bool, Option<NodeId>, BTreeSet<NodeId>, BTreeSet<NodeId>) {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let membership = m.membership_config.membership();
+        let voters = membership.voter_ids().collect();
+        let members = membership.nodes().map(|(id, _)| *id).collect();
+        (m.state == ServerState::Leader, m.current_leader, voters, members)
+    }
+
+    /// Whether this node has been removed from its group: it holds a membership (it joined
+    /// once) that no longer names it.
+    pub fn removed(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let membership = m.membership_config.membership();
+        membership.nodes().next().is_some() && membership.get_node(&self.config.node_id).is_none()
     }
 
     /// The proposer (leader side of writes).

@@ -146,6 +146,9 @@ struct State {
     epoch: u64,
     term: u64,
     leader: Option<NodeId>,
+    /// While an exclusive change runs ([`Proposer::exclusive`]): no proposal is taken and no
+    /// lease starts.
+    paused: bool,
 }
 
 impl State {
@@ -224,7 +227,7 @@ impl<SM: RaftStateMachine<TypeConfig>> Proposer<SM> {
         raft: Raft<TypeConfig, SM>,
         runtime: &tokio::runtime::Handle,
     ) -> Proposer<SM> {
-        let state = State { lease: None, epoch: 1, term: 0, leader: None };
+        let state = State { lease: None, epoch: 1, term: 0, leader: None, paused: false };
         let (leadership, _) = watch::channel(state.leadership());
         let shared = Arc::new(Shared { state: Mutex::new(state), leadership });
         let (queue, queued) = mpsc::unbounded_channel();
@@ -271,6 +274,9 @@ impl<SM: RaftStateMachine<TypeConfig>> Proposer<SM> {
             return Err(not_leader);
         }
         let epoch = state.epoch;
+        if state.paused {
+            return Err(not_leader);
+        }
         let Some(lease) = state.lease.as_mut() else { return Err(not_leader) };
         let index = lease.next;
         let leader = lease.leader;
@@ -310,6 +316,32 @@ impl<SM: RaftStateMachine<TypeConfig>> Proposer<SM> {
     /// The Raft this proposer proposes to.
     pub fn raft(&self) -> &Raft<TypeConfig, SM> {
         &self.raft
+    }
+
+    /// Runs `change` (an entry openraft appends on its own, such as a membership change)
+    /// with no proposal of this node's in flight, so that no guess lands behind it: new
+    /// proposals are refused (before their `at`, so certainly not applied), those given an
+    /// index are waited for (at most `drain`), the lease ends, `change` runs, and a new lease
+    /// starts from the log as it is.
+    pub async fn exclusive<T>(&self, drain: Duration, change: impl Future<Output = T>) -> T {
+        let last_given = {
+            let mut state = self.shared.lock();
+            state.paused = true;
+            state.lease.as_ref().and_then(|l| l.next.checked_sub(1))
+        };
+        if let Some(index) = last_given {
+            // A leadership lost meanwhile ends the wait with an error; the lease ends anyway.
+            let _ =
+                self.raft.wait(Some(drain)).applied_index_at_least(Some(index), "drained").await;
+        }
+        {
+            let mut state = self.shared.lock();
+            state.end_lease(None);
+            self.shared.publish(&state);
+        }
+        let out = change.await;
+        self.shared.lock().paused = false;
+        out
     }
 }
 
@@ -355,7 +387,7 @@ fn observe<SM: RaftStateMachine<TypeConfig>>(
         (Some(leader), Some(lease)) if *leader != lease.leader => state.end_lease(None),
         _ => {}
     }
-    if let (Some(leader), None) = (leading, &state.lease) {
+    if let (Some(leader), None, false) = (leading, &state.lease, state.paused) {
         // Everything in the log is applied, the last entry being this leadership's own (its
         // first entry of the term, or a proposal of an ended lease): nothing but this
         // proposer appends after it.

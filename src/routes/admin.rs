@@ -22,17 +22,20 @@
 //! | `GET /admin/v1/metrics` | [`get_metrics`] (Prometheus text) |
 //! | `GET /admin/v1/backup` | [`get_backup`] (a backup file, streamed) |
 //! | `GET /admin/v1/cluster/digest` | [`get_digest`] (the state's digest at one position) |
+//! | `POST /admin/v1/cluster/nodes` | [`add_node`] (a membership change) |
+//! | `DELETE /admin/v1/cluster/nodes/{id}` | [`remove_node`] (a membership change) |
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use actors::directory::fixture::Fixture;
 use actors::directory::keys::{self, GrantSpec};
 use actors::directory::{CreateKey, Import, RevokeKey, SetPlan, SetShare};
 use actors::model::{Millis, Plan, Role, ScopeType, UserId};
+use actors::replica::{Action, ChangeError, MembershipChange, Peer, Phase};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::auth::AdminCaller;
-use crate::error::ApiError;
+use crate::error::{ApiError, Code};
 use crate::input::{body_problem, json_body, paging, path_id, read_body};
 use crate::response::ok;
 use crate::routing::{no_route, read, resource};
@@ -104,8 +107,82 @@ pub async fn get_cluster(
         "leaderId": status.leader,
         "commitIndex": commit,
         "nodes": nodes,
-        "membershipChange": null,
+        "membershipChange": cluster.membership_change().as_ref().map(change_view),
     })))
+}
+
+/// A membership change as the contract shows it.
+fn change_view(change: &MembershipChange) -> serde_json::Value {
+    json!({
+        "nodeId": change.node_id,
+        "action": match change.action { Action::Add => "add", Action::Remove => "remove" },
+        "phase": match change.phase {
+            Phase::CatchingUp => "catching_up",
+            Phase::Joint => "joint",
+            Phase::Done => "done",
+            Phase::Failed => "failed",
+        },
+        "detail": change.detail,
+    })
+}
+
+/// The answer to a membership change refused before it started.
+fn change_refused(e: ChangeError) -> ApiError {
+    match e {
+        ChangeError::NotLeader { leader } => crate::error::cluster_unavailable(
+            actors::error::ClusterOutcome::NotApplied,
+            leader,
+            "Membership changes run on the leader: send this to the node `leaderId` names.",
+        ),
+        ChangeError::Unknown(id) => ApiError::not_found(format!("Node {id} in this cluster")),
+        e @ (ChangeError::Busy(_) | ChangeError::Member(_) | ChangeError::LastVoter(_)) => {
+            ApiError::new(
+                Code::MembershipConflict,
+                format!("The membership cannot change so: {e}."),
+            )
+        }
+    }
+}
+
+/// A node to add, as `POST /admin/v1/cluster/nodes` takes it.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct NewNode {
+    id: std::num::NonZeroU64,
+    raft_addr: std::net::SocketAddr,
+    api_addr: std::net::SocketAddr,
+}
+
+/// `POST /admin/v1/cluster/nodes`: adds a node, started with `--join`, as a learner that
+/// catches up and then a voter; 202 with the change, which `GET /admin/v1/cluster` follows.
+pub async fn add_node(
+    _: AdminCaller,
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let Some(cluster) = &state.cluster else {
+        return Err(ApiError::not_found("A cluster (this node runs alone)"));
+    };
+    let body = read_body(&req, payload, state.max_body_bytes).await?;
+    let node: NewNode = json_body(&body)?;
+    let peer = Peer { raft_addr: node.raft_addr.to_string(), api_addr: node.api_addr.to_string() };
+    let change = cluster.add_member(node.id.get(), peer).map_err(change_refused)?;
+    Ok(HttpResponse::Accepted().json(json!({ "membershipChange": change_view(&change) })))
+}
+
+/// `DELETE /admin/v1/cluster/nodes/{id}`: removes a member; 202 with the change.
+pub async fn remove_node(
+    _: AdminCaller,
+    state: web::Data<AppState>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let Some(cluster) = &state.cluster else {
+        return Err(ApiError::not_found("A cluster (this node runs alone)"));
+    };
+    let id = path_id(&req, "id")?;
+    let change = cluster.remove_member(id).map_err(change_refused)?;
+    Ok(HttpResponse::Accepted().json(json!({ "membershipChange": change_view(&change) })))
 }
 
 /// `POST /admin/v1/import`: add a fixture's objects; 422 on an id clash or bad reference.
@@ -456,5 +533,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource("/admin/v1/backup").route(web::get().to(get_backup)))
         .service(resource("/admin/v1/cluster").route(read().to(get_cluster)))
         .service(resource("/admin/v1/cluster/digest").route(read().to(get_digest)))
+        .service(resource("/admin/v1/cluster/nodes").route(web::post().to(add_node)))
+        .service(resource("/admin/v1/cluster/nodes/{id}").route(web::delete().to(remove_node)))
         .default_service(web::to(no_route));
 }

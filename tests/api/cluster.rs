@@ -647,3 +647,136 @@ async fn feed_retention_is_the_leaders_and_every_node_prunes_alike() {
         assert!(oldest_change(node).await > 40, "pruned after the second round");
     }
 }
+
+/// An admin request with the admin token; its status and JSON answer.
+async fn admin_send(method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
+    let body = body.map(|b| b.to_string().into_bytes());
+    let (status, reply, _) = send(method, url, Some(ADMIN_TOKEN), &[], body).await;
+    (status, reply)
+}
+
+/// Waits until the membership change `node`'s leader runs is done; fails on a failed one.
+async fn change_done(node: &Node) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = node.cluster().await.unwrap_or(Value::Null);
+        match status["membershipChange"]["phase"].as_str() {
+            Some("done") => return,
+            Some("failed") => panic!("the membership change failed: {status}"),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "the membership change did not finish: {status}");
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[actix_rt::test]
+async fn a_node_joins_under_writes_and_a_removed_leader_leaves_nothing_lost() {
+    let _one = ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = three(dir.path()).await;
+    let at = agreed_leader(&nodes).await;
+
+    // Node 4 starts on an empty data dir with --join: health at once, the public API 503.
+    let raft4 = format!("127.0.0.4:{}", free_port("127.0.0.4"));
+    let secret = dir.path().join("secret");
+    let seed = dir.path().join("seed.json");
+    let mut joiner = Node::new(dir.path(), 4, raft4.clone(), "", &secret, &seed);
+    let initial = joiner.flags.iter().position(|f| f == "--initial-cluster").unwrap();
+    joiner.flags.drain(initial..initial + 2);
+    joiner.flags.push("--join".into());
+    joiner.start();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while admin_get(&joiner.admin_url("/health")).await.is_none() {
+        assert!(Instant::now() < deadline, "{}", tail_of_log(&joiner));
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    let url = format!("{}/sheets/10/rows?limit=1", joiner.base());
+    let (status, _, _) = send("GET", &url, Some(ADA_READ), &[], None).await;
+    assert_eq!(status, 503, "a node not yet added serves nothing");
+
+    // Writers on every node, retrying with their keys, while the membership changes.
+    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let apis: Vec<String> = nodes.iter().map(|n| n.api.clone()).collect();
+    let writers: Vec<_> = (0..8usize)
+        .map(|w| {
+            let (apis, acked, stop) = (apis.clone(), Arc::clone(&acked), Arc::clone(&stop));
+            actix_rt::spawn(async move {
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let name = format!("member{w} {n}");
+                    let body = json!({"rows": [{"cells": {"100": name}}]});
+                    let idem = format!("member-{w}-{n}");
+                    let path = "/sheets/10/rows:bulkAdd";
+                    let (status, reply) =
+                        until_acknowledged(&apis, w, "POST", path, &idem, &body).await;
+                    assert_eq!(status, 200, "{reply}");
+                    acked.lock().unwrap().push(name);
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    actix_rt::time::sleep(Duration::from_millis(500)).await;
+
+    // Refused changes: an id that is a member, a node that is not one.
+    let nodes_url = nodes[at].admin_url("/cluster/nodes");
+    let taken = json!({"id": 2, "raftAddr": raft4, "apiAddr": joiner.api});
+    let (status, reply) = admin_send("POST", &nodes_url, Some(taken)).await;
+    assert_eq!(
+        (status, reply["errorCode"].as_str()),
+        (409, Some("membership_conflict")),
+        "{reply}"
+    );
+    let (status, _) = admin_send("DELETE", &format!("{nodes_url}/9"), None).await;
+    assert_eq!(status, 404);
+
+    let add = json!({"id": 4, "raftAddr": raft4, "apiAddr": joiner.api});
+    let (status, reply) = admin_send("POST", &nodes_url, Some(add)).await;
+    assert_eq!(status, 202, "{reply}");
+    assert_eq!(reply["membershipChange"]["action"], "add", "{reply}");
+    // The leader may change under the load; the change runs on the one that took it.
+    change_done(&nodes[at]).await;
+    let status = nodes[at].cluster().await.unwrap();
+    let four = status["nodes"].as_array().unwrap().iter().find(|n| n["id"] == 4).cloned();
+    assert_eq!(four.map(|n| n["voter"].clone()), Some(json!(true)), "{status}");
+    // The membership entries landed with no proposal in flight: no record's guessed index
+    // was taken by one (which would fail the write and restart the leader as a follower).
+    let log = std::fs::read_to_string(&nodes[at].log).unwrap();
+    assert!(!log.contains("skipped where it landed"), "{}", tail_of_log(&nodes[at]));
+
+    // The leader removes itself: the others go on without it.
+    let leader_id = nodes[at].id;
+    let (status, reply) = admin_send("DELETE", &format!("{nodes_url}/{leader_id}"), None).await;
+    assert_eq!(status, 202, "{reply}");
+    change_done(&nodes[at]).await;
+    actix_rt::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+
+    // The removed node says so; the three members converge, node 4 with them.
+    let url = format!("{}/sheets/10/rows?limit=1", nodes[at].base());
+    let (status, reply, _) = send("GET", &url, Some(ADA_READ), &[], None).await;
+    assert_eq!(status, 503, "{reply}");
+    assert_eq!(reply["detail"]["reason"], "removed", "{reply}");
+    let removed = nodes.remove(at);
+    nodes.push(joiner);
+    converged(&nodes).await;
+    let now = agreed_leader(&nodes).await;
+    let rows = list_all(&nodes[now].base(), ADA_READ, 10).await;
+    let mut names: HashMap<String, usize> = HashMap::new();
+    for row in rows.values() {
+        if let Some(name) = row["cells"]["100"].as_str() {
+            *names.entry(name.to_owned()).or_default() += 1;
+        }
+    }
+    let acked = acked.lock().unwrap().clone();
+    assert!(!acked.is_empty());
+    for name in &acked {
+        assert_eq!(names.get(name), Some(&1), "{name}: acknowledged, so present once");
+    }
+    drop(removed);
+}

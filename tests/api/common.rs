@@ -122,6 +122,7 @@ pub fn args(data_dir: &Path) -> ServeArgs {
         node_id: None,
         raft_addr: None,
         initial_cluster: None,
+        join: false,
         cluster_secret_file: None,
     }
 }
