@@ -780,3 +780,176 @@ async fn a_node_joins_under_writes_and_a_removed_leader_leaves_nothing_lost() {
     }
     drop(removed);
 }
+
+/// Packet filters that cut the cluster link between nodes (iptables, root: CI runs as root);
+/// removed on drop. Each rule carries this process's id, so concurrent runs never remove
+/// each other's.
+struct Cut {
+    rules: Vec<Vec<String>>,
+}
+
+impl Cut {
+    /// Cuts every cluster-link packet between `node` and each of `others`, both ways: the
+    /// link opens its connections from the host of its raft address, so the two addresses
+    /// name all of it.
+    fn off(node: &Node, others: &[&Node]) -> Cut {
+        let tag = format!("sheetd-test-{}", std::process::id());
+        let mut rules = Vec::new();
+        let (a_ip, a_port) = node.raft_addr().split_once(':').map(owned).unwrap();
+        for other in others {
+            let (b_ip, b_port) = other.raft_addr().split_once(':').map(owned).unwrap();
+            for (src, dst, port) in [(&a_ip, &b_ip, &b_port), (&b_ip, &a_ip, &a_port)] {
+                for dir in ["--dport", "--sport"] {
+                    let (s, d) = if dir == "--dport" { (src, dst) } else { (dst, src) };
+                    rules.push(
+                        [
+                            "INPUT",
+                            "-p",
+                            "tcp",
+                            "-s",
+                            s,
+                            "-d",
+                            d,
+                            dir,
+                            port,
+                            "-m",
+                            "comment",
+                            "--comment",
+                            &tag,
+                            "-j",
+                            "DROP",
+                        ]
+                        .map(str::to_owned)
+                        .to_vec(),
+                    );
+                }
+            }
+        }
+        for rule in &rules {
+            let status = Command::new("iptables").arg("-A").args(rule).status().expect(
+                "this test cuts the cluster link with iptables and needs it and root \
+                 (.ci/test installs it; CI runs as root)",
+            );
+            assert!(status.success(), "iptables -A {rule:?} failed");
+        }
+        Cut { rules }
+    }
+}
+
+fn owned((a, b): (&str, &str)) -> (String, String) {
+    (a.to_owned(), b.to_owned())
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        for rule in &self.rules {
+            let _ = Command::new("iptables").arg("-D").args(rule).status();
+        }
+    }
+}
+
+impl Node {
+    /// The node's `--raft-addr`.
+    fn raft_addr(&self) -> String {
+        let at = self.flags.iter().position(|f| f == "--raft-addr").unwrap();
+        self.flags[at + 1].clone()
+    }
+}
+
+#[actix_rt::test]
+async fn a_leader_cut_off_from_the_majority_serves_nothing_and_converges_after_healing() {
+    let _one = ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = three(dir.path()).await;
+    let at = agreed_leader(&nodes).await;
+    let others: Vec<&Node> =
+        nodes.iter().enumerate().filter(|(i, _)| *i != at).map(|(_, n)| n).collect();
+
+    // Writers on every node, retrying with their keys (a 503 or no answer moves them on).
+    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let apis: Vec<String> = nodes.iter().map(|n| n.api.clone()).collect();
+    let writers: Vec<_> = (0..6usize)
+        .map(|w| {
+            let (apis, acked, stop) = (apis.clone(), Arc::clone(&acked), Arc::clone(&stop));
+            actix_rt::spawn(async move {
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let name = format!("cut{w} {n}");
+                    let body = json!({"rows": [{"cells": {"100": name}}]});
+                    let idem = format!("cut-{w}-{n}");
+                    let path = "/sheets/10/rows:bulkAdd";
+                    let (status, reply) =
+                        until_acknowledged(&apis, w, "POST", path, &idem, &body).await;
+                    assert_eq!(status, 200, "{reply}");
+                    acked.lock().unwrap().push(name);
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    actix_rt::time::sleep(Duration::from_millis(500)).await;
+
+    let cut = Cut::off(&nodes[at], &others);
+    // The majority elects a leader of its own and takes writes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    'elected: loop {
+        if Instant::now() >= deadline {
+            let logs: Vec<String> = nodes.iter().map(tail_of_log).collect();
+            panic!("the majority elected no leader\n{}", logs.join("\n"));
+        }
+        for node in &others {
+            let health = admin_get(&node.admin_url("/health")).await;
+            if health.is_some_and(|h| h["cluster"]["serving"] == true) {
+                break 'elected;
+            }
+        }
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A writer whose request was in flight to the old leader waits for its client timeout.
+    let before = acked.lock().unwrap().len();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while acked.lock().unwrap().len() < before + 10 {
+        assert!(Instant::now() < deadline, "the majority side takes no writes");
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The minority side: every read and write gets 503 cluster_unavailable, never an answer
+    // from its own state (its lease lapsed, no quorum confirms it).
+    let lone = &nodes[at];
+    for n in 0..5 {
+        let url = format!("{}/sheets/10/rows?limit=1", lone.base());
+        let (status, reply, _) = send("GET", &url, Some(ADA_READ), &[], None).await;
+        assert_eq!(status, 503, "a read on the cut-off node: {reply}");
+        assert_eq!(reply["detail"]["outcome"], "not_applied", "{reply}");
+        let body = json!({"rows": [{"cells": {"100": format!("lone {n}")}}]});
+        let url = format!("{}/sheets/10/rows:bulkAdd", lone.base());
+        let (status, reply) = attempt("POST", &url, &format!("lone-{n}"), &body).await.unwrap();
+        assert_eq!(status, 503, "a write on the cut-off node: {reply}");
+    }
+
+    // Healed: the old leader learns of the newer term, starts again as a follower, and
+    // every node converges with every acknowledged write once.
+    drop(cut);
+    actix_rt::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    converged(&nodes).await;
+    let now = agreed_leader(&nodes).await;
+    let rows = list_all(&nodes[now].base(), ADA_READ, 10).await;
+    let mut names: HashMap<String, usize> = HashMap::new();
+    for row in rows.values() {
+        if let Some(name) = row["cells"]["100"].as_str() {
+            *names.entry(name.to_owned()).or_default() += 1;
+        }
+    }
+    let acked = acked.lock().unwrap().clone();
+    for name in &acked {
+        assert_eq!(names.get(name), Some(&1), "{name}: acknowledged, so present once");
+    }
+    for n in 0..5 {
+        assert_eq!(names.get(&format!("lone {n}")), None, "refused on the minority, so absent");
+    }
+}
