@@ -344,19 +344,36 @@ impl<A: Apply> GroupNode<A> {
         request: Forwarded,
         ttl: Duration,
     ) -> Result<(NodeId, ForwardedReply), ForwardError> {
-        let (leader, addr) = {
-            let m = self.raft.metrics().borrow_watched().clone();
-            let leader = m.current_leader.filter(|l| *l != self.config.node_id);
-            let addr = leader.and_then(|l| m.membership_config.membership().get_node(&l).cloned());
-            (leader, addr)
-        };
+        // The leader as the proposer last saw it: the same view that ends the wait below.
+        let mut leadership = self.proposer.leadership();
+        let leader = leadership.borrow_and_update().leader.filter(|l| *l != self.config.node_id);
+        let addr = leader.and_then(|l| {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            m.membership_config.membership().get_node(&l).cloned()
+        });
         let (Some(leader), Some(node)) = (leader, addr) else {
             let reason = "no other node is known to lead".to_string();
             return Err(ForwardError::NotSent { target: 0, reason });
         };
-        let reply =
-            self.link.forward(leader, &node.raft_addr, self.config.group, request, ttl).await?;
-        Ok((leader, reply))
+        // A leader cut off or paused holds the request until the link gives up; once another
+        // leader is known it cannot answer for the group, so the wait ends then. (A write it
+        // took may still commit: that is the caller's "no answer".)
+        let moved = async move {
+            while leadership.borrow_and_update().leader == Some(leader) {
+                if leadership.changed().await.is_err() {
+                    break;
+                }
+            }
+        };
+        let forwarded = self.link.forward(leader, &node.raft_addr, self.config.group, request, ttl);
+        tokio::select! {
+            reply = forwarded => Ok((leader, reply?)),
+            () = moved => Err(ForwardError::NoAnswer {
+                target: leader,
+                reason: "another node leads now".into(),
+            }),
+        }
     }
 
     /// What this node knows of its group now.

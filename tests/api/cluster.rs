@@ -564,7 +564,18 @@ async fn a_lost_follower_costs_the_others_clients_nothing_and_a_paused_leader_st
     // A read sent to the paused leader waits in its accept queue; resumed, it must not answer
     // it from the state the new leader has moved past: the row acknowledged meanwhile is
     // there, or the answer is a 503 (or the node restarts as a follower under it).
-    let (_, written) = acked.lock().unwrap().last().cloned().expect("a write while paused");
+    // A writer that moved on to the paused node waits out its client timeout there.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let written = loop {
+        if let Some((_, written)) = acked.lock().unwrap().last().cloned() {
+            break written;
+        }
+        if Instant::now() >= deadline {
+            let logs: Vec<String> = nodes.iter().map(tail_of_log).collect();
+            panic!("no write acknowledged while the leader is paused\n{}", logs.join("\n"));
+        }
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    };
     let url = format!("{}/sheets/10/rows/{written}", nodes[at].base());
     let stale_read = actix_rt::spawn(async move { attempt("GET", &url, "read", &json!({})).await });
     actix_rt::time::sleep(Duration::from_millis(200)).await;
@@ -916,15 +927,27 @@ async fn a_leader_cut_off_from_the_majority_serves_nothing_and_converges_after_h
 
     // The minority side: every read and write gets 503 cluster_unavailable, never an answer
     // from its own state (its lease lapsed, no quorum confirms it).
+    // (A write it took before the cut may end `unknown` and restart it as a follower: no
+    // answer while it starts again.)
     let lone = &nodes[at];
+    let answer = |method: &'static str, url: String, body: Value, idem: String| async move {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(answer) = attempt(method, &url, &idem, &body).await {
+                return answer;
+            }
+            assert!(Instant::now() < deadline, "the cut-off node never answered");
+            actix_rt::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
     for n in 0..5 {
         let url = format!("{}/sheets/10/rows?limit=1", lone.base());
-        let (status, reply, _) = send("GET", &url, Some(ADA_READ), &[], None).await;
+        let (status, reply) = answer("GET", url, json!({}), format!("read-{n}")).await;
         assert_eq!(status, 503, "a read on the cut-off node: {reply}");
         assert_eq!(reply["detail"]["outcome"], "not_applied", "{reply}");
         let body = json!({"rows": [{"cells": {"100": format!("lone {n}")}}]});
         let url = format!("{}/sheets/10/rows:bulkAdd", lone.base());
-        let (status, reply) = attempt("POST", &url, &format!("lone-{n}"), &body).await.unwrap();
+        let (status, reply) = answer("POST", url, body, format!("lone-{n}")).await;
         assert_eq!(status, 503, "a write on the cut-off node: {reply}");
     }
 

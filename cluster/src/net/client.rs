@@ -169,7 +169,9 @@ pub(crate) async fn forward(
     }
     let addr = addr.to_owned();
     let on_link = Arc::clone(&shared);
-    let exchanged = shared.handle.spawn(async move {
+    // Ended with the caller (who may stop waiting: a leader change): an exchange left running
+    // would hold a connection and a forwarding turn until its time ran out.
+    let mut exchanged = AbortOnDrop(shared.handle.spawn(async move {
         let deadline = Instant::now() + ttl;
         let Ok(Ok(_turn)) =
             timeout_at(deadline, Arc::clone(&on_link.forwards).acquire_owned()).await
@@ -200,11 +202,21 @@ pub(crate) async fn forward(
             Ok(Err(e)) => Err(no_answer(e.to_string())),
             Err(_) => Err(no_answer(format!("no answer within {ttl:?}"))),
         }
-    });
-    let reply = exchanged.await.map_err(|_| not_sent("the cluster link has stopped".into()))??;
+    }));
+    let reply =
+        (&mut exchanged.0).await.map_err(|_| not_sent("the cluster link has stopped".into()))??;
     let reply: Reply<ForwardedReply> =
         message::decode(&reply, max).map_err(|e| no_answer(e.to_string()))?;
     reply.map_err(no_answer)
+}
+
+/// A task aborted when its handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// How long a kept forwarding connection may have been idle to be used again: well under the
