@@ -50,15 +50,17 @@ fn relayed(name: &str) -> bool {
 }
 
 /// Makes this node answer requests forwarded to it, through its own public listener at
-/// `public`. Runs inside the actix system (its HTTP client lives there).
-pub fn serve_forwarded(cluster: &ClusterDomain, public: SocketAddr) {
+/// `public` (its admin listener at `admin`, for an admin request). Runs inside the actix
+/// system (its HTTP client lives there).
+pub fn serve_forwarded(cluster: &ClusterDomain, public: SocketAddr, admin: SocketAddr) {
     let (tx, mut rx) = mpsc::unbounded_channel::<(Forwarded, oneshot::Sender<ForwardedReply>)>();
     actix_rt::spawn(async move {
         let client = awc::Client::builder().timeout(FORWARD_TTL).finish();
         while let Some((request, answer)) = rx.recv().await {
             let client = client.clone();
             actix_rt::spawn(async move {
-                let _ = answer.send(run_locally(&client, public, request).await);
+                let to = if request.path.starts_with("/admin/") { admin } else { public };
+                let _ = answer.send(run_locally(&client, to, request).await);
             });
         }
     });
@@ -91,16 +93,16 @@ fn failure(status: StatusCode, why: &str) -> ForwardedReply {
     }
 }
 
-/// Runs a forwarded request through this node's public listener.
+/// Runs a forwarded request through this node's listener at `listener`.
 async fn run_locally(
     client: &awc::Client,
-    public: SocketAddr,
+    listener: SocketAddr,
     request: Forwarded,
 ) -> ForwardedReply {
     let Ok(method) = Method::from_bytes(request.method.as_bytes()) else {
         return failure(StatusCode::BAD_REQUEST, "an unknown method");
     };
-    let mut req = client.request(method, format!("http://{public}{}", request.path));
+    let mut req = client.request(method, format!("http://{listener}{}", request.path));
     for (name, value) in &request.headers {
         if let (Ok(name), Ok(value)) =
             (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value))
@@ -155,6 +157,28 @@ pub async fn to_leader(
         }
         body.extend_from_slice(&chunk);
     }
+    relay(cluster, req.request(), body).await
+}
+
+/// Sends an admin request on to the leader (a membership change reaching a follower) and
+/// builds the answer to relay; `None` when it was forwarded to this node already (one hop).
+pub async fn admin_to_leader(
+    cluster: &ClusterDomain,
+    req: &actix_web::HttpRequest,
+    body: Vec<u8>,
+) -> Option<Result<HttpResponse, ApiError>> {
+    if req.headers().contains_key(FORWARDED_FROM) {
+        return None;
+    }
+    Some(relay(cluster, req, body).await)
+}
+
+/// Sends the request `req` with `body` over the cluster link to the leader.
+async fn relay(
+    cluster: &ClusterDomain,
+    req: &actix_web::HttpRequest,
+    body: Vec<u8>,
+) -> Result<HttpResponse, ApiError> {
     let path = req.uri().path_and_query().map_or_else(|| req.path().to_owned(), |p| p.to_string());
     let headers = req
         .headers()

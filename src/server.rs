@@ -242,7 +242,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         .with_context(|| format!("cannot listen on {}", args.admin_addr))?;
     let (addr, admin_addr) = (public.local_addr()?, admin.local_addr()?);
     if let Some(cluster) = &state.cluster {
-        crate::forward::serve_forwarded(cluster, addr);
+        crate::forward::serve_forwarded(cluster, addr, admin_addr);
     }
     let app_state = state.clone();
     let public = HttpServer::new(move || {

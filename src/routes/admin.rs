@@ -167,8 +167,15 @@ pub async fn add_node(
     let body = read_body(&req, payload, state.max_body_bytes).await?;
     let node: NewNode = json_body(&body)?;
     let peer = Peer { raft_addr: node.raft_addr.to_string(), api_addr: node.api_addr.to_string() };
-    let change = cluster.add_member(node.id.get(), peer).map_err(change_refused)?;
-    Ok(HttpResponse::Accepted().json(json!({ "membershipChange": change_view(&change) })))
+    match cluster.add_member(node.id.get(), peer) {
+        Ok(change) => {
+            Ok(HttpResponse::Accepted().json(json!({ "membershipChange": change_view(&change) })))
+        }
+        Err(ChangeError::NotLeader { leader }) => {
+            on_leader(cluster, &req, body.to_vec(), leader).await
+        }
+        Err(e) => Err(change_refused(e)),
+    }
 }
 
 /// `DELETE /admin/v1/cluster/nodes/{id}`: removes a member; 202 with the change.
@@ -181,8 +188,29 @@ pub async fn remove_node(
         return Err(ApiError::not_found("A cluster (this node runs alone)"));
     };
     let id = path_id(&req, "id")?;
-    let change = cluster.remove_member(id).map_err(change_refused)?;
-    Ok(HttpResponse::Accepted().json(json!({ "membershipChange": change_view(&change) })))
+    match cluster.remove_member(id) {
+        Ok(change) => {
+            Ok(HttpResponse::Accepted().json(json!({ "membershipChange": change_view(&change) })))
+        }
+        Err(ChangeError::NotLeader { leader }) => {
+            on_leader(cluster, &req, Vec::new(), leader).await
+        }
+        Err(e) => Err(change_refused(e)),
+    }
+}
+
+/// A membership change sent to a node that does not lead: run on the leader (one hop), as
+/// every admin request of a cluster may reach any node.
+async fn on_leader(
+    cluster: &actors::replica::ClusterDomain,
+    req: &HttpRequest,
+    body: Vec<u8>,
+    leader: Option<u64>,
+) -> Result<HttpResponse, ApiError> {
+    match crate::forward::admin_to_leader(cluster, req, body).await {
+        Some(answer) => answer,
+        None => Err(change_refused(ChangeError::NotLeader { leader })),
+    }
 }
 
 /// `POST /admin/v1/import`: add a fixture's objects; 422 on an id clash or bad reference.

@@ -731,20 +731,22 @@ async fn a_node_joins_under_writes_and_a_removed_leader_leaves_nothing_lost() {
         .collect();
     actix_rt::time::sleep(Duration::from_millis(500)).await;
 
-    // Refused changes: an id that is a member, a node that is not one.
+    // Sent to a follower, which runs them on the leader. Refused: an id that is a member, a
+    // node that is not one.
+    let via_follower = nodes[(at + 1) % 3].admin_url("/cluster/nodes");
     let nodes_url = nodes[at].admin_url("/cluster/nodes");
     let taken = json!({"id": 2, "raftAddr": raft4, "apiAddr": joiner.api});
-    let (status, reply) = admin_send("POST", &nodes_url, Some(taken)).await;
+    let (status, reply) = admin_send("POST", &via_follower, Some(taken)).await;
     assert_eq!(
         (status, reply["errorCode"].as_str()),
         (409, Some("membership_conflict")),
         "{reply}"
     );
-    let (status, _) = admin_send("DELETE", &format!("{nodes_url}/9"), None).await;
+    let (status, _) = admin_send("DELETE", &format!("{via_follower}/9"), None).await;
     assert_eq!(status, 404);
 
     let add = json!({"id": 4, "raftAddr": raft4, "apiAddr": joiner.api});
-    let (status, reply) = admin_send("POST", &nodes_url, Some(add)).await;
+    let (status, reply) = admin_send("POST", &via_follower, Some(add)).await;
     assert_eq!(status, 202, "{reply}");
     assert_eq!(reply["membershipChange"]["action"], "add", "{reply}");
     // The leader may change under the load; the change runs on the one that took it.
