@@ -253,4 +253,34 @@ fn cluster_gauges(e: &mut Exposition, status: &actors::replica::Status) {
         "The highest Raft index applied on this node.",
         status.applied_index.map_or(0.0, |i| i as f64),
     );
+    e.counter(
+        "sheetd_cluster_leader_changes_total",
+        "Leaders this node came to know of since it started.",
+        status.leader_changes as f64,
+    );
+    e.counter(
+        "sheetd_cluster_elections_total",
+        "Newer terms this node saw since it started: each is an election in the group.",
+        status.term_changes as f64,
+    );
+    e.counter(
+        "sheetd_cluster_forwarded_requests_total",
+        "Requests this node forwarded to the leader since it started.",
+        status.forwarded as f64,
+    );
+    // Known on the leader only: what it replicated to each peer and when it last heard back.
+    let ids: Vec<String> = status.members.iter().map(|m| m.id.to_string()).collect();
+    let labels: Vec<[(&str, &str); 1]> = ids.iter().map(|id| [("peer", id.as_str())]).collect();
+    let commit = status.commit_index.unwrap_or(0);
+    let peers = || status.members.iter().zip(&labels).filter(|(m, _)| m.id != status.node_id);
+    e.gauges(
+        "sheetd_cluster_replication_lag_entries",
+        "Committed entries a peer has yet to receive (on the leader).",
+        peers().filter_map(|(m, peer)| Some((&peer[..], commit.saturating_sub(m.matched?) as f64))),
+    );
+    e.gauges(
+        "sheetd_cluster_replication_lag_seconds",
+        "Seconds since the leader last heard from a peer.",
+        peers().filter_map(|(m, peer)| Some((&peer[..], m.last_heard_ms? as f64 / 1000.0))),
+    );
 }

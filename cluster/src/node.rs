@@ -78,6 +78,12 @@ pub struct Status {
     pub role: &'static str,
     /// The members, with what this node knows of each.
     pub members: Vec<Member>,
+    /// Leaders this node came to know of since it started.
+    pub leader_changes: u64,
+    /// Newer terms this node saw since it started (each one an election somewhere).
+    pub term_changes: u64,
+    /// Requests this node forwarded to a leader since it started.
+    pub forwarded: u64,
 }
 
 /// A member as another node sees it.
@@ -107,6 +113,8 @@ pub struct GroupNode<A: Apply> {
     proposer: Proposer<Machine<A>>,
     /// The membership change this node runs or ran last as leader.
     change: ChangeSlot,
+    /// Requests forwarded to a leader.
+    forwarded: std::sync::atomic::AtomicU64,
 }
 
 impl<A: Apply> GroupNode<A> {
@@ -185,7 +193,8 @@ impl<A: Apply> GroupNode<A> {
             }
         }
         let change = ChangeSlot::default();
-        Ok(Arc::new(GroupNode { config, raft, machine, store, link, proposer, change }))
+        let forwarded = Default::default();
+        Ok(Arc::new(GroupNode { config, raft, machine, store, link, proposer, change, forwarded }))
     }
 
     /// The last membership change this node ran as leader, if any.
@@ -356,6 +365,7 @@ impl<A: Apply> GroupNode<A> {
             let reason = "no other node is known to lead".to_string();
             return Err(ForwardError::NotSent { target: 0, reason });
         };
+        self.forwarded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // A leader cut off or paused holds the request until the link gives up; once another
         // leader is known it cannot answer for the group, so the wait ends then. (A write it
         // took may still commit: that is the caller's "no answer".)
@@ -426,6 +436,9 @@ impl<A: Apply> GroupNode<A> {
             applied_index: m.last_applied.map(|l| l.index),
             role,
             members,
+            leader_changes: self.proposer.changes_seen().0,
+            term_changes: self.proposer.changes_seen().1,
+            forwarded: self.forwarded.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 

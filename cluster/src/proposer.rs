@@ -182,6 +182,9 @@ struct Queued {
 struct Shared {
     state: Mutex<State>,
     leadership: watch::Sender<Leadership>,
+    /// How often this node saw another leader, and a newer term, since it started.
+    leader_changes: std::sync::atomic::AtomicU64,
+    term_changes: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -229,11 +232,22 @@ impl<SM: RaftStateMachine<TypeConfig>> Proposer<SM> {
     ) -> Proposer<SM> {
         let state = State { lease: None, epoch: 1, term: 0, leader: None, paused: false };
         let (leadership, _) = watch::channel(state.leadership());
-        let shared = Arc::new(Shared { state: Mutex::new(state), leadership });
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            leadership,
+            leader_changes: Default::default(),
+            term_changes: Default::default(),
+        });
         let (queue, queued) = mpsc::unbounded_channel();
         runtime.spawn(watch_leadership(raft.clone(), Arc::clone(&shared)));
         runtime.spawn(hand_over(raft.clone(), Arc::clone(&shared), queued));
         Proposer { group, shared, queue, raft }
+    }
+
+    /// How often this node saw a new leader, and a newer term, since it started.
+    pub fn changes_seen(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.shared.leader_changes.load(Relaxed), self.shared.term_changes.load(Relaxed))
     }
 
     /// The current epoch.
@@ -380,6 +394,12 @@ fn observe<SM: RaftStateMachine<TypeConfig>>(
         _ => None,
     };
     let mut state = shared.lock();
+    if m.current_term > state.term && state.term > 0 {
+        shared.term_changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    if m.current_leader.is_some() && m.current_leader != state.leader {
+        shared.leader_changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     state.term = m.current_term;
     state.leader = m.current_leader;
     match (&leading, &state.lease) {

@@ -327,6 +327,21 @@ async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() 
         let leading = format!("sheetd_cluster_is_leader {}", u8::from(i == at));
         assert!(text.lines().any(|l| l == leading), "{text}");
         assert!(text.lines().any(|l| l.starts_with("sheetd_cluster_term ")), "{text}");
+        let sample = |name: &str| -> Option<f64> {
+            text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        };
+        assert!(sample("sheetd_cluster_leader_changes_total").unwrap() >= 1.0, "{text}");
+        if i == at {
+            // The leader knows each follower's lag.
+            for follower in nodes.iter().filter(|n| n.id != node.id) {
+                let lag =
+                    format!("sheetd_cluster_replication_lag_entries{{peer=\"{}\"}}", follower.id);
+                assert!(sample(&lag).is_some(), "{text}");
+            }
+        } else {
+            // This follower forwarded the requests above to the leader.
+            assert!(sample("sheetd_cluster_forwarded_requests_total").unwrap() >= 2.0, "{text}");
+        }
     }
     let rows = list_all(&nodes[at].base(), ADA_READ, 10).await;
     assert_eq!(rows.len(), 7, "one write through each node");
