@@ -609,13 +609,7 @@ async fn a_lost_follower_costs_the_others_clients_nothing_and_a_paused_leader_st
     let log = std::fs::read_to_string(&nodes[at].log).unwrap();
     assert!(log.contains("restarting as a follower"), "{log}");
     let leader_now = leader(&nodes).await;
-    let rows = list_all(&nodes[leader_now].base(), ADA_READ, 10).await;
-    let mut names: HashMap<String, usize> = HashMap::new();
-    for row in rows.values() {
-        if let Some(name) = row["cells"]["100"].as_str() {
-            *names.entry(name.to_owned()).or_default() += 1;
-        }
-    }
+    let names = row_names(&nodes[leader_now]).await;
     for (name, _) in acked.lock().unwrap().iter() {
         assert_eq!(names.get(name), Some(&1), "{name}: acknowledged, so present once");
     }
@@ -722,28 +716,7 @@ async fn a_node_joins_under_writes_and_a_removed_leader_leaves_nothing_lost() {
     assert_eq!(status, 503, "a node not yet added serves nothing");
 
     // Writers on every node, retrying with their keys, while the membership changes.
-    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let apis: Vec<String> = nodes.iter().map(|n| n.api.clone()).collect();
-    let writers: Vec<_> = (0..8usize)
-        .map(|w| {
-            let (apis, acked, stop) = (apis.clone(), Arc::clone(&acked), Arc::clone(&stop));
-            actix_rt::spawn(async move {
-                let mut n = 0;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let name = format!("member{w} {n}");
-                    let body = json!({"rows": [{"cells": {"100": name}}]});
-                    let idem = format!("member-{w}-{n}");
-                    let path = "/sheets/10/rows:bulkAdd";
-                    let (status, reply) =
-                        until_acknowledged(&apis, w, "POST", path, &idem, &body).await;
-                    assert_eq!(status, 200, "{reply}");
-                    acked.lock().unwrap().push(name);
-                    n += 1;
-                }
-            })
-        })
-        .collect();
+    let writers = RetryingWriters::start(&nodes, "member", 8);
     actix_rt::time::sleep(Duration::from_millis(500)).await;
 
     // Sent to a follower, which runs them on the leader. Refused: an id that is a member, a
@@ -780,10 +753,7 @@ async fn a_node_joins_under_writes_and_a_removed_leader_leaves_nothing_lost() {
     assert_eq!(status, 202, "{reply}");
     change_done(&nodes[at]).await;
     actix_rt::time::sleep(Duration::from_millis(1500)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for w in writers {
-        w.await.unwrap();
-    }
+    let acked = writers.stop().await;
 
     // The removed node says so; the three members converge, node 4 with them.
     let url = format!("{}/sheets/10/rows?limit=1", nodes[at].base());
@@ -794,14 +764,7 @@ async fn a_node_joins_under_writes_and_a_removed_leader_leaves_nothing_lost() {
     nodes.push(joiner);
     converged(&nodes).await;
     let now = agreed_leader(&nodes).await;
-    let rows = list_all(&nodes[now].base(), ADA_READ, 10).await;
-    let mut names: HashMap<String, usize> = HashMap::new();
-    for row in rows.values() {
-        if let Some(name) = row["cells"]["100"].as_str() {
-            *names.entry(name.to_owned()).or_default() += 1;
-        }
-    }
-    let acked = acked.lock().unwrap().clone();
+    let names = row_names(&nodes[now]).await;
     assert!(!acked.is_empty());
     for name in &acked {
         assert_eq!(names.get(name), Some(&1), "{name}: acknowledged, so present once");
@@ -894,28 +857,7 @@ async fn a_leader_cut_off_from_the_majority_serves_nothing_and_converges_after_h
         nodes.iter().enumerate().filter(|(i, _)| *i != at).map(|(_, n)| n).collect();
 
     // Writers on every node, retrying with their keys (a 503 or no answer moves them on).
-    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let apis: Vec<String> = nodes.iter().map(|n| n.api.clone()).collect();
-    let writers: Vec<_> = (0..6usize)
-        .map(|w| {
-            let (apis, acked, stop) = (apis.clone(), Arc::clone(&acked), Arc::clone(&stop));
-            actix_rt::spawn(async move {
-                let mut n = 0;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let name = format!("cut{w} {n}");
-                    let body = json!({"rows": [{"cells": {"100": name}}]});
-                    let idem = format!("cut-{w}-{n}");
-                    let path = "/sheets/10/rows:bulkAdd";
-                    let (status, reply) =
-                        until_acknowledged(&apis, w, "POST", path, &idem, &body).await;
-                    assert_eq!(status, 200, "{reply}");
-                    acked.lock().unwrap().push(name);
-                    n += 1;
-                }
-            })
-        })
-        .collect();
+    let writers = RetryingWriters::start(&nodes, "cut", 6);
     actix_rt::time::sleep(Duration::from_millis(500)).await;
 
     let cut = Cut::off(&nodes[at], &others);
@@ -935,9 +877,9 @@ async fn a_leader_cut_off_from_the_majority_serves_nothing_and_converges_after_h
         actix_rt::time::sleep(Duration::from_millis(50)).await;
     }
     // A writer whose request was in flight to the old leader waits for its client timeout.
-    let before = acked.lock().unwrap().len();
+    let before = writers.acknowledged();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while acked.lock().unwrap().len() < before + 10 {
+    while writers.acknowledged() < before + 10 {
         assert!(Instant::now() < deadline, "the majority side takes no writes");
         actix_rt::time::sleep(Duration::from_millis(100)).await;
     }
@@ -972,24 +914,78 @@ async fn a_leader_cut_off_from_the_majority_serves_nothing_and_converges_after_h
     // every node converges with every acknowledged write once.
     drop(cut);
     actix_rt::time::sleep(Duration::from_millis(1000)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for w in writers {
-        w.await.unwrap();
-    }
+    let acked = writers.stop().await;
     converged(&nodes).await;
     let now = agreed_leader(&nodes).await;
-    let rows = list_all(&nodes[now].base(), ADA_READ, 10).await;
-    let mut names: HashMap<String, usize> = HashMap::new();
-    for row in rows.values() {
-        if let Some(name) = row["cells"]["100"].as_str() {
-            *names.entry(name.to_owned()).or_default() += 1;
-        }
-    }
-    let acked = acked.lock().unwrap().clone();
+    let names = row_names(&nodes[now]).await;
     for name in &acked {
         assert_eq!(names.get(name), Some(&1), "{name}: acknowledged, so present once");
     }
     for n in 0..5 {
         assert_eq!(names.get(&format!("lone {n}")), None, "refused on the minority, so absent");
     }
+}
+
+/// Writers adding rows through every node until stopped, each write retried with its key
+/// until some node acknowledges it (see [`until_acknowledged`]).
+struct RetryingWriters {
+    acked: Arc<Mutex<Vec<String>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<actix_rt::task::JoinHandle<()>>,
+}
+
+impl RetryingWriters {
+    /// `count` writers whose rows are named `"{prefix}{writer} {n}"`.
+    fn start(nodes: &[Node], prefix: &'static str, count: usize) -> RetryingWriters {
+        let acked: Arc<Mutex<Vec<String>>> = Arc::default();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let apis: Vec<String> = nodes.iter().map(|n| n.api.clone()).collect();
+        let tasks = (0..count)
+            .map(|w| {
+                let (apis, acked, stop) = (apis.clone(), Arc::clone(&acked), Arc::clone(&stop));
+                actix_rt::spawn(async move {
+                    let mut n = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let name = format!("{prefix}{w} {n}");
+                        let body = json!({"rows": [{"cells": {"100": name}}]});
+                        let idem = format!("{prefix}-{w}-{n}");
+                        let path = "/sheets/10/rows:bulkAdd";
+                        let (status, reply) =
+                            until_acknowledged(&apis, w, "POST", path, &idem, &body).await;
+                        assert_eq!(status, 200, "{reply}");
+                        acked.lock().unwrap().push(name);
+                        n += 1;
+                    }
+                })
+            })
+            .collect();
+        RetryingWriters { acked, stop, tasks }
+    }
+
+    /// How many writes were acknowledged so far.
+    fn acknowledged(&self) -> usize {
+        self.acked.lock().unwrap().len()
+    }
+
+    /// Stops the writers (each finishes its write in flight); the names acknowledged.
+    async fn stop(self) -> Vec<String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        let acked = self.acked.lock().unwrap().clone();
+        acked
+    }
+}
+
+/// How many rows of sheet 10 carry each name (column 100), read through `node`.
+async fn row_names(node: &Node) -> HashMap<String, usize> {
+    let rows = list_all(&node.base(), ADA_READ, 10).await;
+    let mut names: HashMap<String, usize> = HashMap::new();
+    for row in rows.values() {
+        if let Some(name) = row["cells"]["100"].as_str() {
+            *names.entry(name.to_owned()).or_default() += 1;
+        }
+    }
+    names
 }
