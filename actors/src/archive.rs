@@ -202,6 +202,7 @@ enum RecordHead {
     Sheet(SheetHead),
     Idempotency(IdemHead),
     Marker,
+    Webhook(()),
 }
 
 /// The first fields of [`crate::record::SheetWrite`].
@@ -236,13 +237,18 @@ fn record_time(bytes: &[u8], previous: Millis) -> crate::Result<Millis> {
         Err(_) => match codec::decode::<Record>(bytes)? {
             Record::Sheet(write) => return Ok(write.at),
             Record::Idempotency(answer) => return Ok(answer.completed_at),
-            Record::Import(_) | Record::Directory(_) | Record::Marker => return Ok(previous),
+            Record::Import(_) | Record::Directory(_) | Record::Marker | Record::Webhook(_) => {
+                return Ok(previous)
+            }
         },
     };
     Ok(match head {
         RecordHead::Sheet(write) => write.at,
         RecordHead::Idempotency(answer) => answer.completed_at,
-        RecordHead::Import(()) | RecordHead::Directory(()) | RecordHead::Marker => previous,
+        RecordHead::Import(())
+        | RecordHead::Directory(())
+        | RecordHead::Marker
+        | RecordHead::Webhook(()) => previous,
     })
 }
 

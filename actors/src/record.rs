@@ -11,6 +11,7 @@
 //! | [`Record::Sheet`] | one sheet actor | idempotency store, event outbox |
 //! | [`Record::Idempotency`] | [`crate::Service::store_answer`], for an answer decided before a sheet | idempotency store |
 //! | [`Record::Marker`] | the checkpointer | none (it snapshots the side stores) |
+//! | [`Record::Webhook`] | [`crate::Service::change_webhook`] (the API and the delivery side) | webhook table |
 //!
 //! A write's rows, its idempotency response, its counters and its `ROW_DELETED` events are one
 //! record, so a crash keeps all of them or none.
@@ -21,6 +22,7 @@
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+use crate::webhook::WebhookChange;
 use crate::model::{
     ApiKey, Column, Folder, KeyId, Millis, Plan, Project, Report, Row, RowId, Share, SheetId,
     SheetMeta, User, UserId,
@@ -39,6 +41,9 @@ pub enum Record {
     Idempotency(IdemEntry),
     /// Written by a checkpoint to fix the LSN at which the side stores were copied.
     Marker,
+    /// A change to a webhook (made, removed, enabled, disabled, a message fixed, an attempt).
+    /// Added last: the variants before keep their encoding.
+    Webhook(WebhookChange),
 }
 
 /// Normalized, validated objects of one import. Rows are already coerced.
