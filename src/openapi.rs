@@ -79,6 +79,11 @@ use crate::schema::BulkItemError;
         crate::routes::rows::delete_row,
         crate::routes::changes::list_changes,
         crate::routes::export::export_rows,
+        crate::routes::webhooks::create_webhook,
+        crate::routes::webhooks::list_webhooks,
+        crate::routes::webhooks::get_webhook,
+        crate::routes::webhooks::delete_webhook,
+        crate::routes::webhooks::enable_webhook,
     ),
     components(
         schemas(
@@ -93,6 +98,7 @@ use crate::schema::BulkItemError;
             RetryAfterDetail,
             BulkItemError,
             crate::views::ChangeView,
+            crate::views::WebhookMessageView,
         ),
         responses(
             NotModified,
@@ -120,6 +126,8 @@ use crate::schema::BulkItemError;
         (name = "reports", description = "Saved reports: metadata and runs."),
         (name = "changes", description = "Keeping a copy in sync: the change feed and \
             consistent export."),
+        (name = "webhooks", description = "The change feed, pushed: subscriptions that post a \
+            sheet's changes to a URL, signed per Standard Webhooks v1."),
     )
 )]
 pub struct ApiDoc;

@@ -60,6 +60,19 @@ impl Exposition {
         self.sample(name, &[], value);
     }
 
+    /// A gauge with one sample per label set.
+    pub fn gauges<'a>(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (Labels<'a>, f64)>,
+    ) {
+        self.header(name, "gauge", help);
+        for (labels, value) in samples {
+            self.sample(name, labels, value);
+        }
+    }
+
     /// A counter with one sample per label set.
     pub fn counters<'a>(
         &mut self,

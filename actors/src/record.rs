@@ -22,11 +22,11 @@
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-use crate::webhook::WebhookChange;
 use crate::model::{
     ApiKey, Column, Folder, KeyId, Millis, Plan, Project, Report, Row, RowId, Share, SheetId,
     SheetMeta, User, UserId,
 };
+use crate::webhook::WebhookChange;
 
 /// One entry of the write-ahead log.
 #[derive(Clone, Debug, Serialize, Deserialize)]

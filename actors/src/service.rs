@@ -55,11 +55,11 @@ use crate::registry::SheetRegistry;
 use crate::report::ReportRunner;
 use crate::shared::Retention;
 use crate::shared::{Claim, Clock, Event, IdemStore, Outbox, RowIds, Shared, EVENT_RETENTION};
-use crate::webhook::{Webhook, WebhookChange, WebhookId, WebhookStore, WebhookTable};
 use crate::sheet::{
     extract, Change, ChangeLog, ChangeSpan, CopyForCheckpoint, PublishedSheet, SheetActor,
     SheetSnapshot, SheetState, SpanCache,
 };
+use crate::webhook::{Webhook, WebhookChange, WebhookId, WebhookStore, WebhookTable};
 
 /// How long an idempotent response is replayed.
 pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -126,8 +126,8 @@ impl CheckpointFile {
                 (file.checkpoint, file.changes)
             }
             _ => {
-                let (mut checkpoint, changes, webhooks) = streamed
-                    .decode::<(Checkpoint, Vec<(SheetId, ChangeLog)>, WebhookTable)>()?;
+                let (mut checkpoint, changes, webhooks) =
+                    streamed.decode::<(Checkpoint, Vec<(SheetId, ChangeLog)>, WebhookTable)>()?;
                 checkpoint.webhooks = webhooks;
                 (checkpoint, changes)
             }
@@ -952,8 +952,7 @@ impl Service {
         make: impl FnOnce(WebhookId) -> Webhook,
     ) -> Result<Option<Webhook>> {
         let appended = {
-            let _one_at_a_time =
-                self.creating_webhook.lock().unwrap_or_else(|p| p.into_inner());
+            let _one_at_a_time = self.creating_webhook.lock().unwrap_or_else(|p| p.into_inner());
             if self.shared.webhooks.count_of_key(key_id) >= max_per_key {
                 return Ok(None);
             }

@@ -277,12 +277,7 @@ impl WebhookStore {
     pub fn new(table: WebhookTable) -> Self {
         let next_id = table.next_id();
         WebhookStore {
-            inner: Mutex::new(StoreInner {
-                table,
-                pending: VecDeque::new(),
-                durable: 0,
-                next_id,
-            }),
+            inner: Mutex::new(StoreInner { table, pending: VecDeque::new(), durable: 0, next_id }),
             roster: tokio::sync::watch::channel(0).0,
         }
     }
@@ -326,10 +321,8 @@ impl WebhookStore {
         while inner.pending.front().is_some_and(|(lsn, _)| *lsn <= durable) {
             let Some((_, change)) = inner.pending.pop_front() else { break };
             inner.table.apply(&change);
-            roster_moved |= !matches!(
-                change,
-                WebhookChange::Send { .. } | WebhookChange::Attempted { .. }
-            );
+            roster_moved |=
+                !matches!(change, WebhookChange::Send { .. } | WebhookChange::Attempted { .. });
         }
         inner.durable = inner.durable.max(durable);
         drop(inner);
@@ -424,7 +417,11 @@ mod tests {
         t.apply(&WebhookChange::Create(Box::new(hook(1, 9))));
         t.apply(&WebhookChange::Send { id: 1, end: 40 });
         assert_eq!(t.webhooks[&1].message_id(), "msg_1_1");
-        t.apply(&WebhookChange::Attempted { id: 1, attempt: attempt(100, Some(500)), next_end: None });
+        t.apply(&WebhookChange::Attempted {
+            id: 1,
+            attempt: attempt(100, Some(500)),
+            next_end: None,
+        });
         t.apply(&WebhookChange::Attempted { id: 1, attempt: attempt(200, None), next_end: None });
         let w = &t.webhooks[&1];
         assert_eq!((w.cursor, w.in_flight, w.consecutive_failures), (1, Some(40), 2));

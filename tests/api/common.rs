@@ -119,6 +119,8 @@ pub fn args(data_dir: &Path) -> ServeArgs {
         archive_seal_ms: 5_000,
         archive_segment_bytes: 16 * 1024 * 1024,
         archive_hold_records: 1_000_000,
+        webhook_allow_private: false,
+        webhook_disable_after_secs: 259_200,
         node_id: None,
         raft_addr: None,
         initial_cluster: None,
