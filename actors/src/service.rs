@@ -1005,3 +1005,48 @@ impl Service {
         counts
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::webhook::WebhookSecret;
+
+    fn table() -> WebhookTable {
+        let mut t = WebhookTable::default();
+        t.apply(&WebhookChange::Create(Box::new(Webhook {
+            id: 3,
+            key_id: 1,
+            sheet_id: 10,
+            url: "http://example.com/".into(),
+            description: Some("d".into()),
+            secret: WebhookSecret([9; 32]),
+            disabled: None,
+            cursor: 7,
+            in_flight: Some(9),
+            last_delivery: None,
+            consecutive_failures: 0,
+            failing_since: None,
+            created_at: 1,
+        })));
+        t
+    }
+
+    #[test]
+    fn a_checkpoint_carries_its_webhooks_and_one_of_format_3_reads_without_them() {
+        let checkpoint =
+            Checkpoint { next_row_id: 42, side_lsn: 5, webhooks: table(), ..Default::default() };
+        let file = CheckpointFile { checkpoint, changes: Vec::new() };
+        let mut bytes = Vec::new();
+        encode_snapshot(&file, &mut bytes).unwrap();
+        let back = CheckpointFile::decode(&mut bytes.as_slice()).unwrap();
+        assert_eq!((back.next_row_id, back.webhooks), (42, table()));
+
+        // Format 3 laid out the same checkpoint and change indexes, and nothing after them.
+        let old = (&file.checkpoint, &file.changes);
+        let mut bytes = Vec::new();
+        encode_snapshot(&old, &mut bytes).unwrap();
+        bytes[0] = 3;
+        let back = CheckpointFile::decode(&mut bytes.as_slice()).unwrap();
+        assert_eq!((back.next_row_id, back.webhooks), (42, WebhookTable::default()));
+    }
+}

@@ -41,7 +41,7 @@ pub enum AddressError {
 /// [`AddressError::Malformed`], with a sentence saying what is wrong.
 pub fn parse(text: &str) -> Result<Url, AddressError> {
     let bad = |why: &str| AddressError::Malformed(why.to_owned());
-    if text.len() > MAX_URL_LEN {
+    if text.chars().count() > MAX_URL_LEN {
         return Err(bad("the URL is longer than 2048 characters"));
     }
     let url = Url::parse(text).map_err(|e| AddressError::Malformed(format!("not a URL: {e}")))?;

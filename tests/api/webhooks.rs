@@ -375,6 +375,35 @@ async fn deliveries_are_signed_in_order_and_verify_with_the_reference_library() 
 }
 
 #[actix_rt::test]
+async fn a_webhook_its_position_and_its_secret_survive_a_restart_from_the_checkpoint() {
+    let mut s = private_server().await;
+    let receiver = Receiver::answering(200);
+    let (_, made, _) =
+        create(&s.base, ADA_WRITE, json!({"sheetId": 10, "url": receiver.url()})).await;
+    let (id, secret) = (made["id"].as_u64().unwrap(), made["secret"].as_str().unwrap().to_owned());
+    let start = feed_position(&s.base, ADA_WRITE, 10).await;
+    add_rows(&s.base, ADA_WRITE, 10, 4).await;
+    wait_for(10, "delivered", || {
+        s.running().state.try_service().unwrap().webhooks().get(id).unwrap().cursor == start + 4
+    })
+    .await;
+    let before = s.get(&format!("/webhooks/{id}"), ADA_WRITE).await.1;
+    // A graceful stop writes a checkpoint; the start reads the webhook back from it.
+    s.restart().await;
+    let after = s.get(&format!("/webhooks/{id}"), ADA_WRITE).await.1;
+    assert_eq!(without_request_id(after), without_request_id(before));
+    add_rows(&s.base, ADA_WRITE, 10, 2).await;
+    wait_for(10, "delivered after the restart", || receiver.all_seqs().len() == 6).await;
+    assert_eq!(receiver.all_seqs(), (start..start + 6).collect::<Vec<_>>());
+    let cases: Vec<_> = receiver
+        .got()
+        .iter()
+        .map(|m| (secret.clone(), m.body.clone(), m.headers.clone()))
+        .collect();
+    assert!(verify_with_reference_library(&cases).iter().all(|v| *v), "the same secret signs");
+}
+
+#[actix_rt::test]
 async fn a_failing_receiver_gets_retries_with_backoff_then_everything_in_order() {
     let s = private_server().await;
     // 500 to the first four attempts, then 200.
