@@ -84,7 +84,7 @@ pub struct Checkpoint {
     /// The next row id to issue: above every row id ever seen, so none is reused.
     pub next_row_id: RowId,
     /// The webhooks, as of `side_lsn` (copied with the side stores). Stored after the change
-    /// indexes in the file ([`CheckpointFile`]), so this struct's encoding stays as older
+    /// indexes in the checkpoint file, so this struct's encoding stays as older
     /// builds wrote it.
     #[serde(skip)]
     pub webhooks: WebhookTable,

@@ -13,7 +13,7 @@
 //! yet acknowledged) in *messages* of up to 100 changes. A message is fixed before it is sent:
 //! [`WebhookChange::Send`] logs its end, so the message in flight is `[cursor, end)` whatever
 //! happens next, and its id (`msg_<webhook>_<cursor>`) names exactly those changes, across
-//! retries, restarts and crashes. A 2xx moves `cursor` to `end` ([`WebhookChange::Attempt`],
+//! retries, restarts and crashes. A 2xx moves `cursor` to `end` ([`WebhookChange::Attempted`],
 //! which may also fix the next message when its changes are there already, saving a record).
 //!
 //! # Guarantees
@@ -23,8 +23,8 @@
 //!   clock, no flag and no randomness, so a replay and a follower build the same table.
 //! - **Readers see durable changes only.** [`WebhookStore`] queues each change in log order at
 //!   its position (inside the append, see [`crate::shared`]) and applies it to the table
-//!   readers see once the log says it is durable ([`WebhookStore::settle`]); a log that lost
-//!   records drops the queued changes above what it kept ([`WebhookStore::forget_after`]).
+//!   readers see once the log says it is durable (`WebhookStore::settle`); a log that lost
+//!   records drops the queued changes above what it kept (`WebhookStore::forget_after`).
 //! - **The secret is state.** It signs every message, so it is kept in the record and the
 //!   checkpoint like any state (a backup carries it); its `Debug` shows nothing of it.
 
@@ -146,7 +146,8 @@ impl Webhook {
 /// A change to the webhook table: the payload of [`crate::record::Record::Webhook`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WebhookChange {
-    /// A new webhook (its id decided by [`WebhookStore::reserve_id`]).
+    /// A new webhook (its id taken from the store under [`crate::Service::create_webhook`]'s
+    /// lock).
     Create(Box<Webhook>),
     /// Removed, with its deliveries.
     Delete {
