@@ -192,6 +192,10 @@ pub struct ServeArgs {
     /// success.
     #[arg(long, env = "SHEETD_WEBHOOK_DISABLE_AFTER_SECS", default_value_t = 259_200)]
     pub webhook_disable_after_secs: u64,
+    /// CA certificates (PEM) trusted for `https` webhook receivers besides the Mozilla roots:
+    /// for receivers whose certificates an internal CA issues.
+    #[arg(long, env = "SHEETD_WEBHOOK_CA_FILE")]
+    pub webhook_ca_file: Option<PathBuf>,
     /// Run as a member of a cluster: this node's id for life (a positive integer; a node
     /// whose data is lost joins again under a new id). With `--raft-addr`,
     /// `--initial-cluster` and `--cluster-secret-file`.

@@ -289,7 +289,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
     actix_rt::spawn(admin);
     let maintenance = Maintenance::start(state.clone(), CheckpointPolicy::from_args(args));
     let deliveries = crate::webhooks::Deliveries::start(state.clone())
-        .context("cannot start the webhook delivery thread")?;
+        .context("cannot start webhook deliveries")?;
     tracing::info!(%addr, %admin_addr, "serving");
     Ok(Running { addr, admin_addr, state, servers, maintenance, deliveries })
 }

@@ -81,14 +81,18 @@ struct Ctx {
     connections: Semaphore,
     stop: watch::Receiver<bool>,
     user_agent: String,
+    connector: client::Connector,
 }
 
 impl Deliveries {
     /// Starts the thread; it delivers whenever `state` has a domain that serves.
     ///
     /// # Errors
-    /// The thread or its runtime cannot be made.
+    /// The thread or its runtime cannot be made, or `--webhook-ca-file` cannot be read.
     pub fn start(state: web::Data<AppState>) -> std::io::Result<Deliveries> {
+        let settings = &state.webhooks;
+        let connector = client::Connector::new(settings.allow_private, settings.ca_file.as_deref())
+            .map_err(std::io::Error::other)?;
         let (stop, stopped) = watch::channel(false);
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let ctx = Arc::new(Ctx {
@@ -96,6 +100,7 @@ impl Deliveries {
             connections: Semaphore::new(MAX_CONNECTIONS),
             stop: stopped,
             user_agent: format!("sheetd/{}", env!("CARGO_PKG_VERSION")),
+            connector,
         });
         let thread = std::thread::Builder::new().name("webhooks".into()).spawn(move || {
             runtime.block_on(supervise(ctx));
@@ -254,8 +259,7 @@ async fn step(ctx: &Ctx, service: &Service, w: &Webhook) -> Next {
         ];
         let at = service.now();
         let started = Instant::now();
-        let allow_private = ctx.state.webhooks.allow_private;
-        let outcome = client::post(&url, &headers, &body, allow_private, ATTEMPT_TIMEOUT).await;
+        let outcome = ctx.connector.post(&url, &headers, &body, ATTEMPT_TIMEOUT).await;
         let duration_ms = started.elapsed().as_millis() as u64;
         match outcome {
             Ok(status) if (200..300).contains(&status) => {

@@ -7,7 +7,8 @@
 //! - [`address`]: which URLs may be posted to, and the resolver every connection goes through
 //!   (the check repeated on the resolved address at each connection).
 //! - [`sign`]: secrets and Standard Webhooks signatures.
-//! - [`client`]: one attempt over the network (no redirects, bounded in time and memory).
+//! - [`client`]: one attempt over the network, TLS for `https` (no redirects, bounded in time
+//!   and memory).
 //! - [`delivery`]: the delivery thread: one task per active webhook, one message in flight
 //!   each, bounded connections in total, retries with backoff, and the decisions to disable.
 //!
@@ -35,6 +36,8 @@ pub struct WebhookSettings {
     pub allow_private: bool,
     /// A webhook failing this long without one success is disabled (`failing`).
     pub disable_after: Duration,
+    /// CA certificates trusted for `https` receivers besides the Mozilla roots.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl WebhookSettings {
@@ -43,6 +46,7 @@ impl WebhookSettings {
         WebhookSettings {
             allow_private: args.webhook_allow_private,
             disable_after: Duration::from_secs(args.webhook_disable_after_secs),
+            ca_file: args.webhook_ca_file.clone(),
         }
     }
 }

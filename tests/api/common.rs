@@ -121,6 +121,7 @@ pub fn args(data_dir: &Path) -> ServeArgs {
         archive_hold_records: 1_000_000,
         webhook_allow_private: false,
         webhook_disable_after_secs: 259_200,
+        webhook_ca_file: None,
         node_id: None,
         raft_addr: None,
         initial_cluster: None,

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -52,6 +52,32 @@ struct Receiver {
 
 impl Receiver {
     fn start(answer: Answer) -> Receiver {
+        Receiver::start_with(answer, None)
+    }
+
+    /// A receiver speaking TLS with `tests/data/webhook-tls/receiver.pem` (issued by `ca.pem`
+    /// for `localhost` and 127.0.0.1).
+    fn start_tls(answer: Answer) -> Receiver {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/webhook-tls");
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_file_iter(format!("{dir}/receiver.pem"))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+        let key = PrivateKeyDer::from_pem_file(format!("{dir}/receiver.key")).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        Receiver::start_with(answer, Some(Arc::new(config)))
+    }
+
+    fn start_with(answer: Answer, tls: Option<Arc<rustls::ServerConfig>>) -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let r = Receiver {
             addr: listener.local_addr().unwrap(),
@@ -62,8 +88,14 @@ impl Receiver {
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                let me = me.clone();
-                std::thread::spawn(move || me.serve(stream));
+                let (me, tls) = (me.clone(), tls.clone());
+                std::thread::spawn(move || match tls {
+                    None => me.serve(stream),
+                    Some(config) => {
+                        let Ok(conn) = rustls::ServerConnection::new(config) else { return };
+                        me.serve(rustls::StreamOwned::new(conn, stream));
+                    }
+                });
             }
         });
         r
@@ -81,8 +113,7 @@ impl Receiver {
         format!("http://{}/hook?from=sheetd", self.addr)
     }
 
-    fn serve(&self, mut stream: TcpStream) {
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    fn serve(&self, mut stream: impl Read + Write) {
         let mut buf = Vec::new();
         let mut chunk = [0u8; 8192];
         let head_end = loop {
@@ -124,6 +155,7 @@ impl Receiver {
                 }
                 out.push_str("\r\n");
                 let _ = stream.write_all(out.as_bytes());
+                let _ = stream.flush();
             }
             None => std::thread::sleep(Duration::from_secs(30)),
         }
@@ -562,6 +594,45 @@ async fn a_key_that_loses_the_sheet_or_is_revoked_disables_its_webhook_as_access
     let (status, _, _) =
         create(&s.base, BOB_ALL, json!({"sheetId": 10, "url": bob_receiver.url()})).await;
     assert_eq!(status, 404);
+}
+
+#[actix_rt::test]
+async fn https_receivers_are_verified_against_the_trusted_roots() {
+    let ca = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/webhook-tls/ca.pem");
+    let s = TestServer::start_with(fixture(), |a| {
+        a.webhook_allow_private = true;
+        a.webhook_ca_file = Some(ca.into());
+    })
+    .await;
+    let receiver = Receiver::start_tls(Arc::new(|_| Some((200, Vec::new()))));
+    let by_name = format!("https://localhost:{}/hook?from=sheetd", receiver.addr.port());
+    let by_ip = format!("https://127.0.0.1:{}/hook?from=sheetd", receiver.addr.port());
+    for url in [&by_name, &by_ip] {
+        let (status, made, _) =
+            create(&s.base, ADA_WRITE, json!({"sheetId": 10, "url": url})).await;
+        assert_eq!(status, 201, "{made}");
+    }
+    let start = feed_position(&s.base, ADA_WRITE, 10).await;
+    add_rows(&s.base, ADA_WRITE, 10, 3).await;
+    wait_for(10, "both delivered over TLS", || receiver.all_seqs().len() == 6).await;
+    assert_eq!(receiver.all_seqs(), [start, start + 1, start + 2, start, start + 1, start + 2]);
+
+    // Without the CA the same receiver is not trusted: the attempt fails, nothing arrives.
+    let s = TestServer::start_with(fixture(), |a| a.webhook_allow_private = true).await;
+    let untrusted = Receiver::start_tls(Arc::new(|_| Some((200, Vec::new()))));
+    let url = format!("https://localhost:{}/hook?from=sheetd", untrusted.addr.port());
+    let (_, made, _) = create(&s.base, ADA_WRITE, json!({"sheetId": 10, "url": url})).await;
+    let id = made["id"].as_u64().unwrap();
+    add_rows(&s.base, ADA_WRITE, 10, 1).await;
+    let service = s.running().state.try_service().unwrap().clone();
+    wait_for(10, "a failed attempt", || {
+        service.webhooks().get(id).unwrap().consecutive_failures >= 1
+    })
+    .await;
+    let (_, shown, _) = s.get(&format!("/webhooks/{id}"), ADA_WRITE).await;
+    let error = shown["lastDelivery"]["error"].as_str().unwrap();
+    assert!(error.contains("TLS handshake failed"), "{error}");
+    assert!(untrusted.got().is_empty());
 }
 
 #[actix_rt::test]
