@@ -90,7 +90,18 @@ fn url_problem(msg: impl Into<String>) -> ApiError {
     request_body = CreateWebhookRequest,
     responses(
         (status = 201, description = "The webhook, with its signing secret (shown this once).",
-            body = WebhookCreatedView),
+            body = WebhookCreatedView,
+            links(
+                ("getCreatedWebhook" = (operation_id = "getWebhook", parameters(
+                    ("webhook_id" = "$response.body#/id"),
+                ))),
+                ("enableCreatedWebhook" = (operation_id = "enableWebhook", parameters(
+                    ("webhook_id" = "$response.body#/id"),
+                ))),
+                ("deleteCreatedWebhook" = (operation_id = "deleteWebhook", parameters(
+                    ("webhook_id" = "$response.body#/id"),
+                ))),
+            )),
         oa::ReadErrors,
         (status = 410, response = oa::CursorExpired),
         (status = 413, response = oa::PayloadTooLarge),

@@ -218,10 +218,11 @@ async fn step(ctx: &Ctx, service: &Service, w: &Webhook) -> Next {
             let next = snapshot.state.changes.next_seq();
             if next <= w.cursor {
                 let mut stop = ctx.stop.clone();
+                // A closed signal disables its branch, so the wait never turns into a spin.
                 tokio::select! {
-                    _ = written.changed() => {}
+                    Ok(()) = written.changed() => {}
                     () = tokio::time::sleep(IDLE_RECHECK) => {}
-                    _ = stop.changed() => {}
+                    Ok(()) = stop.changed() => {}
                 }
                 return Next::Again;
             }

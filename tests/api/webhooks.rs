@@ -397,6 +397,12 @@ async fn deliveries_are_signed_in_order_and_verify_with_the_reference_library() 
         "not_found",
     );
 
+    // Metrics count what the delivery thread did.
+    assert!(metric(&s.admin, "sheetd_webhook_deliveries_total").await >= 3.0);
+    assert_eq!(metric(&s.admin, "sheetd_webhook_changes_delivered_total").await, 250.0);
+    assert_eq!(metric(&s.admin, "sheetd_webhook_failures_total").await, 0.0);
+    assert_eq!(metric(&s.admin, "sheetd_webhooks{status=\"active\"}").await, 1.0);
+
     // Deleted: gone, and nothing more is delivered.
     let (status, _, _) = s.call("DELETE", &format!("/webhooks/{id}"), Some(ADA_WRITE), None).await;
     assert_eq!(status, 204);
