@@ -107,11 +107,23 @@ impl Caller {
     /// revoked, expired or gone. A long-running response (a change stream) re-checks access
     /// with it, as a new request would.
     pub fn refreshed(&self, directory: Arc<DirectoryState>, now: Millis) -> Option<Caller> {
-        let key = directory.keys.get(&self.key.id)?;
+        Caller::of_key(self.key.id, directory, self.request_id.clone(), now)
+    }
+
+    /// The caller of key `key_id` deciding by `directory` at `now`: `None` when the key is
+    /// revoked, expired or gone. For work done on a key's behalf outside a request (a
+    /// webhook's deliveries), so it is decided as that key's requests are.
+    pub fn of_key(
+        key_id: actors::model::KeyId,
+        directory: Arc<DirectoryState>,
+        request_id: String,
+        now: Millis,
+    ) -> Option<Caller> {
+        let key = directory.keys.get(&key_id)?;
         (key.state(now) == KeyState::Active).then(|| Caller {
             key: key.clone(),
             directory: directory.clone(),
-            request_id: self.request_id.clone(),
+            request_id,
         })
     }
 

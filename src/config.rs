@@ -183,6 +183,19 @@ pub struct ServeArgs {
     /// dir is full or failing); past that the oldest are dropped and the archive reports a gap.
     #[arg(long, env = "SHEETD_ARCHIVE_HOLD_RECORDS", default_value_t = 1_000_000)]
     pub archive_hold_records: u64,
+    /// Let webhooks reach loopback, private, link-local and other non-public addresses
+    /// (off: such a URL is refused at creation and at every connection). For receivers on a
+    /// trusted network, and tests.
+    #[arg(long, env = "SHEETD_WEBHOOK_ALLOW_PRIVATE")]
+    pub webhook_allow_private: bool,
+    /// Disable a webhook (`failing`) after this many seconds of failed deliveries without one
+    /// success.
+    #[arg(long, env = "SHEETD_WEBHOOK_DISABLE_AFTER_SECS", default_value_t = 259_200)]
+    pub webhook_disable_after_secs: u64,
+    /// CA certificates (PEM) trusted for `https` webhook receivers besides the Mozilla roots:
+    /// for receivers whose certificates an internal CA issues.
+    #[arg(long, env = "SHEETD_WEBHOOK_CA_FILE")]
+    pub webhook_ca_file: Option<PathBuf>,
     /// Run as a member of a cluster: this node's id for life (a positive integer; a node
     /// whose data is lost joins again under a new id). With `--raft-addr`,
     /// `--initial-cluster` and `--cluster-secret-file`.

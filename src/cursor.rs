@@ -46,6 +46,8 @@ pub enum Kind {
     ReportRun = 4,
     /// `GET /sheets/{id}/changes` (position: the `seq` of the next change to read).
     Changes = 5,
+    /// `GET /webhooks` (resource: the calling key's id; position: the last webhook id seen).
+    Webhooks = 6,
 }
 
 /// Why a cursor was refused.

@@ -28,6 +28,7 @@
 //! - [`metrics`]: request counters, and everything the admin metrics endpoint exports.
 //! - [`prometheus`]: the text format the admin metrics endpoint speaks.
 //! - [`maintenance`]: background checkpoints and side-store housekeeping.
+//! - [`webhooks`]: webhook deliveries (X8): address checks, signatures, the delivery thread.
 //! - [`cli`]: the offline operator commands (`sheetd key ...`, `sheetd check`).
 //! - [`backup`]: `sheetd backup`, `sheetd backup verify` and `sheetd restore`, and the admin
 //!   endpoint's stream of a backup.
@@ -63,3 +64,4 @@ pub mod schema;
 pub mod server;
 pub mod state;
 pub mod views;
+pub mod webhooks;

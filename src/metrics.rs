@@ -24,6 +24,8 @@ pub struct Metrics {
     buckets: [AtomicU64; 11],
     count: AtomicU64,
     sum_micros: AtomicU64,
+    /// Webhook deliveries.
+    pub webhooks: crate::webhooks::DeliveryMetrics,
 }
 
 impl Metrics {
@@ -92,7 +94,7 @@ pub fn exposition(
     );
 
     if let Some(service) = service {
-        domain(&mut e, service);
+        domain(&mut e, service, metrics);
     }
     if let Some(cluster) = cluster {
         cluster_gauges(&mut e, &cluster.status());
@@ -101,10 +103,11 @@ pub fn exposition(
 }
 
 /// The log's and the domain's figures.
-fn domain(e: &mut Exposition, service: &Service) {
+fn domain(e: &mut Exposition, service: &Service, metrics: &Metrics) {
     let counts = service.counts();
     let wal = service.log_stats();
     let sides = service.side_store_sizes();
+    webhooks(e, service, &metrics.webhooks);
     e.histogram(
         "sheetd_wal_flush_duration_seconds",
         "Time of one group commit of the log (write, flush and fsync).",
@@ -282,5 +285,34 @@ fn cluster_gauges(e: &mut Exposition, status: &actors::replica::Status) {
         "sheetd_cluster_replication_lag_seconds",
         "Seconds since the leader last heard from a peer.",
         peers().filter_map(|(m, peer)| Some((&peer[..], m.last_heard_ms? as f64 / 1000.0))),
+    );
+}
+
+/// Webhooks by status, and what the delivery thread did since the process started.
+fn webhooks(e: &mut Exposition, service: &Service, counters: &crate::webhooks::DeliveryMetrics) {
+    let all = service.webhooks().ids();
+    let active = all.iter().filter(|(_, active)| *active).count();
+    e.gauges(
+        "sheetd_webhooks",
+        "Webhooks held, by status.",
+        [
+            (&[("status", "active")][..], active as f64),
+            (&[("status", "disabled")][..], (all.len() - active) as f64),
+        ],
+    );
+    e.counter(
+        "sheetd_webhook_deliveries_total",
+        "Webhook messages acknowledged by their receiver (a 2xx).",
+        counters.delivered.load(Ordering::Relaxed) as f64,
+    );
+    e.counter(
+        "sheetd_webhook_changes_delivered_total",
+        "Changes in those messages.",
+        counters.changes_delivered.load(Ordering::Relaxed) as f64,
+    );
+    e.counter(
+        "sheetd_webhook_failures_total",
+        "Webhook delivery attempts that failed (a non-2xx, a timeout, a refused connection).",
+        counters.failed.load(Ordering::Relaxed) as f64,
     );
 }

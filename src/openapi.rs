@@ -20,6 +20,8 @@
 //!    verify that they really are always present. It also respells the fields of response
 //!    links, which utoipa 5 writes in snake_case (`fix_links`), and drops the `int64` format
 //!    of `limit`, which is clamped at any size (`unbound_limit`).
+//! 5. It adds the OpenAPI 3.1 `webhooks` section: what a webhook posts to its receivers
+//!    (`webhooks`), for which utoipa 5 has no builder.
 //!
 //! This module stands above the routes (it collects their operations); what the handlers name
 //! in their annotations is in [`crate::api_doc`] and [`crate::schema`], below them. Paths are
@@ -79,6 +81,11 @@ use crate::schema::BulkItemError;
         crate::routes::rows::delete_row,
         crate::routes::changes::list_changes,
         crate::routes::export::export_rows,
+        crate::routes::webhooks::create_webhook,
+        crate::routes::webhooks::list_webhooks,
+        crate::routes::webhooks::get_webhook,
+        crate::routes::webhooks::delete_webhook,
+        crate::routes::webhooks::enable_webhook,
     ),
     components(
         schemas(
@@ -93,6 +100,7 @@ use crate::schema::BulkItemError;
             RetryAfterDetail,
             BulkItemError,
             crate::views::ChangeView,
+            crate::views::WebhookMessageView,
         ),
         responses(
             NotModified,
@@ -120,6 +128,8 @@ use crate::schema::BulkItemError;
         (name = "reports", description = "Saved reports: metadata and runs."),
         (name = "changes", description = "Keeping a copy in sync: the change feed and \
             consistent export."),
+        (name = "webhooks", description = "The change feed, pushed: subscriptions that post a \
+            sheet's changes to a URL, signed per Standard Webhooks v1."),
     )
 )]
 pub struct ApiDoc;
@@ -278,6 +288,57 @@ pub const CONDITIONAL_READS: [&str; 4] = ["getRow", "getSheet", "listColumns", "
 const REPLAYABLE_ERRORS: [&str; 5] =
     ["Forbidden", "NotFound", "Conflict", "PreconditionFailed", "ValidationFailed"];
 
+/// The document's `webhooks` (OpenAPI 3.1): what a webhook posts to its URL. utoipa 5 has no
+/// builder for this section, so it is written here, naming the message's schema.
+fn webhooks() -> Value {
+    let header = |name: &str, description: &str, example: &str| {
+        json!({"name": name, "in": "header", "required": true, "description": description,
+               "schema": {"type": "string"}, "example": example})
+    };
+    json!({
+        "sheetChanges": {
+            "post": {
+                "operationId": "sheetChanges",
+                "tags": ["webhooks"],
+                "summary": "A webhook's message: up to 100 of a sheet's changes, in feed order",
+                "description": "Posted to a webhook's `url` (see createWebhook), signed per the \
+                    Standard Webhooks specification v1: verify `webhook-signature` with its \
+                    libraries and the `whsec_` secret createWebhook returned. One message is in \
+                    flight per webhook; the next is sent only after a 2xx. Anything else (a \
+                    non-2xx, a redirect: redirects are never followed, no answer within 10 s, a \
+                    refused connection) is retried after 1 s doubling to 10 min, with jitter, \
+                    with the same `webhook-id` and the same body; only `webhook-timestamp` and \
+                    the signature change. A receiver may see a message again (same \
+                    `webhook-id`: deduplicate by it), never out of order, never with a gap. \
+                    After 3 days of failures (the server's `--webhook-disable-after-secs`) the \
+                    webhook is disabled (`failing`); enableWebhook resumes it.",
+                "security": [],
+                "parameters": [
+                    header("webhook-id", "The message's id: the same on every retry of it.",
+                           "msg_1_42"),
+                    header("webhook-timestamp", "Unix seconds of this attempt.", "1767225600"),
+                    header("webhook-signature",
+                           "`v1,` and the base64 of HMAC-SHA256 over                             `<webhook-id>.<webhook-timestamp>.<body>`, keyed with the                             secret's decoded bytes.",
+                           "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4="),
+                    header("User-Agent", "`sheetd/<version>`.", "sheetd/0.1.0"),
+                ],
+                "requestBody": {
+                    "required": true,
+                    "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/WebhookMessage"}
+                    }}
+                },
+                "responses": {
+                    "2XX": {"description": "Acknowledged: the receiver has the message; the \
+                        next one follows."},
+                    "default": {"description": "Not acknowledged: the same message is sent \
+                        again later."}
+                }
+            }
+        }
+    })
+}
+
 /// The served document: [`ApiDoc`] with its response headers, rendered once.
 pub fn document() -> &'static Value {
     static DOC: OnceLock<Value> = OnceLock::new();
@@ -300,6 +361,9 @@ pub fn document() -> &'static Value {
                     }
                 }
             }
+        }
+        if let Some(doc) = doc.as_object_mut() {
+            doc.insert("webhooks".into(), webhooks());
         }
         if let Some(responses) = doc["components"]["responses"].as_object_mut() {
             for (name, response) in responses.iter_mut() {

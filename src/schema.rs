@@ -64,6 +64,29 @@ pub fn change_type_schema() -> Schema {
     string_enum(&["row.created", "row.updated", "row.deleted"])
 }
 
+/// `status` of a webhook.
+pub fn webhook_status_schema() -> Schema {
+    string_enum(&["active", "disabled"])
+}
+
+/// `disabledReason` of a webhook: one of the reasons, or null while it is active.
+pub fn webhook_disabled_reason_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .enum_values(Some([
+            Value::String("failing".into()),
+            Value::String("access_lost".into()),
+            Value::String("cursor_expired".into()),
+            Value::Null,
+        ]))
+        .into()
+}
+
+/// `type` of a webhook message.
+pub fn webhook_message_type_schema() -> Schema {
+    string_enum(&["sheet.changes"])
+}
+
 /// `action` of a bulkUpsert result item.
 pub fn upsert_action_schema() -> Schema {
     ObjectBuilder::new()

@@ -51,6 +51,8 @@ pub struct Running {
     servers: [actix_web::dev::ServerHandle; 2],
     /// Background checkpoints and housekeeping; stopped before the final checkpoint.
     maintenance: Maintenance,
+    /// Webhook deliveries; stopped before the final checkpoint, like maintenance.
+    deliveries: crate::webhooks::Deliveries,
 }
 
 /// How long in-flight requests may run after a stop begins.
@@ -226,6 +228,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
             max_scanned_rows: args.report_max_scanned_rows,
         },
         stopping: tokio::sync::watch::channel(false).0,
+        webhooks: crate::webhooks::WebhookSettings::from_args(args),
     };
     let state = web::Data::new(AppState::new(service, cluster, parts));
     if state.cluster.is_some() {
@@ -285,8 +288,10 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
     actix_rt::spawn(public);
     actix_rt::spawn(admin);
     let maintenance = Maintenance::start(state.clone(), CheckpointPolicy::from_args(args));
+    let deliveries = crate::webhooks::Deliveries::start(state.clone())
+        .context("cannot start webhook deliveries")?;
     tracing::info!(%addr, %admin_addr, "serving");
-    Ok(Running { addr, admin_addr, state, servers, maintenance })
+    Ok(Running { addr, admin_addr, state, servers, maintenance, deliveries })
 }
 
 /// Stop serving (draining in-flight requests), checkpoint, and close the log.
@@ -295,8 +300,10 @@ pub async fn stop(running: Running) -> anyhow::Result<()> {
     for server in &running.servers {
         server.stop(true).await;
     }
-    // A background checkpoint must not race the final one.
+    // A background checkpoint must not race the final one, nor a delivery's record the log's
+    // close.
     running.maintenance.stop().await;
+    running.deliveries.stop().await;
     // A cluster node's log is the group's: nothing to checkpoint or close here.
     if let (Some(service), None) = (running.state.try_service(), &running.state.cluster) {
         // The archive takes what is durable before the log closes (its thread joins:

@@ -38,6 +38,8 @@ pub struct AppState {
     /// Turns `true` when the server begins to stop: long-polls and change streams end at
     /// once instead of holding the graceful stop for up to their full wait.
     pub stopping: tokio::sync::watch::Sender<bool>,
+    /// How webhooks are checked and given up on.
+    pub webhooks: crate::webhooks::WebhookSettings,
 }
 
 impl AppState {
@@ -57,6 +59,7 @@ impl AppState {
             metrics: parts.metrics,
             report_caps: parts.report_caps,
             stopping: parts.stopping,
+            webhooks: parts.webhooks,
         }
     }
 
@@ -127,4 +130,6 @@ pub struct Parts {
     pub report_caps: actors::report::Caps,
     /// See [`AppState::stopping`].
     pub stopping: tokio::sync::watch::Sender<bool>,
+    /// See [`AppState::webhooks`].
+    pub webhooks: crate::webhooks::WebhookSettings,
 }

@@ -844,3 +844,124 @@ mod tests {
         }
     }
 }
+
+/// The last delivery attempt of a webhook.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastDeliveryView {
+    /// When the attempt started (RFC 3339, UTC).
+    pub at: Option<String>,
+    /// The receiver's HTTP status; null when it did not answer.
+    pub status: Option<u16>,
+    /// Why the attempt failed (a non-2xx, a timeout, a refused connection or address); null
+    /// on a success.
+    pub error: Option<String>,
+    /// How long the attempt took, in milliseconds.
+    pub duration_ms: u64,
+}
+
+/// A webhook (Webhook): a subscription that pushes a sheet's change feed to a URL.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = Webhook)]
+pub struct WebhookView {
+    /// The webhook's id, as its paths name it (`/webhooks/{webhook_id}`).
+    pub id: u64,
+    /// The sheet whose changes it delivers.
+    pub sheet_id: u64,
+    /// Where deliveries are posted.
+    pub url: String,
+    /// The creator's note.
+    pub description: Option<String>,
+    /// `active` while it delivers, `disabled` once it stopped (see `disabledReason`).
+    #[schema(schema_with = crate::schema::webhook_status_schema)]
+    pub status: &'static str,
+    /// Why it stopped: `failing` (no success for the server's disable period, 3 days by
+    /// default), `access_lost` (its key was revoked or expired, or can no longer read the
+    /// sheet) or `cursor_expired` (the next change left the feed's retention); null while
+    /// active.
+    #[schema(schema_with = crate::schema::webhook_disabled_reason_schema)]
+    pub disabled_reason: Option<&'static str>,
+    /// A change-feed cursor: the position after the last acknowledged delivery (listChanges
+    /// takes it).
+    pub cursor: String,
+    /// How many durable changes wait to be delivered.
+    pub pending_changes: u64,
+    /// The last attempt; null before the first.
+    pub last_delivery: Option<LastDeliveryView>,
+    /// Failed attempts since the last success.
+    pub consecutive_failures: u32,
+    /// When it was made (RFC 3339, UTC).
+    pub created_at: Option<String>,
+}
+
+impl WebhookView {
+    /// The view of `w`; `cursor` is its position encoded, `pending` the changes after it.
+    pub fn new(w: &actors::webhook::Webhook, cursor: String, pending: u64) -> Self {
+        WebhookView {
+            id: w.id,
+            sheet_id: w.sheet_id,
+            url: w.url.clone(),
+            description: w.description.clone(),
+            status: if w.is_active() { "active" } else { "disabled" },
+            disabled_reason: w.disabled.map(|r| r.as_str()),
+            cursor,
+            pending_changes: pending,
+            last_delivery: w.last_delivery.as_ref().map(|a| LastDeliveryView {
+                at: timestamp(a.at),
+                status: a.status,
+                error: a.error.clone(),
+                duration_ms: a.duration_ms,
+            }),
+            consecutive_failures: w.consecutive_failures,
+            created_at: timestamp(w.created_at),
+        }
+    }
+}
+
+/// getWebhook's and enableWebhook's body: the webhook and the request's id.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = WebhookResponse)]
+pub struct WebhookReplyView {
+    /// The webhook's fields.
+    #[serde(flatten)]
+    pub webhook: WebhookView,
+    /// The request's id, the same as the `X-Request-Id` header.
+    pub request_id: String,
+}
+
+/// createWebhook's body: the webhook with its signing secret, shown this once only.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = WebhookCreated)]
+pub struct WebhookCreatedView {
+    /// The webhook's fields.
+    #[serde(flatten)]
+    pub webhook: WebhookView,
+    /// The signing secret: `whsec_` and the base64 of 32 random bytes. Deliveries are signed
+    /// with its decoded bytes (Standard Webhooks v1). Shown in this answer only.
+    #[schema(pattern = "^whsec_[A-Za-z0-9+/]{43}=$")]
+    pub secret: String,
+    /// The request's id, the same as the `X-Request-Id` header.
+    pub request_id: String,
+}
+
+/// What a webhook posts (WebhookMessage): up to 100 changes of the sheet, in feed order.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = WebhookMessage)]
+pub struct WebhookMessageView<'a> {
+    /// Always `sheet.changes`.
+    #[serde(rename = "type")]
+    #[schema(schema_with = crate::schema::webhook_message_type_schema)]
+    pub kind: &'static str,
+    /// The webhook delivering.
+    pub webhook_id: u64,
+    /// The sheet changed.
+    pub sheet_id: u64,
+    /// 1 to 100 changes, as listChanges shows them, in feed order with no gap.
+    pub data: Vec<ChangeView<'a>>,
+    /// The feed position after the last change here: listChanges continues from it.
+    pub next_cursor: String,
+}

@@ -204,6 +204,7 @@ enum RecordHead {
     Marker,
     FeedRetention(()),
     Expire(Millis),
+    Webhook(()),
 }
 
 /// The first fields of [`crate::record::SheetWrite`].
@@ -242,7 +243,8 @@ fn record_time(bytes: &[u8], previous: Millis) -> crate::Result<Millis> {
             Record::Import(_)
             | Record::Directory(_)
             | Record::Marker
-            | Record::FeedRetention(_) => return Ok(previous),
+            | Record::FeedRetention(_)
+            | Record::Webhook(_) => return Ok(previous),
         },
     };
     Ok(match head {
@@ -252,7 +254,8 @@ fn record_time(bytes: &[u8], previous: Millis) -> crate::Result<Millis> {
         RecordHead::Import(())
         | RecordHead::Directory(())
         | RecordHead::Marker
-        | RecordHead::FeedRetention(()) => previous,
+        | RecordHead::FeedRetention(())
+        | RecordHead::Webhook(()) => previous,
     })
 }
 

@@ -4,7 +4,8 @@
 //! Owns: what goes in and in which order. The digest covers the directory, each sheet (its
 //! columns; each row's id, parent, version and JSON; its change feed's index: spans, next and
 //! oldest `seq`), the idempotency table sorted by key, and the event outbox with its next
-//! sequence number. Structured parts are hashed as their JSON (`serde_json` of types whose
+//! sequence number, and the webhook table (secrets, positions and attempts included: they
+//! are state a start rebuilds). Structured parts are hashed as their JSON (`serde_json` of types whose
 //! maps are ordered), never as the log's binary codec, so a new codec format does not change
 //! the digest of the same state. Every variable-length part goes in behind its length, so two
 //! different states cannot feed the hash the same bytes.
@@ -21,6 +22,7 @@ use crate::directory::DirectoryState;
 use crate::record::IdemEntry;
 use crate::shared::Event;
 use crate::sheet::SheetState;
+use crate::webhook::WebhookTable;
 
 /// A state's SHA-256, shown as 64 lowercase hex digits.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -51,6 +53,8 @@ pub struct StateParts<'a> {
     pub events: &'a [Event],
     /// The outbox's next sequence number.
     pub next_event_seq: u64,
+    /// The webhooks.
+    pub webhooks: &'a WebhookTable,
 }
 
 /// Feeds the hash, each part behind its length.
@@ -104,6 +108,8 @@ pub fn digest(mut parts: StateParts<'_>) -> StateDigest {
     for event in parts.events {
         feed.json(event);
     }
+    // Ordered by id (a `BTreeMap`).
+    feed.json(parts.webhooks);
     StateDigest(feed.0.finalize().into())
 }
 
@@ -112,7 +118,9 @@ mod tests {
     use super::*;
 
     fn parts<'a>(directory: &'a DirectoryState, idem: Vec<IdemEntry>) -> StateParts<'a> {
-        StateParts { directory, sheets: Vec::new(), idem, events: &[], next_event_seq: 1 }
+        static NONE: std::sync::OnceLock<WebhookTable> = std::sync::OnceLock::new();
+        let webhooks = NONE.get_or_init(WebhookTable::default);
+        StateParts { directory, sheets: Vec::new(), idem, events: &[], next_event_seq: 1, webhooks }
     }
 
     fn answer(key_id: u64, key: &str) -> IdemEntry {

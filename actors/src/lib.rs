@@ -5,6 +5,8 @@
 //! Each module uses only those listed before it, so the crate has no import cycles.
 //!
 //! - [`model`]: ids and plain data (users, projects, sheets, columns, rows, keys).
+//! - [`webhook`]: webhooks (X8): the table, the records that change it, and the store that
+//!   shows readers its durable state.
 //! - [`coerce`]: cell coercion per column type, and the one RFC 3339 parser (pure).
 //! - [`error`]: the domain's one error type.
 //! - [`record`]: what the domain writes to the log.
@@ -61,6 +63,7 @@ pub mod report;
 pub mod service;
 pub mod shared;
 pub mod sheet;
+pub mod webhook;
 
 pub use directory::{DirectoryActor, DirectoryState, Target};
 pub use error::{Error, Result};

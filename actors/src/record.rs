@@ -13,6 +13,7 @@
 //! | [`Record::Marker`] | the checkpointer | none (it snapshots the side stores) |
 //! | [`Record::FeedRetention`] | a cluster leader's promotion | none (the sheets prune by it) |
 //! | [`Record::Expire`] | a cluster leader's housekeeping | idempotency store, event outbox |
+//! | [`Record::Webhook`] | [`crate::Service::change_webhook`] (the API and the delivery side) | webhook table |
 //!
 //! A write's rows, its idempotency response, its counters and its `ROW_DELETED` events are one
 //! record, so a crash keeps all of them or none.
@@ -28,6 +29,7 @@ use crate::model::{
     SheetMeta, User, UserId,
 };
 use crate::shared::Retention;
+use crate::webhook::WebhookChange;
 
 /// One entry of the write-ahead log.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -49,6 +51,9 @@ pub enum Record {
     /// appends it from its housekeeping, so every node forgets the same answers at the same
     /// position (no node applies its own clock).
     Expire(Expiry),
+    /// A change to a webhook (made, removed, enabled, disabled, a message fixed, an attempt).
+    /// Added last: the variants before keep their encoding.
+    Webhook(WebhookChange),
 }
 
 /// What [`Record::Expire`] drops.

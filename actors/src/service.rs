@@ -59,6 +59,7 @@ use crate::sheet::{
     extract, Change, ChangeLog, ChangeSpan, CopyForCheckpoint, PublishedSheet, SheetActor,
     SheetSnapshot, SheetState, SpanCache,
 };
+use crate::webhook::{Webhook, WebhookChange, WebhookId, WebhookStore, WebhookTable};
 
 /// How long an idempotent response is replayed.
 pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -82,26 +83,54 @@ pub struct Checkpoint {
     pub last_event_seq: u64,
     /// The next row id to issue: above every row id ever seen, so none is reused.
     pub next_row_id: RowId,
+    /// The webhooks, as of `side_lsn` (copied with the side stores). Stored after the change
+    /// indexes in the checkpoint file, so this struct's encoding stays as older
+    /// builds wrote it.
+    #[serde(skip)]
+    pub webhooks: WebhookTable,
 }
 
-/// What a checkpoint file holds: the [`Checkpoint`], then each sheet's change index.
+/// What a checkpoint file holds: the [`Checkpoint`], then each sheet's change index, then the
+/// webhook table.
 ///
 /// Builds before the change feed wrote codec format 1 and the [`Checkpoint`] alone; such a
-/// file decodes as sheets whose feed starts after it.
-#[derive(Serialize, Deserialize)]
+/// file decodes as sheets whose feed starts after it. Formats 2 and 3 end after the change
+/// indexes ([`CheckpointFileV3`]): no webhooks.
 pub(crate) struct CheckpointFile {
     pub(crate) checkpoint: Checkpoint,
     pub(crate) changes: Vec<(SheetId, ChangeLog)>,
 }
 
+impl Serialize for CheckpointFile {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        // The codec lays a tuple out as a struct of the same fields: the checkpoint, the
+        // change indexes, then the webhooks the checkpoint holds (skipped in its own layout).
+        (&self.checkpoint, &self.changes, &self.checkpoint.webhooks).serialize(s)
+    }
+}
+
+/// A checkpoint file of codec formats 2 and 3, before webhooks.
+#[derive(Deserialize)]
+struct CheckpointFileV3 {
+    checkpoint: Checkpoint,
+    changes: Vec<(SheetId, ChangeLog)>,
+}
+
 impl CheckpointFile {
     pub(crate) fn decode(snapshot: &mut dyn std::io::Read) -> Result<Checkpoint> {
         let streamed = codec::stream(snapshot)?;
-        let (mut checkpoint, changes) = if streamed.version() == 1 {
-            (streamed.decode::<Checkpoint>()?, Vec::new())
-        } else {
-            let file = streamed.decode::<CheckpointFile>()?;
-            (file.checkpoint, file.changes)
+        let (mut checkpoint, changes) = match streamed.version() {
+            1 => (streamed.decode::<Checkpoint>()?, Vec::new()),
+            2 | 3 => {
+                let file = streamed.decode::<CheckpointFileV3>()?;
+                (file.checkpoint, file.changes)
+            }
+            _ => {
+                let (mut checkpoint, changes, webhooks) =
+                    streamed.decode::<(Checkpoint, Vec<(SheetId, ChangeLog)>, WebhookTable)>()?;
+                checkpoint.webhooks = webhooks;
+                (checkpoint, changes)
+            }
         };
         let mut changes: BTreeMap<SheetId, ChangeLog> = changes.into_iter().collect();
         for (state, _) in &mut checkpoint.sheets {
@@ -120,6 +149,8 @@ pub(crate) struct Rebuild {
     side_lsn: Lsn,
     idem: Arc<IdemStore>,
     outbox: Arc<Outbox>,
+    /// Webhooks, as of `side_lsn` and the records after it.
+    webhooks: WebhookTable,
     row_ids: Arc<RowIds>,
     now: i64,
     /// Records replayed so far, and when progress was last logged (a long replay logs every
@@ -176,6 +207,7 @@ impl Rebuild {
             self.idem.complete(entry, 0);
         }
         self.outbox.restore(cp.events, cp.last_event_seq);
+        self.webhooks = cp.webhooks;
         self.row_ids.observe(cp.next_row_id.saturating_sub(1));
     }
 
@@ -244,6 +276,11 @@ impl Rebuild {
                     expire(&self.idem, &self.outbox, expiry);
                 }
             }
+            Record::Webhook(change) => {
+                if lsn > self.side_lsn {
+                    self.webhooks.apply(&change);
+                }
+            }
         }
     }
 
@@ -256,6 +293,7 @@ impl Rebuild {
             idem: self.idem.snapshot(),
             events: &events,
             next_event_seq,
+            webhooks: &self.webhooks,
         })
     }
 
@@ -430,6 +468,9 @@ pub struct Service {
     checkpointing: Arc<tokio::sync::Mutex<()>>,
     /// The log archive, once started: a checkpoint keeps what it has not taken.
     archive: Arc<std::sync::OnceLock<Arc<Archive>>>,
+    /// Held while a webhook is counted against its key's limit and its record appended, so
+    /// two creations cannot both pass the limit.
+    creating_webhook: Arc<std::sync::Mutex<()>>,
     _arbiters: Arc<Vec<Arbiter>>,
 }
 
@@ -450,6 +491,7 @@ fn rebuild(shared_parts: (&Arc<IdemStore>, &Arc<Outbox>, &Arc<RowIds>), now: i64
         side_lsn: 0,
         idem: shared_parts.0.clone(),
         outbox: shared_parts.1.clone(),
+        webhooks: WebhookTable::default(),
         row_ids: shared_parts.2.clone(),
         now,
         progress: (0, std::time::Instant::now()),
@@ -503,7 +545,10 @@ impl Service {
             idem: Arc::clone(&rebuild.idem),
             outbox: Arc::clone(&rebuild.outbox),
             retention: rebuild.retention,
+            webhooks: Arc::new(WebhookStore::new(std::mem::take(&mut rebuild.webhooks))),
         };
+        // The recovered table is durable: readers may see it at once.
+        shared.webhooks.settle(last_lsn);
 
         let arbiters: Vec<Arbiter> =
             (0..config.sheet_threads.max(1)).map(|_| Arbiter::new()).collect();
@@ -530,6 +575,7 @@ impl Service {
             spans: Arc::default(),
             checkpointing: Arc::default(),
             archive: Arc::default(),
+            creating_webhook: Arc::default(),
             _arbiters: Arc::new(arbiters),
         }
     }
@@ -676,9 +722,11 @@ impl Service {
     /// durable state on their next write (the log's epoch tells them).
     pub fn heal(&self) -> Result<Option<Lsn>> {
         let (idem, outbox) = (self.shared.idem.clone(), self.shared.outbox.clone());
+        let webhooks = self.shared.webhooks.clone();
         self.shared.log.heal(&mut |durable| {
             idem.forget_after(durable);
             outbox.forget_after(durable);
+            webhooks.forget_after(durable);
         })
     }
 
@@ -886,15 +934,16 @@ impl Service {
             sheets.push((copy.state, copy.as_of));
         }
         let (idem, outbox) = (self.shared.idem.clone(), self.shared.outbox.clone());
+        let webhooks = self.shared.webhooks.clone();
         let mut side = None;
         // The marker may use the reserve below the free-space floor: a checkpoint is what
         // lets the log shrink.
         let reserve = AppendOptions { reserve: true, epoch: None };
         let appended = self.shared.append(&Record::Marker, reserve, |_| {
-            side = Some((idem.snapshot(), outbox.snapshot()));
+            side = Some((idem.snapshot(), outbox.snapshot(), webhooks.snapshot()));
         })?;
         let side_lsn = appended.await?;
-        let Some((idem, (events, last_event_seq))) = side else {
+        let Some((idem, (events, last_event_seq), webhooks)) = side else {
             unreachable!("an append that succeeded ran its callback")
         };
         let lsn = sheets
@@ -912,6 +961,7 @@ impl Service {
             events,
             last_event_seq,
             next_row_id: self.shared.row_ids.peek(),
+            webhooks,
         };
         // The records holding retained changes stay in the log behind the checkpoint.
         let retained: std::collections::HashSet<Lsn> =
@@ -919,6 +969,56 @@ impl Service {
         let changes = checkpoint.sheets.iter().map(|(s, _)| (s.id, s.changes.clone())).collect();
         let file = CheckpointFile { checkpoint, changes };
         Ok(Copies { file, lsn, newest: side_lsn, retained })
+    }
+
+    /// The webhooks as of their last durable change (what every read of them shows).
+    pub fn webhooks(&self) -> &WebhookStore {
+        &self.shared.webhooks
+    }
+
+    /// Makes a webhook: `make` builds it with its new id, unless `key_id` holds `max_per_key`
+    /// webhooks already (`Ok(None)`). Resolves once its record is durable.
+    ///
+    /// # Errors
+    /// The log refuses the record or fails to make it durable.
+    pub async fn create_webhook(
+        &self,
+        key_id: KeyId,
+        max_per_key: usize,
+        make: impl FnOnce(WebhookId) -> Webhook,
+    ) -> Result<Option<Webhook>> {
+        let appended = {
+            let _one_at_a_time = self.creating_webhook.lock().unwrap_or_else(|p| p.into_inner());
+            if self.shared.webhooks.count_of_key(key_id) >= max_per_key {
+                return Ok(None);
+            }
+            let webhook = make(self.shared.webhooks.reserve_id());
+            let record = Record::Webhook(WebhookChange::Create(Box::new(webhook.clone())));
+            (self.shared.append(&record, AppendOptions::default(), |_| {})?, webhook)
+        };
+        let (appended, webhook) = appended;
+        let lsn = appended.await?;
+        self.shared.webhooks.settle(lsn);
+        Ok(Some(webhook))
+    }
+
+    /// Logs a change to a webhook (see [`WebhookChange`]); resolves once it is durable and
+    /// readers see it. Every time it carries was decided by the caller: applying reads no clock.
+    ///
+    /// # Errors
+    /// The log refuses the record or fails to make it durable.
+    pub async fn change_webhook(&self, change: WebhookChange) -> Result<()> {
+        let appended =
+            self.shared.append(&Record::Webhook(change), AppendOptions::default(), |_| {})?;
+        let lsn = appended.await?;
+        self.shared.webhooks.settle(lsn);
+        Ok(())
+    }
+
+    /// Lets readers see every webhook change that is durable now (one whose appender stopped
+    /// waiting for it, a request that was cancelled, is shown from here on).
+    pub fn settle_webhooks(&self) {
+        self.shared.webhooks.settle(self.shared.log.durable_lsn());
     }
 
     /// Counts of what the service holds, from the published snapshots' counters (O(sheets)).
@@ -971,5 +1071,46 @@ mod tests {
         expired.apply(3, Record::Expire(Expiry { at: window + 10 }));
         assert_eq!(expired.idem.len(), 1);
         assert_eq!(expired.digest(), never_old.digest(), "only the old answer went");
+    }
+
+    use crate::webhook::WebhookSecret;
+
+    fn table() -> WebhookTable {
+        let mut t = WebhookTable::default();
+        t.apply(&WebhookChange::Create(Box::new(Webhook {
+            id: 3,
+            key_id: 1,
+            sheet_id: 10,
+            url: "http://example.com/".into(),
+            description: Some("d".into()),
+            secret: WebhookSecret([9; 32]),
+            disabled: None,
+            cursor: 7,
+            in_flight: Some(9),
+            last_delivery: None,
+            consecutive_failures: 0,
+            failing_since: None,
+            created_at: 1,
+        })));
+        t
+    }
+
+    #[test]
+    fn a_checkpoint_carries_its_webhooks_and_one_of_format_3_reads_without_them() {
+        let checkpoint =
+            Checkpoint { next_row_id: 42, side_lsn: 5, webhooks: table(), ..Default::default() };
+        let file = CheckpointFile { checkpoint, changes: Vec::new() };
+        let mut bytes = Vec::new();
+        encode_snapshot(&file, &mut bytes).unwrap();
+        let back = CheckpointFile::decode(&mut bytes.as_slice()).unwrap();
+        assert_eq!((back.next_row_id, back.webhooks), (42, table()));
+
+        // Format 3 laid out the same checkpoint and change indexes, and nothing after them.
+        let old = (&file.checkpoint, &file.changes);
+        let mut bytes = Vec::new();
+        encode_snapshot(&old, &mut bytes).unwrap();
+        bytes[0] = 3;
+        let back = CheckpointFile::decode(&mut bytes.as_slice()).unwrap();
+        assert_eq!((back.next_row_id, back.webhooks), (42, WebhookTable::default()));
     }
 }

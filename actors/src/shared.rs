@@ -1,5 +1,6 @@
 //! What every actor shares: the log seam, the clock, the global row-id counter, and the two side
-//! stores written by many sheets (idempotency responses and the event outbox).
+//! stores written by many sheets (idempotency responses and the event outbox), and the
+//! webhook table's queue of changes.
 //!
 //! The log stays inside this crate: the HTTP layer reaches it only through the narrow
 //! operations of [`crate::Service`], so every record and every side-store change has its owner
@@ -27,6 +28,7 @@ use crate::error::Result;
 use crate::log::{AppendOptions, Appended, Lsn, RecordLog};
 use crate::model::{KeyId, Millis, RowId, SheetId};
 use crate::record::{IdemEntry, Record};
+use crate::webhook::WebhookStore;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
@@ -332,6 +334,8 @@ pub(crate) struct Shared {
     pub(crate) outbox: Arc<Outbox>,
     /// How long each sheet keeps its changes.
     pub(crate) retention: Retention,
+    /// Webhooks: their changes queue here in log order.
+    pub(crate) webhooks: Arc<WebhookStore>,
 }
 
 impl Shared {
@@ -356,7 +360,12 @@ impl Shared {
             | Record::Directory(_)
             | Record::Marker
             | Record::FeedRetention(_)
-            | Record::Expire(_) => (None, None),
+            | Record::Expire(_)
+            | Record::Webhook(_) => (None, None),
+        };
+        let mut webhook = match record {
+            Record::Webhook(change) => Some(change.clone()),
+            _ => None,
         };
         // Copied before the log's ordering is taken: every appender waits on it.
         let mut answer = answer.cloned();
@@ -367,6 +376,9 @@ impl Shared {
             }
             if let Some((sheet_id, rows, at)) = deleted {
                 self.outbox.row_deleted(sheet_id, rows, at, lsn);
+            }
+            if let Some(change) = webhook.take() {
+                self.webhooks.appended(lsn, change);
             }
             if let Some(also) = also.take() {
                 also(lsn);

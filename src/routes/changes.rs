@@ -179,7 +179,7 @@ fn last_event_id(
 }
 
 /// The 410 of a position older than the retained changes.
-fn expired(cursors: &CursorCodec, sheet_id: u64, oldest: u64) -> ApiError {
+pub(crate) fn expired(cursors: &CursorCodec, sheet_id: u64, oldest: u64) -> ApiError {
     ApiError::new(
         Code::CursorExpired,
         format!(

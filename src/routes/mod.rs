@@ -11,6 +11,7 @@ pub mod me;
 pub mod reports;
 pub mod rows;
 pub mod sheets;
+pub mod webhooks;
 
 use actix_web::web;
 
@@ -50,5 +51,20 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource("/sheets/{sheet_id}/export").route(read().to(export::export_rows)))
         .service(resource("/reports/{report_id}").route(read().to(reports::get_report)))
         .service(resource("/reports/{report_id}/run").route(web::post().to(reports::run_report)))
+        .service(
+            resource("/webhooks")
+                .route(read().to(webhooks::list_webhooks))
+                .route(web::post().to(webhooks::create_webhook)),
+        )
+        // Before `/webhooks/{webhook_id}`, whose segment would also match `5:enable`.
+        .service(
+            resource("/webhooks/{webhook_id}:enable")
+                .route(web::post().to(webhooks::enable_webhook)),
+        )
+        .service(
+            resource("/webhooks/{webhook_id}")
+                .route(read().to(webhooks::get_webhook))
+                .route(web::delete().to(webhooks::delete_webhook)),
+        )
         .default_service(web::to(no_route));
 }

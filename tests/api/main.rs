@@ -20,4 +20,5 @@ mod row_queries;
 mod snapshots;
 mod startup;
 mod upsert;
+mod webhooks;
 mod writes;

@@ -10,8 +10,9 @@ use serde_json::{json, Value};
 use crate::common::*;
 
 /// The spec's endpoint table and the extensions' operations (getRow, bulkUpsertRows,
-/// listChanges, exportRows): operation id, method, path (relative to `{base_url}`).
-const OPERATIONS: [(&str, &str, &str); 16] = [
+/// listChanges, exportRows, the webhooks): operation id, method, path (relative to
+/// `{base_url}`).
+const OPERATIONS: [(&str, &str, &str); 21] = [
     ("getMe", "get", "/me"),
     ("listSheets", "get", "/sheets"),
     ("getSheet", "get", "/sheets/{sheet_id}"),
@@ -28,6 +29,11 @@ const OPERATIONS: [(&str, &str, &str); 16] = [
     ("deleteRow", "delete", "/sheets/{sheet_id}/rows/{row_id}"),
     ("listChanges", "get", "/sheets/{sheet_id}/changes"),
     ("exportRows", "get", "/sheets/{sheet_id}/export"),
+    ("createWebhook", "post", "/webhooks"),
+    ("listWebhooks", "get", "/webhooks"),
+    ("getWebhook", "get", "/webhooks/{webhook_id}"),
+    ("deleteWebhook", "delete", "/webhooks/{webhook_id}"),
+    ("enableWebhook", "post", "/webhooks/{webhook_id}:enable"),
 ];
 
 const WRITES: [&str; 5] =
@@ -131,7 +137,9 @@ async fn openapi_document_is_3_1_and_lists_exactly_its_operations() {
             })
             .collect();
         assert_eq!(in_path, in_template, "{id}");
-        assert!(in_path.iter().all(|n| ["sheet_id", "row_id", "report_id"].contains(&n.as_str())));
+        assert!(in_path
+            .iter()
+            .all(|n| ["sheet_id", "row_id", "report_id", "webhook_id"].contains(&n.as_str())));
         // Writes take the optional Idempotency-Key header; nothing else does.
         let idem = params.iter().find(|p| p["in"] == "header" && p["name"] == "Idempotency-Key");
         assert_eq!(idem.is_some(), WRITES.contains(&id.as_str()), "{id}");
@@ -159,7 +167,7 @@ async fn openapi_document_is_3_1_and_lists_exactly_its_operations() {
             .map(|p| p["name"].as_str().unwrap())
             .collect();
         let expected_query: &[&str] = match id.as_str() {
-            "listSheets" | "listReports" | "runReport" => &["cursor", "limit"],
+            "listSheets" | "listReports" | "runReport" | "listWebhooks" => &["cursor", "limit"],
             // docs/spec/extensions.md X6: the leaner reads.
             "listRows" => &["cursor", "fields", "filter", "limit"],
             "getSheet" => &["limit"],
@@ -199,8 +207,12 @@ async fn every_operation_documents_its_error_statuses_with_the_envelope_and_head
         let statuses: BTreeSet<&str> = responses.keys().map(String::as_str).collect();
         // 503: `cluster_unavailable` on a cluster node, `storage_unavailable` on a write.
         let mut expected: BTreeSet<&str> = ["401", "429", "500", "503"].into();
-        expected.insert(if id == "deleteRow" { "204" } else { "200" });
-        if id != "getMe" && id != "listSheets" && id != "listReports" {
+        expected.insert(match id.as_str() {
+            "deleteRow" | "deleteWebhook" => "204",
+            "createWebhook" => "201",
+            _ => "200",
+        });
+        if !["getMe", "listSheets", "listReports", "listWebhooks"].contains(&id.as_str()) {
             expected.insert("404");
         }
         if id != "getMe" {
@@ -221,8 +233,11 @@ async fn every_operation_documents_its_error_statuses_with_the_envelope_and_head
         if PRECONDITIONED.contains(&id.as_str()) {
             expected.insert("412");
         }
-        if id == "listChanges" {
+        if ["listChanges", "createWebhook", "enableWebhook"].contains(&id.as_str()) {
             expected.insert("410");
+        }
+        if id == "createWebhook" {
+            expected.insert("413");
         }
         assert_eq!(statuses, expected, "{id}");
         if id == "exportRows" {
@@ -653,4 +668,53 @@ async fn a_parameter_is_required_in_the_document_exactly_when_the_server_refuses
     }
     // listRows alone has five such parameters.
     assert!(checked > 20, "{checked} parameters checked");
+}
+
+/// The delivery is described as an OpenAPI 3.1 webhook: its signed headers and its body.
+#[actix_rt::test]
+async fn the_delivery_is_documented_as_an_openapi_webhook() {
+    let s = TestServer::start().await;
+    let doc = document(&s).await;
+    let post = &doc["webhooks"]["sheetChanges"]["post"];
+    let headers: BTreeSet<String> = post["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["in"] == "header" && p["required"] == true)
+        .map(|p| p["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        headers,
+        names(&["User-Agent", "webhook-id", "webhook-signature", "webhook-timestamp"])
+    );
+    assert_eq!(post["security"], json!([]), "a receiver is not called with a key");
+    let body = &post["requestBody"]["content"]["application/json"]["schema"];
+    let (props, required) = object_shape(&doc, body);
+    assert_eq!(props, names(&["data", "nextCursor", "sheetId", "type", "webhookId"]));
+    assert_eq!(required, props);
+    let change = resolve(
+        &doc,
+        &doc["components"]["schemas"]["WebhookMessage"]["properties"]["data"]["items"],
+    );
+    assert!(change["properties"].get("seq").is_some(), "{change}");
+    let (props, required) = object_shape(&doc, &json!({"$ref": "#/components/schemas/Webhook"}));
+    assert_eq!(
+        props,
+        names(&[
+            "consecutiveFailures",
+            "createdAt",
+            "cursor",
+            "description",
+            "disabledReason",
+            "id",
+            "lastDelivery",
+            "pendingChanges",
+            "sheetId",
+            "status",
+            "url",
+        ])
+    );
+    assert!(required.is_superset(&names(&["id", "sheetId", "url", "status", "cursor"])));
+    let created = &doc["components"]["schemas"]["WebhookCreated"];
+    assert!(created.to_string().contains("secret"), "{created}");
 }

@@ -12,9 +12,10 @@
 //! records (a patch) stay plain: compressing them would save little and cost latency. A
 //! checkpoint ([`encode_to`]) is never compressed, so a start reads it at the disk's speed.
 //!
-//! Versions: 1 to 3 share bincode's layout; they differ in how callers' types choose to encode
+//! Versions: 1 to 4 share bincode's layout; they differ in how callers' types choose to encode
 //! themselves (version 2 stores JSON cell values as a binary tree instead of JSON text; version
-//! 3 stores a row as its rendered JSON). A type whose encoding changed asks
+//! 3 stores a row as its rendered JSON; version 4 adds the webhook table at the end of a
+//! checkpoint). A type whose encoding changed asks
 //! [`decoding_version`] which one it is reading.
 //!
 //! Guarantees:
@@ -32,7 +33,7 @@ use serde::Serialize;
 use crate::error::{CodecError, Error, Result};
 
 /// Current on-disk format version byte.
-pub const FORMAT_VERSION: u8 = 3;
+pub const FORMAT_VERSION: u8 = 4;
 
 /// The oldest format version [`decode`] still reads.
 pub const OLDEST_READABLE_VERSION: u8 = 1;
@@ -347,7 +348,7 @@ mod tests {
             matches!(err, Error::UnsupportedVersion { found, supported, .. } if found == FORMAT_VERSION + 1 && supported == FORMAT_VERSION),
             "{err:?}"
         );
-        assert!(err.to_string().contains("format version 4"), "{err}");
+        assert!(err.to_string().contains("format version 5"), "{err}");
         assert!(!err.is_corruption());
     }
 

@@ -65,7 +65,7 @@ fn defaults_are_documented_values() {
     let config = Config::default_for("/data");
     assert_eq!(config.max_batch_records, 8192);
     assert_eq!(config.cache_capacity_bytes, 16 * 1024 * 1024);
-    assert_eq!(codec::FORMAT_VERSION, 3);
+    assert_eq!(codec::FORMAT_VERSION, 4);
     assert_eq!(codec::OLDEST_READABLE_VERSION, 1);
 }
 
