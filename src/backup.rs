@@ -299,7 +299,7 @@ pub fn restore(args: RestoreArgs) -> ExitCode {
 /// The nice value of a backup's threads: the lowest priority there is, so that on a machine
 /// with few cores a backup takes the CPU the writers leave, and their latency stays what it is
 /// without one (a backup is a background job; its own time matters less).
-const BACKUP_NICE: i32 = 19;
+pub const BACKUP_NICE: i32 = 19;
 
 /// Lowers the calling thread's scheduling priority to [`BACKUP_NICE`]: for a thread that does
 /// a backup's work and nothing else (Linux schedules threads one by one, so the rest of the

@@ -16,8 +16,9 @@
 //!   log's compressed records) is not compressed again; `stored_len` then equals `raw_len`. `raw_len` is at most [`MAX_RAW`]. Its CRC covers its index in the stream, its
 //!   kind, both lengths and the stored bytes, so a flipped byte, a block dropped, repeated or
 //!   moved is found at that block.
-//! - Every block can be checked without being decompressed ([`check`]): a reader that must
-//!   refuse a damaged file before acting on any of it checks the whole file first, cheaply.
+//! - Every block can be checked without being decompressed ([`BlockReader::check`]): a reader
+//!   that must refuse a damaged file before acting on any of it checks the whole file first,
+//!   cheaply.
 //! - Data blocks ([`DATA`]) carry the caller's byte stream cut at [`BLOCK`]; the last block is
 //!   the caller's summary (its own kind), and the trailer points at it, so a reader that can
 //!   seek finds the summary without reading the rest, and one that cannot meets it at the end.
@@ -624,7 +625,8 @@ mod tests {
     fn read_all_v2(file: &[u8]) -> Result<Vec<u8>, BlockError> {
         let mut r = BlockReader::open(file, "test", MAGIC, 2)?;
         let mut data = Vec::new();
-        r.read_to_end(&mut data).map_err(|e| *e.into_inner().unwrap().downcast::<BlockError>().unwrap())?;
+        r.read_to_end(&mut data)
+            .map_err(|e| *e.into_inner().unwrap().downcast::<BlockError>().unwrap())?;
         Ok(data)
     }
 
