@@ -135,11 +135,22 @@ pub fn backup(args: BackupArgs) -> ExitCode {
     }
 }
 
-/// Streams the backup from a running server into `tmp`, then checks all of it: a transfer cut
-/// short or damaged on the way must not become a file named like a good backup.
+/// Streams the backup from a running server into `tmp`, checking it as it arrives: a transfer
+/// cut short or damaged on the way must not become a file named like a good backup. The check
+/// ([`backup::verify`]) reads the same bytes the file gets, on a thread of its own, so it runs
+/// while the server is still sending instead of as a second pass over the file afterwards.
 fn online(url: &str, token: &str, tmp: &Path) -> anyhow::Result<Manifest> {
+    // The command runs beside the server it backs up more often than not: its threads (this
+    // one, the check's and the HTTP client's, which inherit it) take what the writers leave.
+    lower_priority();
     let url = format!("{}/admin/v1/backup", url.trim_end_matches('/'));
-    actix_rt::System::new().block_on(async {
+    // A bounded queue: the check keeps up or the transfer waits for it, in constant memory.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Bytes>(64);
+    let checking = std::thread::Builder::new()
+        .name("backup-check".to_owned())
+        .spawn(move || backup::verify(Received { rx, chunk: Bytes::new() }, &mut |_| {}))
+        .context("cannot start the check's thread")?;
+    let received = actix_rt::System::new().block_on(async {
         let client = awc::Client::builder().disable_timeout().finish();
         let mut response = client
             .get(&url)
@@ -163,10 +174,38 @@ fn online(url: &str, token: &str, tmp: &Path) -> anyhow::Result<Manifest> {
             file.write_all(&chunk).with_context(|| format!("cannot write {}", tmp.display()))?;
             bytes += chunk.len() as u64;
             reporter.tick(Progress { bytes, records: 0 });
+            if tx.send(chunk).is_err() {
+                // The check stopped at damage: its error says which.
+                break;
+            }
         }
+        drop(tx);
         sync(file, tmp)
-    })?;
-    check(tmp).context("the backup received does not check")
+    });
+    let checked = checking.join().map_err(|_| anyhow::anyhow!("the check's thread panicked"));
+    received?;
+    Ok(checked?.context("the backup received does not check")?.manifest)
+}
+
+/// The bytes of a backup as they are received, for the check.
+struct Received {
+    rx: std::sync::mpsc::Receiver<Bytes>,
+    chunk: Bytes,
+}
+
+impl std::io::Read for Received {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.chunk.is_empty() {
+            match self.rx.recv() {
+                Ok(chunk) => self.chunk = chunk,
+                // The transfer ended (or broke off: the receiving side reports that).
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.chunk.len());
+        out[..n].copy_from_slice(&self.chunk.split_to(n));
+        Ok(n)
+    }
 }
 
 /// Backs up a data dir no server holds: recovers it as `sheetd key` does and takes the same
@@ -254,6 +293,22 @@ pub fn restore(args: RestoreArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => fail("restore", anyhow::Error::new(e).context("nothing was restored")),
+    }
+}
+
+/// The nice value of a backup's threads: the lowest priority there is, so that on a machine
+/// with few cores a backup takes the CPU the writers leave, and their latency stays what it is
+/// without one (a backup is a background job; its own time matters less).
+pub const BACKUP_NICE: i32 = 19;
+
+/// Lowers the calling thread's scheduling priority to [`BACKUP_NICE`]: for a thread that does
+/// a backup's work and nothing else (Linux schedules threads one by one, so the rest of the
+/// process keeps its priority; threads it starts later inherit it). A failure only costs the
+/// writers' latency: it is logged.
+pub fn lower_priority() {
+    let tid = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), BACKUP_NICE) {
+        tracing::warn!(error = %e, "cannot lower a backup thread's priority");
     }
 }
 

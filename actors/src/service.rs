@@ -196,6 +196,30 @@ impl Replay for Rebuild {
     }
 }
 
+/// A replay that takes the state's digest once, before the first record after `at`.
+struct DigestAt<'a> {
+    rebuild: &'a mut Rebuild,
+    at: Lsn,
+    digest: Option<StateDigest>,
+}
+
+impl Replay for DigestAt<'_> {
+    fn checkpoint(&mut self, lsn: Lsn, snapshot: &mut dyn std::io::Read) -> Result<()> {
+        self.rebuild.checkpoint(lsn, snapshot)
+    }
+
+    fn record(&mut self, lsn: Lsn, record: Record) -> Result<()> {
+        if lsn > self.at && self.digest.is_none() {
+            self.digest = Some(self.rebuild.digest());
+        }
+        self.rebuild.record(lsn, record)
+    }
+
+    fn retains(&self, lsn: Lsn) -> bool {
+        self.rebuild.retains(lsn)
+    }
+}
+
 impl Rebuild {
     /// Takes a checkpoint's parts (their change indexes inside the sheets) as the start.
     pub(crate) fn load(&mut self, cp: Checkpoint) {
@@ -588,17 +612,25 @@ impl Service {
 
     /// Opens a data dir no one holds as a start would (recovery may write, as a start's does)
     /// without starting the actors, and returns what it holds and its digest, idempotent
-    /// answers judged by their age at `now`; the log is closed again. For a dir just written
-    /// by a restore: no copy of its log is made, and its first start finds it recovered.
+    /// answers judged by their age at `now`, with the digest of the state it passed through
+    /// at `at` (the last record at or below it replayed): a restore rolled forward past a
+    /// backup compares the backup's part with its manifest in the same replay. The log is
+    /// closed again. For a dir just written by a restore: no copy of its log is made, and its
+    /// first start finds it recovered.
     pub(crate) fn recover_and_inspect(
         data_dir: &std::path::Path,
         now: Millis,
-    ) -> Result<Inspection> {
+        at: Lsn,
+    ) -> Result<(Inspection, StateDigest)> {
         let mut rebuild = fresh_rebuild(now);
         let config = WalLogConfig { dir: data_dir.to_owned(), min_free_bytes: None };
-        let (log, report) = WalLog::open(config, &mut rebuild)?;
+        let mut replay = DigestAt { rebuild: &mut rebuild, at, digest: None };
+        let (log, report) = WalLog::open(config, &mut replay)?;
+        let passed = replay.digest;
         log.shutdown()?;
-        Ok(Inspection { report, counts: rebuild.counts(), digest: rebuild.digest() })
+        let digest = rebuild.digest();
+        let inspection = Inspection { report, counts: rebuild.counts(), digest };
+        Ok((inspection, passed.unwrap_or(digest)))
     }
 
     /// [`Service::verify`], with the digest of the state a start would rebuild, idempotent

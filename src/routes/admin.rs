@@ -491,7 +491,10 @@ pub async fn get_backup(
     let files = vec![(crate::backup::CURSOR_KEY_FILE.to_owned(), state.cursors.key().to_vec())];
     // Four chunks in flight: a slow client holds the writer back, not the server's memory.
     let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-    actix_web::rt::task::spawn_blocking(move || {
+    // A thread of its own, at the lowest priority: the writers' latency comes first (see
+    // `crate::backup::lower_priority`), and the blocking pool's threads keep theirs.
+    let spawned = std::thread::Builder::new().name("sheetd-backup".to_owned()).spawn(move || {
+        crate::backup::lower_priority();
         let failed = tx.clone();
         let out = crate::backup::ChannelWriter::new(tx);
         match actors::backup::write(copies, &files, out, &mut |_| {}) {
@@ -507,6 +510,7 @@ pub async fn get_backup(
             }
         }
     });
+    spawned.map_err(|e| ApiError::internal(format!("cannot start the backup's thread: {e}")))?;
     let body = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
     Ok(HttpResponse::Ok()
         .content_type("application/octet-stream")

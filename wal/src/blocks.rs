@@ -10,9 +10,15 @@
 //! trailer  [last block's offset u64 LE][blocks u64 LE][crc32 u32 LE][b"SHDBLEND"]
 //! ```
 //!
-//! - A block's stored bytes are its raw bytes zstd-compressed (level 3); `raw_len` is at most
-//!   [`MAX_RAW`]. Its CRC covers its index in the stream, its kind, both lengths and the stored
-//!   bytes, so a flipped byte, a block dropped, repeated or moved is found at that block.
+//! - A block's stored bytes are its raw bytes zstd-compressed at the writer's level, or, when
+//!   its kind has the [`STORED`] bit, its raw bytes as they are: a block made mostly of bytes
+//!   the caller says are compressed already ([`BlockWriter::write_compressed`], such as the
+//!   log's compressed records) is not compressed again; `stored_len` then equals `raw_len`. `raw_len` is at most [`MAX_RAW`]. Its CRC covers its index in the stream, its
+//!   kind, both lengths and the stored bytes, so a flipped byte, a block dropped, repeated or
+//!   moved is found at that block.
+//! - Every block can be checked without being decompressed ([`BlockReader::check`]): a reader
+//!   that must refuse a damaged file before acting on any of it checks the whole file first,
+//!   cheaply.
 //! - Data blocks ([`DATA`]) carry the caller's byte stream cut at [`BLOCK`]; the last block is
 //!   the caller's summary (its own kind), and the trailer points at it, so a reader that can
 //!   seek finds the summary without reading the rest, and one that cannot meets it at the end.
@@ -23,6 +29,12 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 
 /// The kind of the blocks carrying the caller's byte stream.
 pub const DATA: u8 = 1;
+
+/// The bit of a block's kind that says its bytes are stored as they are, not compressed.
+pub const STORED: u8 = 0x80;
+
+/// The zstd level of a [`BlockWriter`] unless told otherwise.
+pub const DEFAULT_LEVEL: i32 = 3;
 
 /// Raw bytes per data block.
 pub const BLOCK: usize = 1024 * 1024;
@@ -113,6 +125,13 @@ pub struct BlockWriter<W: Write> {
     buf: Vec<u8>,
     index: u64,
     offset: u64,
+    /// The zstd level of the data blocks.
+    level: i32,
+    /// Bytes of `buf` written by [`BlockWriter::write_compressed`].
+    compressed: usize,
+    /// One compression context for every block: making one allocates its tables.
+    compressor: Option<zstd::bulk::Compressor<'static>>,
+    stored: Vec<u8>,
 }
 
 impl<W: Write> BlockWriter<W> {
@@ -123,7 +142,40 @@ impl<W: Write> BlockWriter<W> {
     pub fn new(mut inner: W, magic: &[u8; 8], version: u8) -> io::Result<Self> {
         inner.write_all(magic)?;
         inner.write_all(&[version])?;
-        Ok(BlockWriter { inner, buf: Vec::with_capacity(BLOCK), index: 0, offset: 9 })
+        Ok(BlockWriter {
+            inner,
+            buf: Vec::with_capacity(BLOCK),
+            index: 0,
+            offset: 9,
+            level: DEFAULT_LEVEL,
+            compressed: 0,
+            compressor: None,
+            stored: Vec::new(),
+        })
+    }
+
+    /// The zstd level of the data blocks from here on (the block being filled included).
+    pub fn set_level(&mut self, level: i32) {
+        self.level = level;
+    }
+
+    /// Writes `data`, bytes that are compressed already (a log record the log compressed): a
+    /// block made mostly of such bytes is kept as it is rather than compressed again, which
+    /// would cost about as much as compressing them the first time and save nothing.
+    ///
+    /// # Errors
+    /// `inner` refuses a block.
+    pub fn write_compressed(&mut self, mut data: &[u8]) -> io::Result<()> {
+        while !data.is_empty() {
+            let n = (BLOCK - self.buf.len()).min(data.len());
+            self.buf.extend_from_slice(&data[..n]);
+            self.compressed += n;
+            data = &data[n..];
+            if self.buf.len() == BLOCK {
+                self.emit(DATA)?;
+            }
+        }
+        Ok(())
     }
 
     /// Bytes written to `inner` so far.
@@ -132,15 +184,31 @@ impl<W: Write> BlockWriter<W> {
     }
 
     fn emit(&mut self, kind: u8) -> io::Result<()> {
-        let stored = zstd::bulk::compress(&self.buf, 3)?;
+        // The summary is always compressed: it is small, and a reader of format 1 expects it so.
+        let keep = kind == DATA && 2 * self.compressed >= self.buf.len();
+        self.compressed = 0;
+        let (kind, stored) = if keep {
+            (kind | STORED, &self.buf)
+        } else {
+            let level = if kind == DATA { self.level } else { DEFAULT_LEVEL };
+            let compressor = match &mut self.compressor {
+                Some(c) => c,
+                None => self.compressor.insert(zstd::bulk::Compressor::new(level)?),
+            };
+            compressor.set_compression_level(level)?;
+            self.stored.clear();
+            self.stored.reserve(zstd::compress_bound(self.buf.len()));
+            compressor.compress_to_buffer(&self.buf, &mut self.stored)?;
+            (kind, &self.stored)
+        };
         let mut head = [0u8; BLOCK_HEADER];
         head[0] = kind;
         head[1..5].copy_from_slice(&(self.buf.len() as u32).to_le_bytes());
         head[5..9].copy_from_slice(&(stored.len() as u32).to_le_bytes());
-        let crc = block_crc(self.index, &head[..9], &stored);
+        let crc = block_crc(self.index, &head[..9], stored);
         head[9..13].copy_from_slice(&crc.to_le_bytes());
         self.inner.write_all(&head)?;
-        self.inner.write_all(&stored)?;
+        self.inner.write_all(stored)?;
         self.offset += (BLOCK_HEADER + stored.len()) as u64;
         self.index += 1;
         self.buf.clear();
@@ -201,6 +269,10 @@ pub struct BlockReader<R: Read> {
     pos: usize,
     /// The summary block, once met: its kind, bytes and offset.
     summary: Option<(u8, Vec<u8>, u64)>,
+    /// One decompression context for every block.
+    decompressor: Option<zstd::bulk::Decompressor<'static>>,
+    /// The stored bytes of the block being read, kept for the next one.
+    stored: Vec<u8>,
 }
 
 /// Reads exactly `buf.len()` bytes, or tells how many there were before the end.
@@ -244,6 +316,8 @@ impl<R: Read> BlockReader<R> {
             block: Vec::new(),
             pos: 0,
             summary: None,
+            decompressor: None,
+            stored: Vec::new(),
         })
     }
 
@@ -257,11 +331,9 @@ impl<R: Read> BlockReader<R> {
         self.offset
     }
 
-    /// Reads the next block; `Ok(false)` once the summary was met (it is then kept).
-    fn next_block(&mut self) -> Result<bool, BlockError> {
-        if self.summary.is_some() {
-            return Ok(false);
-        }
+    /// Reads the next block's header and stored bytes into `self.stored` and checks its CRC;
+    /// returns its kind and raw length, and the block's index and offset.
+    fn next_stored(&mut self) -> Result<(u8, usize, u64, u64), BlockError> {
         let (index, offset) = (self.index, self.offset);
         let cut = BlockError::Truncated { index, offset };
         let damaged = |why| BlockError::Damaged { index, offset, why };
@@ -273,30 +345,55 @@ impl<R: Read> BlockReader<R> {
         let stored_len = u32::from_le_bytes(head[5..9].try_into().expect("4 bytes")) as usize;
         let crc = u32::from_le_bytes(head[9..13].try_into().expect("4 bytes"));
         // Checked before anything is allocated for it: a flipped length must not ask for GiBs.
-        if raw_len > MAX_RAW || stored_len > MAX_STORED {
+        if raw_len > MAX_RAW
+            || stored_len > MAX_STORED
+            || (head[0] & STORED != 0 && raw_len != stored_len)
+        {
             return Err(damaged("its lengths are impossible"));
         }
-        let mut stored = vec![0u8; stored_len];
-        if read_full(&mut self.inner, &mut stored)? < stored_len {
+        self.stored.resize(stored_len, 0);
+        if read_full(&mut self.inner, &mut self.stored)? < stored_len {
             return Err(cut);
         }
-        if block_crc(index, &head[..9], &stored) != crc {
+        if block_crc(index, &head[..9], &self.stored) != crc {
             return Err(damaged("its checksum does not match"));
-        }
-        let raw = zstd::bulk::decompress(&stored, raw_len)
-            .map_err(|_| damaged("it does not decompress"))?;
-        if raw.len() != raw_len {
-            return Err(damaged("it decompresses to another length"));
         }
         self.index += 1;
         self.offset += (BLOCK_HEADER + stored_len) as u64;
-        if head[0] == DATA {
+        Ok((head[0], raw_len, index, offset))
+    }
+
+    /// Reads the next block; `Ok(false)` once the summary was met (it is then kept).
+    fn next_block(&mut self) -> Result<bool, BlockError> {
+        if self.summary.is_some() {
+            return Ok(false);
+        }
+        let (kind, raw_len, index, offset) = self.next_stored()?;
+        let damaged = |why| BlockError::Damaged { index, offset, why };
+        let mut raw = std::mem::take(&mut self.block);
+        if kind & STORED != 0 {
+            std::mem::swap(&mut raw, &mut self.stored);
+        } else {
+            let decompressor = match &mut self.decompressor {
+                Some(d) => d,
+                None => self.decompressor.insert(zstd::bulk::Decompressor::new()?),
+            };
+            raw.clear();
+            raw.reserve(raw_len);
+            decompressor
+                .decompress_to_buffer(&self.stored[..], &mut raw)
+                .map_err(|_| damaged("it does not decompress"))?;
+            if raw.len() != raw_len {
+                return Err(damaged("it decompresses to another length"));
+            }
+        }
+        if kind & !STORED == DATA {
             self.block = raw;
             self.pos = 0;
             return Ok(true);
         }
         self.read_trailer(offset)?;
-        self.summary = Some((head[0], raw, offset));
+        self.summary = Some((kind & !STORED, raw, offset));
         Ok(false)
     }
 
@@ -332,6 +429,31 @@ impl<R: Read> BlockReader<R> {
         while self.next_block()? {}
         let (kind, bytes, _) = self.summary.clone().expect("met at the end");
         Ok((kind, bytes))
+    }
+
+    /// Checks every block left (its lengths and CRC, without decompressing it) and the
+    /// trailer, then returns the summary's kind and bytes: what a reader that must refuse a
+    /// damaged file before acting on any of it runs first. CRC32 runs at several GB/s, so
+    /// this costs about one read of the file.
+    ///
+    /// # Errors
+    /// A damaged or missing block or trailer.
+    pub fn check(mut self) -> Result<(u8, Vec<u8>), BlockError> {
+        loop {
+            let (kind, raw_len, index, offset) = self.next_stored()?;
+            if kind & !STORED != DATA {
+                self.read_trailer(offset)?;
+                // The summary alone is decompressed: the caller reads it.
+                let raw = if kind & STORED != 0 {
+                    std::mem::take(&mut self.stored)
+                } else {
+                    zstd::bulk::decompress(&self.stored, raw_len).map_err(|_| {
+                        BlockError::Damaged { index, offset, why: "it does not decompress" }
+                    })?
+                };
+                return Ok((kind & !STORED, raw));
+            }
+        }
     }
 }
 
@@ -378,6 +500,8 @@ pub fn read_summary<F: Read + Seek>(mut file: F) -> Result<(u8, Vec<u8>), BlockE
         block: Vec::new(),
         pos: 0,
         summary: None,
+        decompressor: None,
+        stored: Vec::new(),
     };
     // The trailer follows, so reading it back is the summary block's job alone.
     let (index, offset) = (reader.index, reader.offset);
@@ -394,8 +518,11 @@ pub fn read_summary<F: Read + Seek>(mut file: F) -> Result<(u8, Vec<u8>), BlockE
     }
     let mut stored = vec![0u8; stored_len];
     reader.inner.read_exact(&mut stored)?;
-    if block_crc(index, &head[..9], &stored) != crc || head[0] == DATA {
+    if block_crc(index, &head[..9], &stored) != crc || head[0] & !STORED == DATA {
         return Err(damaged("its checksum does not match"));
+    }
+    if head[0] & STORED != 0 {
+        return Ok((head[0] & !STORED, stored));
     }
     let raw =
         zstd::bulk::decompress(&stored, raw_len).map_err(|_| damaged("it does not decompress"))?;
@@ -437,6 +564,70 @@ mod tests {
             let (kind, summary) = read_summary(std::io::Cursor::new(&file)).unwrap();
             assert_eq!((kind, summary.as_slice()), (9, &b"the summary"[..]));
         }
+    }
+
+    /// A stream whose first half is compressed and second half stored (bytes compressed
+    /// already): it reads back whole, and [`BlockReader::check`] finds a flipped byte in a
+    /// stored block, a cut and appended bytes without decompressing anything.
+    #[test]
+    fn stored_blocks_read_back_and_check_finds_damage_in_any_block() {
+        let data: Vec<u8> = (0..3 * BLOCK + 99).map(|i| (i * 7 % 251) as u8).collect();
+        let mut w = BlockWriter::new(Vec::new(), MAGIC, 2).unwrap();
+        w.set_level(1);
+        w.write_all(&data[..BLOCK]).unwrap();
+        // A block of more compressed bytes than others is stored; of fewer, compressed.
+        w.write_all(&data[BLOCK..BLOCK + 5]).unwrap();
+        w.write_compressed(&data[BLOCK + 5..BLOCK + 10]).unwrap();
+        w.write_all(&data[BLOCK + 10..BLOCK + 11]).unwrap();
+        w.write_compressed(&data[BLOCK + 11..]).unwrap();
+        let file = w.finish(9, b"the summary").unwrap();
+        let kinds = |file: &[u8]| {
+            let (mut at, mut kinds) = (9, Vec::new());
+            while at + BLOCK_HEADER <= file.len() - TRAILER {
+                let stored = u32::from_le_bytes(file[at + 5..at + 9].try_into().unwrap());
+                kinds.push((file[at], at));
+                at += BLOCK_HEADER + stored as usize;
+            }
+            kinds
+        };
+        let blocks = kinds(&file);
+        let stored: Vec<_> = blocks.iter().filter(|(k, _)| k & STORED != 0).collect();
+        // Compressed: the first block; stored: the three after it (the second has 5 plain bytes
+        // among compressed ones); then the summary.
+        assert_eq!(blocks.len(), 1 + 3 + 1, "{blocks:?}");
+        assert_eq!(stored.len(), 3, "{blocks:?}");
+        let mut r = BlockReader::open(&file[..], "test", MAGIC, 2).unwrap();
+        let mut read = Vec::new();
+        r.read_to_end(&mut read).unwrap();
+        assert_eq!(read, data);
+        let check = |file: &[u8]| BlockReader::open(file, "test", MAGIC, 2)?.check();
+        assert_eq!(check(&file).unwrap(), (9, b"the summary".to_vec()));
+
+        let mut flipped = file.clone();
+        let (_, at) = *stored[1];
+        let plain = |s: &[u8]| s.windows(3).any(|w| w == [4u8, 11, 18]);
+        assert!(plain(&file[at..]), "a stored block holds its bytes as they are");
+        flipped[at + BLOCK_HEADER + 100] ^= 0x01;
+        let index = blocks.iter().position(|&(_, a)| a == at).unwrap() as u64;
+        assert!(
+            matches!(check(&flipped), Err(BlockError::Damaged { index: i, .. }) if i == index),
+            "{:?}",
+            check(&flipped)
+        );
+        assert!(matches!(read_all_v2(&flipped), Err(BlockError::Damaged { .. })));
+        assert!(matches!(check(&file[..file.len() - 1]), Err(BlockError::Truncated { .. })));
+        assert!(matches!(check(&file[..at + 7]), Err(BlockError::Truncated { .. })));
+        let mut longer = file.clone();
+        longer.push(0);
+        assert!(matches!(check(&longer), Err(BlockError::Trailing { .. })));
+    }
+
+    fn read_all_v2(file: &[u8]) -> Result<Vec<u8>, BlockError> {
+        let mut r = BlockReader::open(file, "test", MAGIC, 2)?;
+        let mut data = Vec::new();
+        r.read_to_end(&mut data)
+            .map_err(|e| *e.into_inner().unwrap().downcast::<BlockError>().unwrap())?;
+        Ok(data)
     }
 
     #[test]

@@ -73,6 +73,12 @@ pub fn decoded_len(bytes: &[u8]) -> usize {
     }
 }
 
+/// Whether `bytes` (made by [`encode`]) hold a compressed body: a copy that compresses what it
+/// carries can keep these as they are.
+pub fn is_compressed(bytes: &[u8]) -> bool {
+    compressed_body(bytes).is_some()
+}
+
 /// The decoded length and the zstd frame of a compressed value; `None` for any other bytes
 /// (a plain value, or bytes [`encode`] did not make).
 fn compressed_body(bytes: &[u8]) -> Option<(usize, &[u8])> {
