@@ -138,7 +138,7 @@ where
     loop {
         if guard.is_tainted() {
             tracing::warn!(node = me, term, "restarting as a follower from the data dir");
-            restart();
+            restart_after_answers().await;
         }
         tokio::select! {
             changed = leadership.changed() => if changed.is_err() { return },
@@ -153,9 +153,20 @@ where
                 leader = ?now.leader,
                 "no longer the leader: restarting as a follower from the data dir"
             );
-            restart();
+            restart_after_answers().await;
         }
     }
+}
+
+/// How long a node that stops leading waits before it starts again: the writes that failed
+/// with it are answered (503, with their outcome) rather than cut off with the connection.
+const RESTART_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// [`restart`] once the failed writes' answers have left (see [`RESTART_GRACE`]); the node
+/// serves nothing from its actors meanwhile.
+async fn restart_after_answers() -> ! {
+    tokio::time::sleep(RESTART_GRACE).await;
+    restart()
 }
 
 /// Starts this process again with the same arguments, in place (see the module docs).

@@ -989,3 +989,50 @@ async fn row_names(node: &Node) -> HashMap<String, usize> {
     }
     names
 }
+
+#[actix_rt::test]
+async fn a_write_whose_fate_is_unknown_is_settled_by_its_retry_exactly_once() {
+    let _one = ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = three(dir.path()).await;
+    let at = agreed_leader(&nodes).await;
+
+    // Both followers paused: the leader takes the write while its lease lasts, appends it, and
+    // cannot commit it.
+    let paused: Vec<String> = nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != at)
+        .map(|(_, n)| n.child.as_ref().unwrap().id().to_string())
+        .collect();
+    for pid in &paused {
+        Command::new("kill").args(["-STOP", pid]).status().unwrap();
+    }
+    let body = json!({"rows": [{"cells": {"100": "fate unknown"}}]});
+    let url = format!("{}/sheets/10/rows:bulkAdd", nodes[at].base());
+    let first = attempt("POST", &url, "unknown-1", &body).await;
+    for pid in &paused {
+        Command::new("kill").args(["-CONT", pid]).status().unwrap();
+    }
+    match &first {
+        // Taken inside the lease, appended, not committed in time.
+        Some((503, reply)) => {
+            assert_eq!(reply["errorCode"], "cluster_unavailable", "{reply}");
+            let outcome = reply["detail"]["outcome"].as_str().unwrap();
+            assert!(outcome == "unknown" || outcome == "not_applied", "{reply}");
+        }
+        // The node restarted as a follower before its answer left (it waits a moment for
+        // that, so this is rare).
+        None => {}
+        Some(other) => panic!("a write no quorum could commit was answered {other:?}"),
+    }
+
+    // Its retry with the same key settles it: applied once, whichever it was.
+    let apis: Vec<String> = nodes.iter().map(|n| n.api.clone()).collect();
+    let path = "/sheets/10/rows:bulkAdd";
+    let (status, reply) = until_acknowledged(&apis, at, "POST", path, "unknown-1", &body).await;
+    assert_eq!(status, 200, "{reply}");
+    converged(&nodes).await;
+    let now = agreed_leader(&nodes).await;
+    assert_eq!(row_names(&nodes[now]).await.get("fate unknown"), Some(&1));
+}
