@@ -270,7 +270,7 @@ async fn three_with(dir: &Path, extra: impl Fn(u64) -> Vec<String>) -> Vec<Node>
 async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() {
     let _one = ONE_CLUSTER.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let nodes = three(dir.path()).await;
+    let mut nodes = three(dir.path()).await;
     let at = agreed_leader(&nodes).await;
     let status = nodes[at].cluster().await.unwrap();
     assert_eq!(status["leaderId"], nodes[at].id);
@@ -365,6 +365,22 @@ async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() 
     }
     assert_eq!(list_all(&nodes[at].base(), ADA_READ, 10).await.len(), 8);
     converged(&nodes).await;
+
+    // SIGTERM stops the leader for good: its leadership ends with its shutdown, which must not
+    // make it start itself again as a follower.
+    let mut leader = nodes.swap_remove(at);
+    let mut child = leader.child.take().unwrap();
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the leader did not stop: {}", tail_of_log(&leader));
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    actix_rt::time::sleep(Duration::from_millis(500)).await;
+    assert!(admin_get(&leader.admin_url("/health")).await.is_none(), "nothing answers there");
+    let log = std::fs::read_to_string(&leader.log).unwrap();
+    assert!(!log.contains("restarting as a follower"), "{}", tail_of_log(&leader));
+    leader.child = None;
 }
 
 #[actix_rt::test]
