@@ -136,15 +136,19 @@ where
     }
     let guard = std::sync::Arc::clone(cluster.guard());
     loop {
-        if guard.is_tainted() {
+        if guard.is_tainted() && !*state.stopping.borrow() {
             tracing::warn!(node = me, term, "restarting as a follower from the data dir");
-            restart();
+            restart_after_answers(&state).await;
         }
         tokio::select! {
             changed = leadership.changed() => if changed.is_err() { return },
             () = guard.tainted_now.notified() => continue,
         }
         let now = leadership.borrow_and_update().clone();
+        // A stop ends the leadership too; the process is on its way out then.
+        if *state.stopping.borrow() {
+            return;
+        }
         if now.leader != Some(me) || now.term != term {
             tracing::warn!(
                 node = me,
@@ -153,9 +157,25 @@ where
                 leader = ?now.leader,
                 "no longer the leader: restarting as a follower from the data dir"
             );
-            restart();
+            restart_after_answers(&state).await;
         }
     }
+}
+
+/// How long a node that stops leading waits before it starts again: the writes that failed
+/// with it are answered (503, with their outcome) rather than cut off with the connection.
+const RESTART_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// [`restart`] once the failed writes' answers have left (see [`RESTART_GRACE`]); the node
+/// serves nothing from its actors meanwhile. A node that is stopping (its own shutdown ends
+/// its leadership) is left to stop.
+async fn restart_after_answers(state: &AppState) -> ! {
+    tokio::time::sleep(RESTART_GRACE).await;
+    if *state.stopping.borrow() {
+        tracing::info!("stopping, not restarting");
+        std::future::pending::<()>().await;
+    }
+    restart()
 }
 
 /// Starts this process again with the same arguments, in place (see the module docs).

@@ -20,16 +20,16 @@ bench() { # url key admin label
 key_of() { awk '$3=="ada-write" {print $4}' "$1"; }
 
 # One node.
-"$BIN" serve --data-dir "$WORK/single" --addr 127.0.0.1:38080 --admin-addr 127.0.0.1:38081 \
+"$BIN" serve --data-dir "$WORK/single" --addr 127.0.0.1:18080 --admin-addr 127.0.0.1:18081 \
   --admin-token tok --rate-limit-per-minute 100000000 > "$WORK/single.log" 2>&1 &
 SINGLE=$!
 until [ -s "$WORK/single/demo-keys.txt" ]; do sleep 0.2; done
-bench http://127.0.0.1:38080/api/v1 "$(key_of "$WORK/single/demo-keys.txt")" x "one node"
+bench http://127.0.0.1:18080/api/v1 "$(key_of "$WORK/single/demo-keys.txt")" x "one node"
 kill -TERM $SINGLE; wait $SINGLE || true
 
 # Three nodes.
-"$BIN" cluster up --nodes 3 --data-dir "$WORK/cluster" --port 48080 --admin-port 48081 \
-  --raft-port 49101 -- --rate-limit-per-minute 100000000 > "$WORK/up.log" 2>&1 &
+"$BIN" cluster up --nodes 3 --data-dir "$WORK/cluster" --port 28080 --admin-port 28081 \
+  --raft-port 29101 -- --rate-limit-per-minute 100000000 > "$WORK/up.log" 2>&1 &
 UP=$!
 until ls "$WORK"/cluster/node*/demo-keys.txt > /dev/null 2>&1; do sleep 0.2; done
 KEYS=$(ls "$WORK"/cluster/node*/demo-keys.txt | head -1)
@@ -37,6 +37,9 @@ LEADER=$(basename "$(dirname "$KEYS")" | tr -dc 0-9)
 FOLLOWER=$(( LEADER % 3 + 1 ))
 TOKEN=$(cat "$WORK/cluster/admin-token")
 sleep 1
-bench "http://127.0.0.$LEADER:48080/api/v1" "$(key_of "$KEYS")" x "cluster leader (node $LEADER)"
-bench "http://127.0.0.$FOLLOWER:48080/api/v1" "$(key_of "$KEYS")" x "cluster follower (node $FOLLOWER)"
-kill -TERM $UP; wait $UP || true
+bench "http://127.0.0.$LEADER:28080/api/v1" "$(key_of "$KEYS")" x "cluster leader (node $LEADER)"
+bench "http://127.0.0.$FOLLOWER:28080/api/v1" "$(key_of "$KEYS")" x "cluster follower (node $FOLLOWER)"
+kill -TERM $UP
+# A build whose leader started itself again on SIGTERM would hold the run: 10 s, then kill.
+for _ in $(seq 100); do kill -0 $UP 2>/dev/null || break; sleep 0.1; done
+pkill -KILL -f "$WORK/cluster" 2>/dev/null || true; wait $UP 2>/dev/null || true

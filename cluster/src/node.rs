@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
-use openraft::{Config, Instant as _, Raft, ReadPolicy, ServerState, SnapshotPolicy};
+use openraft::{Config, Raft, ReadPolicy, ServerState, SnapshotPolicy};
 
 use crate::machine::{Apply, Machine};
 use crate::membership::{self, Action, ChangeError, ChangeSlot, MembershipChange};
@@ -290,23 +290,9 @@ impl<A: Apply> GroupNode<A> {
         self.raft.metrics().borrow_watched().last_applied.map(|l| l.index)
     }
 
-    /// Whether a quorum acknowledged this node as its leader within the shortest election
-    /// timeout (a group of one always is). No other node can have been elected since: a voter
-    /// that heard from this leader refuses every candidate for openraft's leader lease (the
-    /// longest election timeout), which is longer. A leader that was paused, or cut off
-    /// from the majority, fails this before it learns of a newer term.
+    /// See [`Proposer::lease_fresh`].
     pub fn lease_fresh(&self) -> bool {
-        let m = self.raft.metrics();
-        let m = m.borrow_watched();
-        if m.state != ServerState::Leader {
-            return false;
-        }
-        if m.membership_config.membership().voter_ids().count() == 1 {
-            return true;
-        }
-        m.last_quorum_acked.as_ref().is_some_and(|acked| {
-            acked.elapsed() < Duration::from_millis(self.config.election_timeout_ms.0)
-        })
+        self.proposer.lease_fresh()
     }
 
     /// Confirms this node's leadership with a quorum round trip (openraft's read index) when

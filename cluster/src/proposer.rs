@@ -185,6 +185,12 @@ struct Shared {
     /// How often this node saw another leader, and a newer term, since it started.
     leader_changes: std::sync::atomic::AtomicU64,
     term_changes: std::sync::atomic::AtomicU64,
+    /// Until when (µs after `started`) this node's read lease holds: see
+    /// [`Proposer::lease_fresh`]. 0 while it does not lead.
+    lease_until_us: std::sync::atomic::AtomicU64,
+    started: std::time::Instant,
+    /// The lease a quorum's acknowledgement gives: the shortest election timeout.
+    lease: Duration,
 }
 
 impl Shared {
@@ -237,11 +243,25 @@ impl<SM: RaftStateMachine<TypeConfig>> Proposer<SM> {
             leadership,
             leader_changes: Default::default(),
             term_changes: Default::default(),
+            lease_until_us: Default::default(),
+            started: std::time::Instant::now(),
+            lease: Duration::from_millis(raft.config().election_timeout_min),
         });
         let (queue, queued) = mpsc::unbounded_channel();
         runtime.spawn(watch_leadership(raft.clone(), Arc::clone(&shared)));
         runtime.spawn(hand_over(raft.clone(), Arc::clone(&shared), queued));
         Proposer { group, shared, queue, raft }
+    }
+
+    /// Whether a quorum acknowledged this node as its leader within the shortest election
+    /// timeout (a group of one always has). No other node can have been elected since: a voter
+    /// that heard from this leader refuses every candidate for openraft's leader lease (the
+    /// longest election timeout). A leader that was paused, or cut off from the majority, fails
+    /// this before it learns of a newer term. Kept current from openraft's metrics, so that a
+    /// check per request costs one atomic load and a clock read.
+    pub fn lease_fresh(&self) -> bool {
+        let until = self.shared.lease_until_us.load(std::sync::atomic::Ordering::Acquire);
+        until > 0 && (self.shared.started.elapsed().as_micros() as u64) < until
     }
 
     /// How often this node saw a new leader, and a newer term, since it started.
@@ -393,6 +413,18 @@ fn observe<SM: RaftStateMachine<TypeConfig>>(
         (ServerState::Leader, Ok(leader)) => Some(leader.to_committed_leader_id()),
         _ => None,
     };
+    let lease_until = if m.state != ServerState::Leader {
+        0
+    } else if m.membership_config.membership().voter_ids().nth(1).is_none() {
+        u64::MAX
+    } else {
+        m.last_quorum_acked.as_ref().map_or(0, |acked| {
+            let age = openraft::Instant::elapsed(&**acked);
+            let until = (shared.started.elapsed() + shared.lease).saturating_sub(age);
+            until.as_micros() as u64
+        })
+    };
+    shared.lease_until_us.store(lease_until, std::sync::atomic::Ordering::Release);
     let mut state = shared.lock();
     if m.current_term > state.term && state.term > 0 {
         shared.term_changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -270,7 +270,7 @@ async fn three_with(dir: &Path, extra: impl Fn(u64) -> Vec<String>) -> Vec<Node>
 async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() {
     let _one = ONE_CLUSTER.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let nodes = three(dir.path()).await;
+    let mut nodes = three(dir.path()).await;
     let at = agreed_leader(&nodes).await;
     let status = nodes[at].cluster().await.unwrap();
     assert_eq!(status["leaderId"], nodes[at].id);
@@ -365,6 +365,22 @@ async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() 
     }
     assert_eq!(list_all(&nodes[at].base(), ADA_READ, 10).await.len(), 8);
     converged(&nodes).await;
+
+    // SIGTERM stops the leader for good: its leadership ends with its shutdown, which must not
+    // make it start itself again as a follower.
+    let mut leader = nodes.swap_remove(at);
+    let mut child = leader.child.take().unwrap();
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the leader did not stop: {}", tail_of_log(&leader));
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    actix_rt::time::sleep(Duration::from_millis(500)).await;
+    assert!(admin_get(&leader.admin_url("/health")).await.is_none(), "nothing answers there");
+    let log = std::fs::read_to_string(&leader.log).unwrap();
+    assert!(!log.contains("restarting as a follower"), "{}", tail_of_log(&leader));
+    leader.child = None;
 }
 
 #[actix_rt::test]
@@ -988,4 +1004,51 @@ async fn row_names(node: &Node) -> HashMap<String, usize> {
         }
     }
     names
+}
+
+#[actix_rt::test]
+async fn a_write_whose_fate_is_unknown_is_settled_by_its_retry_exactly_once() {
+    let _one = ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = three(dir.path()).await;
+    let at = agreed_leader(&nodes).await;
+
+    // Both followers paused: the leader takes the write while its lease lasts, appends it, and
+    // cannot commit it.
+    let paused: Vec<String> = nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != at)
+        .map(|(_, n)| n.child.as_ref().unwrap().id().to_string())
+        .collect();
+    for pid in &paused {
+        Command::new("kill").args(["-STOP", pid]).status().unwrap();
+    }
+    let body = json!({"rows": [{"cells": {"100": "fate unknown"}}]});
+    let url = format!("{}/sheets/10/rows:bulkAdd", nodes[at].base());
+    let first = attempt("POST", &url, "unknown-1", &body).await;
+    for pid in &paused {
+        Command::new("kill").args(["-CONT", pid]).status().unwrap();
+    }
+    match &first {
+        // Taken inside the lease, appended, not committed in time.
+        Some((503, reply)) => {
+            assert_eq!(reply["errorCode"], "cluster_unavailable", "{reply}");
+            let outcome = reply["detail"]["outcome"].as_str().unwrap();
+            assert!(outcome == "unknown" || outcome == "not_applied", "{reply}");
+        }
+        // The node restarted as a follower before its answer left (it waits a moment for
+        // that, so this is rare).
+        None => {}
+        Some(other) => panic!("a write no quorum could commit was answered {other:?}"),
+    }
+
+    // Its retry with the same key settles it: applied once, whichever it was.
+    let apis: Vec<String> = nodes.iter().map(|n| n.api.clone()).collect();
+    let path = "/sheets/10/rows:bulkAdd";
+    let (status, reply) = until_acknowledged(&apis, at, "POST", path, "unknown-1", &body).await;
+    assert_eq!(status, 200, "{reply}");
+    converged(&nodes).await;
+    let now = agreed_leader(&nodes).await;
+    assert_eq!(row_names(&nodes[now]).await.get("fate unknown"), Some(&1));
 }
