@@ -150,7 +150,10 @@ async fn supervise(ctx: Arc<Ctx>) {
         let roster_changed = async {
             match roster.as_mut() {
                 Some(r) => {
-                    let _ = r.changed().await;
+                    // A store that is gone wakes no one (the timer below still does).
+                    if r.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
                 }
                 None => std::future::pending().await,
             }
