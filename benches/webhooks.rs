@@ -27,6 +27,13 @@ use sheetd::server::{self, Options};
 const KEY: &str = "svc_live_WebhookBenchKey0000000000000000000001";
 
 fn fixture() -> Value {
+    let mut keys = vec![json!({"id": 1, "ownerId": 1, "name": "bench", "secret": KEY,
+        "grants": [{"verb": "write", "scopeType": "account", "scopeId": null}]})];
+    keys.extend((0..HOOK_KEYS).map(|n| {
+        json!({"id": n + 2, "ownerId": 1,
+        "name": format!("hooks {n}"), "secret": hook_key(n),
+        "grants": [{"verb": "read", "scopeType": "account", "scopeId": null}]})
+    }));
     json!({
       "users": [{"id": 1, "name": "ada", "plan": "paid"}],
       "plans": {"free": {"maxRowsPerSheet": 5000}, "paid": {"maxRowsPerSheet": 10000000}},
@@ -38,9 +45,16 @@ fn fixture() -> Value {
         {"id": 200, "sheetId": 2, "name": "Task", "type": "text", "position": 0, "primary": true},
         {"id": 300, "sheetId": 3, "name": "Task", "type": "text", "position": 0, "primary": true}
       ],
-      "keys": [{"id": 1, "ownerId": 1, "name": "bench", "secret": KEY,
-                "grants": [{"verb": "write", "scopeType": "account", "scopeId": null}]}]
+      "keys": keys,
     })
+}
+
+/// A key holds at most 50 webhooks: the writers' cost run spreads its webhooks over these.
+const HOOK_KEYS: u64 = 40;
+
+/// The secret of webhook key `n` (`0..HOOK_KEYS`).
+fn hook_key(n: u64) -> String {
+    format!("svc_live_WebhookBenchKey{:022}", n + 2)
 }
 
 /// What a receiver took: per message, when it arrived and the `seq`s it held.
@@ -116,9 +130,13 @@ fn client() -> awc::Client {
 }
 
 async fn post(base: &str, path: &str, body: &Value) -> Value {
+    post_as(base, KEY, path, body).await
+}
+
+async fn post_as(base: &str, key: &str, path: &str, body: &Value) -> Value {
     let mut res = client()
         .post(format!("{base}{path}"))
-        .insert_header(("Authorization", format!("Bearer {KEY}")))
+        .insert_header(("Authorization", format!("Bearer {key}")))
         .send_json(body)
         .await
         .expect("request");
@@ -250,7 +268,8 @@ fn main() {
         let without = vec![write_load(&base, 3, 16, 5).await];
         println!("  no webhook: {:.0} writes/s", without[0]);
         for i in 0..hooks {
-            webhook(&base, 3, &format!("http://{addr}/w{i}"), None).await;
+            let body = json!({"sheetId": 3, "url": format!("http://{addr}/w{i}")});
+            post_as(&base, &hook_key(i as u64 / 50), "/webhooks", &body).await;
         }
         let mut with = Vec::new();
         for round in 0..2 {
