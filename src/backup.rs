@@ -142,7 +142,7 @@ pub fn backup(args: BackupArgs) -> ExitCode {
 fn online(url: &str, token: &str, tmp: &Path) -> anyhow::Result<Manifest> {
     // The command runs beside the server it backs up more often than not: its threads (this
     // one, the check's and the HTTP client's, which inherit it) take what the writers leave.
-    lower_priority();
+    crate::priority::lower_to_background("backup");
     let url = format!("{}/admin/v1/backup", url.trim_end_matches('/'));
     // A bounded queue: the check keeps up or the transfer waits for it, in constant memory.
     let (tx, rx) = std::sync::mpsc::sync_channel::<Bytes>(64);
@@ -293,22 +293,6 @@ pub fn restore(args: RestoreArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => fail("restore", anyhow::Error::new(e).context("nothing was restored")),
-    }
-}
-
-/// The nice value of a backup's threads: the lowest priority there is, so that on a machine
-/// with few cores a backup takes the CPU the writers leave, and their latency stays what it is
-/// without one (a backup is a background job; its own time matters less).
-pub const BACKUP_NICE: i32 = 19;
-
-/// Lowers the calling thread's scheduling priority to [`BACKUP_NICE`]: for a thread that does
-/// a backup's work and nothing else (Linux schedules threads one by one, so the rest of the
-/// process keeps its priority; threads it starts later inherit it). A failure only costs the
-/// writers' latency: it is logged.
-pub fn lower_priority() {
-    let tid = rustix::thread::gettid();
-    if let Err(e) = rustix::process::setpriority_process(Some(tid), BACKUP_NICE) {
-        tracing::warn!(error = %e, "cannot lower a backup thread's priority");
     }
 }
 

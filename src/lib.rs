@@ -55,6 +55,7 @@ pub mod maintenance;
 pub mod metrics;
 pub mod middleware;
 pub mod openapi;
+pub mod priority;
 pub mod prometheus;
 pub mod rate_limit;
 pub mod response;

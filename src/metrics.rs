@@ -42,6 +42,12 @@ impl Metrics {
         self.sum_micros.fetch_add(latency.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// Requests served so far: background work watches it move to know whether the server
+    /// is busy (see `crate::webhooks::budget`).
+    pub fn served(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
     /// Requests by route and status, sorted.
     pub fn requests(&self) -> Vec<((String, u16), u64)> {
         let mut all: Vec<_> = self.requests.iter().map(|e| (e.key().clone(), *e.value())).collect();
@@ -314,5 +320,11 @@ fn webhooks(e: &mut Exposition, service: &Service, counters: &crate::webhooks::D
         "sheetd_webhook_failures_total",
         "Webhook delivery attempts that failed (a non-2xx, a timeout, a refused connection).",
         counters.failed.load(Ordering::Relaxed) as f64,
+    );
+    e.counter(
+        "sheetd_webhook_paced_seconds_total",
+        "Seconds webhook deliveries waited for their CPU budget (--webhook-cpu-percent) while \
+         requests were being served.",
+        counters.paced_micros.load(Ordering::Relaxed) as f64 / 1e6,
     );
 }

@@ -492,9 +492,9 @@ pub async fn get_backup(
     // Four chunks in flight: a slow client holds the writer back, not the server's memory.
     let (tx, mut rx) = tokio::sync::mpsc::channel(4);
     // A thread of its own, at the lowest priority: the writers' latency comes first (see
-    // `crate::backup::lower_priority`), and the blocking pool's threads keep theirs.
+    // `crate::priority`), and the blocking pool's threads keep theirs.
     let spawned = std::thread::Builder::new().name("sheetd-backup".to_owned()).spawn(move || {
-        crate::backup::lower_priority();
+        crate::priority::lower_to_background("backup");
         let failed = tx.clone();
         let out = crate::backup::ChannelWriter::new(tx);
         match actors::backup::write(copies, &files, out, &mut |_| {}) {

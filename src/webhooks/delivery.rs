@@ -4,7 +4,8 @@
 //!
 //! Deliveries run on a thread of their own with its own single-threaded runtime, so no
 //! receiver, however slow, takes time from the workers that serve requests or from the sheet
-//! actors. A supervisor starts one task per active webhook (and again when one is made or
+//! actors; and at the background priority ([`crate::priority`]), so that webhooks behind a
+//! busy sheet's writes catch up with the CPU its writers leave rather than with theirs. A supervisor starts one task per active webhook (and again when one is made or
 //! enabled); a task ends when its webhook is deleted or disabled, or when this node stops
 //! serving from its own state (a cluster node that no longer leads: only the leader delivers).
 //!
@@ -46,6 +47,7 @@ use actors::{Service, Target};
 use rand::Rng;
 use tokio::sync::{watch, Semaphore};
 
+use super::budget::{self, Budget, Pace};
 use super::{client, sign};
 use crate::auth::{Caller, Need};
 use crate::cursor::Kind;
@@ -82,6 +84,10 @@ struct Ctx {
     stop: watch::Receiver<bool>,
     user_agent: String,
     connector: client::Connector,
+    /// The CPU deliveries may take while requests are served; looked at before each step.
+    budget: std::sync::Mutex<Budget>,
+    /// Held by each paced step ([`PACED_AT_ONCE`]).
+    paced: Semaphore,
 }
 
 impl Deliveries {
@@ -91,18 +97,28 @@ impl Deliveries {
     /// The thread or its runtime cannot be made, or `--webhook-ca-file` cannot be read.
     pub fn start(state: web::Data<AppState>) -> std::io::Result<Deliveries> {
         let settings = &state.webhooks;
+        let cpu_percent = settings.cpu_percent;
         let connector = client::Connector::new(settings.allow_private, settings.ca_file.as_deref())
             .map_err(std::io::Error::other)?;
         let (stop, stopped) = watch::channel(false);
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        // Deliveries are background work: their thread and its blocking pool (which reads
+        // the feed and renders messages) take the CPU requests leave (see `crate::priority`).
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .thread_name("webhooks-io")
+            .on_thread_start(|| crate::priority::lower_to_background("webhooks-io"))
+            .build()?;
         let ctx = Arc::new(Ctx {
             state,
             connections: Semaphore::new(MAX_CONNECTIONS),
             stop: stopped,
             user_agent: format!("sheetd/{}", env!("CARGO_PKG_VERSION")),
             connector,
+            budget: std::sync::Mutex::new(Budget::new(cpu_percent)),
+            paced: Semaphore::new(PACED_AT_ONCE),
         });
         let thread = std::thread::Builder::new().name("webhooks".into()).spawn(move || {
+            crate::priority::lower_to_background("webhooks");
             runtime.block_on(supervise(ctx));
             // Tasks still sending are dropped with the runtime: their messages were not
             // acknowledged in a record, so they are sent again after the next start.
@@ -200,8 +216,35 @@ async fn run(ctx: Arc<Ctx>, id: WebhookId) {
     }
 }
 
+/// Most paced steps at once: while requests are served, webhooks go through the budget a
+/// few at a time, so that a thousand starting together cannot overdraw it a thousandfold.
+const PACED_AT_ONCE: usize = 4;
+
+/// Waits until the delivery budget allows the next step (see [`budget`]). A paced step holds
+/// the returned permit while it runs.
+async fn pace(ctx: &Ctx) -> Option<tokio::sync::SemaphorePermit<'_>> {
+    let mut permit = None;
+    loop {
+        let pace = {
+            let mut budget = ctx.budget.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            budget.check(Instant::now(), budget::thread_cpu(), ctx.state.metrics.served())
+        };
+        match pace {
+            Pace::Quiet => return None,
+            Pace::Go if permit.is_some() => return permit,
+            Pace::Go => permit = Some(ctx.paced.acquire().await.ok()?),
+            Pace::Wait(wait) => {
+                let paced = &ctx.state.metrics.webhooks.paced_micros;
+                paced.fetch_add(wait.as_micros() as u64, Ordering::Relaxed);
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}
+
 /// One round of a webhook's loop: at most one attempt.
 async fn step(ctx: &Ctx, service: &Service, w: &Webhook) -> Next {
+    let paced = pace(ctx).await;
     let now = service.now();
     if !may_read(service, w, now) {
         return disable(service, w, DisabledReason::AccessLost, now).await;
@@ -220,6 +263,8 @@ async fn step(ctx: &Ctx, service: &Service, w: &Webhook) -> Next {
         None => {
             let next = snapshot.state.changes.next_seq();
             if next <= w.cursor {
+                // Waiting for a write is no delivery: the permit goes to another webhook.
+                drop(paced);
                 let mut stop = ctx.stop.clone();
                 // A closed signal disables its branch, so the wait never turns into a spin.
                 tokio::select! {
@@ -251,6 +296,9 @@ async fn step(ctx: &Ctx, service: &Service, w: &Webhook) -> Next {
         // Checked when it was made; a URL this build reads otherwise fails every attempt.
         return attempted(ctx, service, w, end, failed(now, "the URL is not valid", 0)).await;
     };
+    // An attempt waits for its receiver mostly: the permit goes to another webhook (the
+    // attempt's own CPU still counts, on this thread's clock, at the next look).
+    drop(paced);
     let attempt = {
         let Ok(_connection) = ctx.connections.acquire().await else { return Next::Stop };
         let message_id = w.message_id();
@@ -361,10 +409,15 @@ async fn render(
 ) -> Result<Vec<u8>, ChangesError> {
     let (reader, from) = (service.clone(), w.cursor);
     let limit = usize::try_from(end.saturating_sub(from)).unwrap_or(0);
-    let changes =
-        tokio::task::spawn_blocking(move || reader.read_changes(&snapshot, Some(from), limit))
-            .await
-            .map_err(|_| ChangesError::Other(actors::Error::Unavailable("the feed reader")))??;
+    let (changes, cpu) = tokio::task::spawn_blocking(move || {
+        let started = budget::thread_cpu();
+        let changes = reader.read_changes(&snapshot, Some(from), limit);
+        (changes, budget::thread_cpu().saturating_sub(started))
+    })
+    .await
+    .map_err(|_| ChangesError::Other(actors::Error::Unavailable("the feed reader")))?;
+    ctx.budget.lock().unwrap_or_else(std::sync::PoisonError::into_inner).charge(cpu);
+    let changes = changes?;
     if changes.len() != limit || changes.first().is_some_and(|c| c.seq != from) {
         return Err(ChangesError::Other(actors::Error::Inconsistent(format!(
             "the feed of sheet {} does not hold changes {from} to {end} whole",

@@ -7,6 +7,7 @@
 //! - [`address`]: which URLs may be posted to, and the resolver every connection goes through
 //!   (the check repeated on the resolved address at each connection).
 //! - [`sign`]: secrets and Standard Webhooks signatures.
+//! - [`budget`]: the CPU deliveries may take while requests are served.
 //! - [`client`]: one attempt over the network, TLS for `https` (no redirects, bounded in time
 //!   and memory).
 //! - [`delivery`]: the delivery thread: one task per active webhook, one message in flight
@@ -15,6 +16,7 @@
 //! The HTTP operations are `crate::routes::webhooks`.
 
 pub mod address;
+pub mod budget;
 pub mod client;
 pub mod delivery;
 pub mod sign;
@@ -38,6 +40,8 @@ pub struct WebhookSettings {
     pub disable_after: Duration,
     /// CA certificates trusted for `https` receivers besides the Mozilla roots.
     pub ca_file: Option<std::path::PathBuf>,
+    /// The share of one core (percent) deliveries may use while requests are served.
+    pub cpu_percent: u8,
 }
 
 impl WebhookSettings {
@@ -47,6 +51,7 @@ impl WebhookSettings {
             allow_private: args.webhook_allow_private,
             disable_after: Duration::from_secs(args.webhook_disable_after_secs),
             ca_file: args.webhook_ca_file.clone(),
+            cpu_percent: args.webhook_cpu_percent,
         }
     }
 }
@@ -60,4 +65,6 @@ pub struct DeliveryMetrics {
     pub changes_delivered: AtomicU64,
     /// Attempts that failed.
     pub failed: AtomicU64,
+    /// Microseconds deliveries waited for their CPU budget while requests were served.
+    pub paced_micros: AtomicU64,
 }

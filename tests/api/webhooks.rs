@@ -838,3 +838,48 @@ async fn after_a_sigkill_under_load_every_receiver_has_the_feed_exactly() {
         }
     }
 }
+
+#[actix_rt::test]
+async fn webhooks_behind_a_busy_sheet_are_paced_and_catch_up_once_the_load_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("seed.json");
+    std::fs::write(&seed, fixture().to_string()).unwrap();
+    // 1 % of a core while requests are served: ten webhooks following a steady write load
+    // need more than that, so they wait for their budget and fall behind.
+    let flags =
+        ["--seed", seed.to_str().unwrap(), "--webhook-allow-private", "--webhook-cpu-percent", "1"];
+    let server = Binary::start(&dir.path().join("data"), &flags).await;
+    let receivers: Vec<Receiver> = (0..10).map(|_| Receiver::answering(204)).collect();
+    let start = feed_position(&server.base, ADA_WRITE, 10).await;
+    for r in &receivers {
+        let (status, made, _) =
+            create(&server.base, ADA_WRITE, json!({"sheetId": 10, "url": r.url()})).await;
+        assert_eq!(status, 201, "{made}");
+    }
+    let until = Instant::now() + Duration::from_secs(3);
+    let writers: Vec<_> = (0..4)
+        .map(|_| {
+            let base = server.base.clone();
+            actix_rt::spawn(async move {
+                while Instant::now() < until {
+                    add_rows(&base, ADA_WRITE, 10, 2).await;
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    let paced = metric(&server.admin, "sheetd_webhook_paced_seconds_total").await;
+    assert!(paced > 0.0, "deliveries never waited for their budget under the load");
+    // The load is over: unpaced, every receiver gets the whole feed, in order, once each.
+    let end = feed_position(&server.base, ADA_WRITE, 10).await;
+    for (i, r) in receivers.iter().enumerate() {
+        wait_for(60, "the whole feed delivered", || r.all_seqs().last() == Some(&(end - 1))).await;
+        assert_eq!(
+            r.all_seqs(),
+            (start..end).collect::<Vec<_>>(),
+            "receiver {i}: the feed exactly"
+        );
+    }
+}
