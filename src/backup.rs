@@ -300,6 +300,16 @@ pub fn restore(args: RestoreArgs) -> ExitCode {
 pub struct ChannelWriter {
     tx: tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
     buf: Vec<u8>,
+    /// The writing thread's CPU budget while requests are served, their count, and where
+    /// the time it waited goes.
+    pace: Option<Pace>,
+}
+
+/// See [`ChannelWriter::paced`].
+struct Pace {
+    budget: crate::priority::Budget,
+    served: Box<dyn Fn() -> u64 + Send>,
+    waited: Box<dyn Fn(Duration) + Send>,
 }
 
 /// Bytes sent to the response at a time.
@@ -308,12 +318,30 @@ const CHUNK: usize = 256 * 1024;
 impl ChannelWriter {
     /// A writer into `tx`.
     pub fn new(tx: tokio::sync::mpsc::Sender<std::io::Result<Bytes>>) -> ChannelWriter {
-        ChannelWriter { tx, buf: Vec::with_capacity(CHUNK) }
+        ChannelWriter { tx, buf: Vec::with_capacity(CHUNK), pace: None }
+    }
+
+    /// Paces the writing thread, chunk by chunk, to `budget` (see [`crate::priority`]):
+    /// `served` counts the requests served so far; `waited` is told each wait.
+    pub fn paced(
+        mut self,
+        budget: crate::priority::Budget,
+        served: impl Fn() -> u64 + Send + 'static,
+        waited: impl Fn(Duration) + Send + 'static,
+    ) -> ChannelWriter {
+        self.pace = Some(Pace { budget, served: Box::new(served), waited: Box::new(waited) });
+        self
     }
 
     fn send(&mut self) -> std::io::Result<()> {
         if self.buf.is_empty() {
             return Ok(());
+        }
+        if let Some(pace) = &mut self.pace {
+            let waited = pace.budget.pace_blocking(&*pace.served);
+            if !waited.is_zero() {
+                (pace.waited)(waited);
+            }
         }
         let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
         self.tx.blocking_send(Ok(chunk)).map_err(|_| std::io::ErrorKind::BrokenPipe.into())

@@ -26,6 +26,8 @@ pub struct Metrics {
     sum_micros: AtomicU64,
     /// Webhook deliveries.
     pub webhooks: crate::webhooks::DeliveryMetrics,
+    /// Microseconds streamed backups waited for their CPU budget while requests were served.
+    pub backup_paced_micros: AtomicU64,
 }
 
 impl Metrics {
@@ -43,7 +45,7 @@ impl Metrics {
     }
 
     /// Requests served so far: background work watches it move to know whether the server
-    /// is busy (see `crate::webhooks::budget`).
+    /// is busy (see `crate::priority`).
     pub fn served(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
     }
@@ -114,6 +116,12 @@ fn domain(e: &mut Exposition, service: &Service, metrics: &Metrics) {
     let wal = service.log_stats();
     let sides = service.side_store_sizes();
     webhooks(e, service, &metrics.webhooks);
+    e.counter(
+        "sheetd_backup_paced_seconds_total",
+        "Seconds streamed backups waited for their CPU budget (--backup-cpu-percent) while \
+         requests were being served.",
+        metrics.backup_paced_micros.load(Ordering::Relaxed) as f64 / 1e6,
+    );
     e.histogram(
         "sheetd_wal_flush_duration_seconds",
         "Time of one group commit of the log (write, flush and fsync).",

@@ -491,12 +491,22 @@ pub async fn get_backup(
     let files = vec![(crate::backup::CURSOR_KEY_FILE.to_owned(), state.cursors.key().to_vec())];
     // Four chunks in flight: a slow client holds the writer back, not the server's memory.
     let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-    // A thread of its own, at the lowest priority: the writers' latency comes first (see
-    // `crate::priority`), and the blocking pool's threads keep theirs.
+    let budget = crate::priority::Budget::new(state.backup_cpu_percent);
+    let (served, waited) = {
+        let (state, also) = (state.clone(), state.clone());
+        let waited = move |w: std::time::Duration| {
+            let paced = &also.metrics.backup_paced_micros;
+            paced.fetch_add(w.as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
+        };
+        (move || state.metrics.served(), waited)
+    };
+    // A thread of its own, at the lowest priority and paced while requests are served: the
+    // writers' latency comes first (see `crate::priority`), and the blocking pool's threads
+    // keep their priority.
     let spawned = std::thread::Builder::new().name("sheetd-backup".to_owned()).spawn(move || {
         crate::priority::lower_to_background("backup");
         let failed = tx.clone();
-        let out = crate::backup::ChannelWriter::new(tx);
+        let out = crate::backup::ChannelWriter::new(tx).paced(budget, served, waited);
         match actors::backup::write(copies, &files, out, &mut |_| {}) {
             Ok(manifest) => tracing::info!(
                 position,

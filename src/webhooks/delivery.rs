@@ -47,10 +47,10 @@ use actors::{Service, Target};
 use rand::Rng;
 use tokio::sync::{watch, Semaphore};
 
-use super::budget::{self, Budget, Pace};
 use super::{client, sign};
 use crate::auth::{Caller, Need};
 use crate::cursor::Kind;
+use crate::priority::{self, Budget, Pace};
 use crate::state::AppState;
 use crate::views::{ChangeView, WebhookMessageView};
 
@@ -220,14 +220,14 @@ async fn run(ctx: Arc<Ctx>, id: WebhookId) {
 /// few at a time, so that a thousand starting together cannot overdraw it a thousandfold.
 const PACED_AT_ONCE: usize = 4;
 
-/// Waits until the delivery budget allows the next step (see [`budget`]). A paced step holds
+/// Waits until the delivery budget allows the next step (see [`crate::priority`]). A paced step holds
 /// the returned permit while it runs.
 async fn pace(ctx: &Ctx) -> Option<tokio::sync::SemaphorePermit<'_>> {
     let mut permit = None;
     loop {
         let pace = {
             let mut budget = ctx.budget.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            budget.check(Instant::now(), budget::thread_cpu(), ctx.state.metrics.served())
+            budget.check(Instant::now(), priority::thread_cpu(), ctx.state.metrics.served())
         };
         match pace {
             Pace::Quiet => return None,
@@ -410,9 +410,9 @@ async fn render(
     let (reader, from) = (service.clone(), w.cursor);
     let limit = usize::try_from(end.saturating_sub(from)).unwrap_or(0);
     let (changes, cpu) = tokio::task::spawn_blocking(move || {
-        let started = budget::thread_cpu();
+        let started = priority::thread_cpu();
         let changes = reader.read_changes(&snapshot, Some(from), limit);
-        (changes, budget::thread_cpu().saturating_sub(started))
+        (changes, priority::thread_cpu().saturating_sub(started))
     })
     .await
     .map_err(|_| ChangesError::Other(actors::Error::Unavailable("the feed reader")))?;

@@ -7,7 +7,6 @@
 //! - [`address`]: which URLs may be posted to, and the resolver every connection goes through
 //!   (the check repeated on the resolved address at each connection).
 //! - [`sign`]: secrets and Standard Webhooks signatures.
-//! - [`budget`]: the CPU deliveries may take while requests are served.
 //! - [`client`]: one attempt over the network, TLS for `https` (no redirects, bounded in time
 //!   and memory).
 //! - [`delivery`]: the delivery thread: one task per active webhook, one message in flight
@@ -16,7 +15,6 @@
 //! The HTTP operations are `crate::routes::webhooks`.
 
 pub mod address;
-pub mod budget;
 pub mod client;
 pub mod delivery;
 pub mod sign;
