@@ -8,7 +8,10 @@
 //!    then while online backups run back to back, alternated twice: the writers' p99;
 //! 4. the same patch load on a server with and without `--archive-dir`, alternated twice
 //!    each, restarted on the same data dir: the writers' durable rate (each acknowledged patch is
-//!    durable), and the archive's lag at the end of the run.
+//!    durable), and the archive's lag at the end of the run;
+//! 5. the same patch load while background checkpoints of the whole state run back to back
+//!    (`--checkpoint-every-secs 1`), paced as by default and unpaced, alternated: the writers'
+//!    p99 and max.
 //!
 //! Run: `cargo bench --bench backup` (`-- --quick` for 100,000 rows). Nothing here asserts a
 //! duration: it prints.
@@ -120,6 +123,23 @@ impl Server {
         Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
         self.child.wait().unwrap();
     }
+}
+
+/// A metric's value from a server's Prometheus text (0 if it is not there).
+async fn metric(admin: &str, name: &str) -> f64 {
+    let client = awc::Client::builder().timeout(Duration::from_secs(60)).finish();
+    let url = format!("{admin}/metrics");
+    let Ok(mut res) =
+        client.get(&url).insert_header(("Authorization", format!("Bearer {ADMIN}"))).send().await
+    else {
+        return 0.0;
+    };
+    let text = res.body().limit(16 << 20).await.unwrap_or_default();
+    let prefix = format!("{name} ");
+    String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0)
 }
 
 async fn get(url: &str) -> (u16, Value) {
@@ -356,6 +376,23 @@ fn main() {
             }
         }
 
+        // 5. Writers' latency while background checkpoints of the whole state run back to back
+        //    (`--checkpoint-every-secs 1`), paced (`--background-cpu-percent`'s default) and
+        //    unpaced (100), alternated, the order flipped each pair.
+        let mut checkpointing: Vec<(bool, bench::report::LevelView, f64)> = Vec::new();
+        for pair in 0..2 {
+            for paced in if pair % 2 == 0 { [true, false] } else { [false, true] } {
+                let share = if paced { "20" } else { "100" };
+                let flags = ["--checkpoint-every-secs", "1", "--background-cpu-percent", share];
+                let server = Server::start(&data, &flags).await;
+                let before = metric(&server.admin, "sheetd_wal_checkpoints_total").await;
+                let level = patch64(&server.base).await.levels[0].clone();
+                let written = metric(&server.admin, "sheetd_wal_checkpoints_total").await - before;
+                checkpointing.push((paced, level, written));
+                server.terminate();
+            }
+        }
+
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
         println!("\nbackup bench: {big_rows} rows in the big sheet (+1,000 in the patched one)\n");
         row(
@@ -425,5 +462,19 @@ fn main() {
             format!("{:.2} s / {:.2} s ({:.1} %)", cpu.0, cpu.1, 100.0 * cpu.0 / cpu.1),
         );
         row("archive lag at the end of each archived run (records)", format!("{lags:?}"));
+        for (paced, level, written) in &checkpointing {
+            row(
+                &format!(
+                    "patchRow 64 conns, checkpoints every second, {}",
+                    if *paced { "paced (20 %)" } else { "unpaced" }
+                ),
+                format!(
+                    "p99 {:.1} ms, max {:.1} ms, {:.1}k req/s, {written} checkpoints",
+                    level.latency_ms.p99,
+                    level.latency_ms.max,
+                    level.requests_per_second / 1e3
+                ),
+            );
+        }
     });
 }

@@ -196,12 +196,12 @@ pub struct ServeArgs {
     /// for receivers whose certificates an internal CA issues.
     #[arg(long, env = "SHEETD_WEBHOOK_CA_FILE")]
     pub webhook_ca_file: Option<PathBuf>,
-    /// While the server is serving requests, a backup it streams (`GET /admin/v1/backup`,
-    /// `sheetd backup --admin-url`) uses at most this share of one core (percent, 1 to 100);
-    /// with no request for 100 ms, all it can get.
-    #[arg(long, env = "SHEETD_BACKUP_CPU_PERCENT", default_value_t = 20,
+    /// While the server is serving requests, a background checkpoint or a backup it streams
+    /// (`GET /admin/v1/backup`, `sheetd backup --admin-url`) uses at most this share of one
+    /// core (percent, 1 to 100); with no request for 100 ms, all it can get.
+    #[arg(long, env = "SHEETD_BACKGROUND_CPU_PERCENT", default_value_t = 20,
           value_parser = clap::value_parser!(u8).range(1..=100))]
-    pub backup_cpu_percent: u8,
+    pub background_cpu_percent: u8,
     /// While the server is serving requests, webhook deliveries use at most this share of one
     /// core (percent, 1 to 100); with no request for 100 ms, all they can get. Webhooks that
     /// fall behind under a heavy load catch up when it eases, in fuller messages.

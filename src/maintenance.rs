@@ -45,6 +45,7 @@ use actors::Service;
 use tokio::sync::oneshot;
 
 use crate::config::ServeArgs;
+use crate::priority::Budget;
 use crate::state::AppState;
 
 /// How often the log's counters are polled.
@@ -194,7 +195,7 @@ impl Maintenance {
                 // A cluster's log is truncated by the group, never by a node's checkpoint (it
                 // would copy every sheet and propose a marker each round, truncating nothing).
                 if state.cluster.is_none() {
-                    checkpoint_if_due(service, policy, &mut schedule).await;
+                    checkpoint_if_due(&state, service, policy, &mut schedule).await;
                 }
                 if schedule.swept_at.elapsed() >= HOUSEKEEPING_EVERY {
                     schedule.swept_at = Instant::now();
@@ -217,7 +218,12 @@ impl Maintenance {
 }
 
 /// Step 2 of the loop.
-async fn checkpoint_if_due(service: &Service, policy: CheckpointPolicy, schedule: &mut Schedule) {
+async fn checkpoint_if_due(
+    state: &web::Data<AppState>,
+    service: &Service,
+    policy: CheckpointPolicy,
+    schedule: &mut Schedule,
+) {
     if schedule.not_before.is_some_and(|t| Instant::now() < t) {
         return;
     }
@@ -239,7 +245,7 @@ async fn checkpoint_if_due(service: &Service, policy: CheckpointPolicy, schedule
         return;
     }
     let started = Instant::now();
-    match service.checkpoint().await {
+    match service.checkpoint_paced(pace(state)).await {
         Ok(report) => {
             schedule.checkpointed_at = Instant::now();
             schedule.not_before = None;
@@ -330,6 +336,20 @@ async fn sweep(state: &AppState, service: &Service) {
     if purged.idempotency > 0 {
         tracing::debug!(purged = purged.idempotency, "expired idempotency records dropped");
     }
+}
+
+/// A background checkpoint's pace: encoding a large state takes seconds of a core, which
+/// the writers' tail latency would otherwise wait for on a machine with few cores (see
+/// [`crate::priority`]). One budget per checkpoint, looked at on the thread that writes it.
+fn pace(state: &web::Data<AppState>) -> actors::service::Pace {
+    let budget = std::sync::Mutex::new(Budget::new(state.background_cpu_percent));
+    let state = state.clone();
+    std::sync::Arc::new(move || {
+        let mut budget = budget.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let waited = budget.pace_blocking(|| state.metrics.served());
+        let paced = &state.metrics.checkpoint_paced_micros;
+        paced.fetch_add(waited.as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
+    })
 }
 
 #[cfg(test)]

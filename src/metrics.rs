@@ -28,6 +28,8 @@ pub struct Metrics {
     pub webhooks: crate::webhooks::DeliveryMetrics,
     /// Microseconds streamed backups waited for their CPU budget while requests were served.
     pub backup_paced_micros: AtomicU64,
+    /// Microseconds background checkpoints waited for their CPU budget likewise.
+    pub checkpoint_paced_micros: AtomicU64,
 }
 
 impl Metrics {
@@ -118,9 +120,15 @@ fn domain(e: &mut Exposition, service: &Service, metrics: &Metrics) {
     webhooks(e, service, &metrics.webhooks);
     e.counter(
         "sheetd_backup_paced_seconds_total",
-        "Seconds streamed backups waited for their CPU budget (--backup-cpu-percent) while \
+        "Seconds streamed backups waited for their CPU budget (--background-cpu-percent) while \
          requests were being served.",
         metrics.backup_paced_micros.load(Ordering::Relaxed) as f64 / 1e6,
+    );
+    e.counter(
+        "sheetd_checkpoint_paced_seconds_total",
+        "Seconds background checkpoints waited for their CPU budget (--background-cpu-percent) \
+         while requests were being served.",
+        metrics.checkpoint_paced_micros.load(Ordering::Relaxed) as f64 / 1e6,
     );
     e.histogram(
         "sheetd_wal_flush_duration_seconds",

@@ -229,7 +229,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         },
         stopping: tokio::sync::watch::channel(false).0,
         webhooks: crate::webhooks::WebhookSettings::from_args(args),
-        backup_cpu_percent: args.backup_cpu_percent,
+        background_cpu_percent: args.background_cpu_percent,
     };
     let state = web::Data::new(AppState::new(service, cluster, parts));
     if state.cluster.is_some() {

@@ -40,8 +40,9 @@ pub struct AppState {
     pub stopping: tokio::sync::watch::Sender<bool>,
     /// How webhooks are checked and given up on.
     pub webhooks: crate::webhooks::WebhookSettings,
-    /// The share of one core (percent) a streamed backup may use while requests are served.
-    pub backup_cpu_percent: u8,
+    /// The share of one core (percent) a background checkpoint or a streamed backup may use
+    /// while requests are served.
+    pub background_cpu_percent: u8,
 }
 
 impl AppState {
@@ -62,7 +63,7 @@ impl AppState {
             report_caps: parts.report_caps,
             stopping: parts.stopping,
             webhooks: parts.webhooks,
-            backup_cpu_percent: parts.backup_cpu_percent,
+            background_cpu_percent: parts.background_cpu_percent,
         }
     }
 
@@ -135,6 +136,6 @@ pub struct Parts {
     pub stopping: tokio::sync::watch::Sender<bool>,
     /// See [`AppState::webhooks`].
     pub webhooks: crate::webhooks::WebhookSettings,
-    /// See [`AppState::backup_cpu_percent`].
-    pub backup_cpu_percent: u8,
+    /// See [`AppState::background_cpu_percent`].
+    pub background_cpu_percent: u8,
 }

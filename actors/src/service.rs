@@ -875,17 +875,28 @@ impl Service {
     /// backup reads the log. Records the log archive has not taken stay (see
     /// [`crate::archive`]).
     pub async fn checkpoint(&self) -> Result<CheckpointReport> {
-        self.checkpoint_keeping(false).await
+        self.checkpoint_keeping(false, None).await
+    }
+
+    /// [`Service::checkpoint`], calling `pace` on the writing thread as the snapshot is
+    /// written (every [`PACE_EVERY`] bytes): a background checkpoint steps back for the
+    /// requests that way (the server's pace; nothing here knows of requests).
+    pub async fn checkpoint_paced(&self, pace: Pace) -> Result<CheckpointReport> {
+        self.checkpoint_keeping(false, Some(pace)).await
     }
 
     /// A checkpoint that truncates nothing: for an offline command on a data dir whose server
     /// may archive its log (`--archive-dir`), which this process does not know of. The records
     /// stay readable for that archive, and a start still replays none of them.
     pub async fn checkpoint_keeping_log(&self) -> Result<CheckpointReport> {
-        self.checkpoint_keeping(true).await
+        self.checkpoint_keeping(true, None).await
     }
 
-    async fn checkpoint_keeping(&self, everything: bool) -> Result<CheckpointReport> {
+    async fn checkpoint_keeping(
+        &self,
+        everything: bool,
+        pace: Option<Pace>,
+    ) -> Result<CheckpointReport> {
         let _one_at_a_time = self.checkpointing.lock().await;
         let Copies { file, lsn, retained, .. } = self.copies().await?;
         let log = Arc::clone(&self.shared.log);
@@ -896,7 +907,10 @@ impl Service {
         let size = tokio::task::spawn_blocking(move || {
             let mut size = 0;
             let mut encode = |out: &mut dyn std::io::Write| {
-                size = encode_snapshot(&file, out)?;
+                size = match &pace {
+                    Some(pace) => encode_snapshot(&file, &mut Paced::new(out, &**pace))?,
+                    None => encode_snapshot(&file, out)?,
+                };
                 Ok(())
             };
             let retains = |lsn| retained.contains(&lsn) || hold.is_some_and(|h| lsn > h);
@@ -1074,9 +1088,67 @@ impl Service {
     }
 }
 
+/// A background writer's chance to wait: see [`Service::checkpoint_paced`].
+pub type Pace = Arc<dyn Fn() + Send + Sync>;
+
+/// Bytes a paced checkpoint writes between two calls of its pace.
+pub const PACE_EVERY: usize = 1 << 20;
+
+/// A writer that calls its pace every [`PACE_EVERY`] bytes.
+struct Paced<'a> {
+    out: &'a mut dyn std::io::Write,
+    pace: &'a (dyn Fn() + Send + Sync),
+    since: usize,
+}
+
+impl<'a> Paced<'a> {
+    fn new(out: &'a mut dyn std::io::Write, pace: &'a (dyn Fn() + Send + Sync)) -> Self {
+        Paced { out, pace, since: 0 }
+    }
+}
+
+impl std::io::Write for Paced<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(bytes)?;
+        self.since += n;
+        if self.since >= PACE_EVERY {
+            self.since = 0;
+            (self.pace)();
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_paced_writer_passes_every_byte_and_paces_every_mebibyte() {
+        use std::io::Write;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        let pace = move || {
+            counted.fetch_add(1, Ordering::Relaxed);
+        };
+        let mut out = Vec::new();
+        let chunk: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+        {
+            let mut paced = Paced::new(&mut out, &pace);
+            for _ in 0..(3 * PACE_EVERY + PACE_EVERY / 2) / chunk.len() {
+                paced.write_all(&chunk).unwrap();
+            }
+            paced.flush().unwrap();
+        }
+        assert_eq!(out.len(), 3 * PACE_EVERY + PACE_EVERY / 2);
+        assert!(out.chunks(chunk.len()).all(|c| c == chunk.as_slice()));
+        assert_eq!(calls.load(Ordering::Relaxed), 3);
+    }
 
     fn answer(key: &str, completed_at: Millis) -> IdemEntry {
         IdemEntry {

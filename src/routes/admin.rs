@@ -491,7 +491,7 @@ pub async fn get_backup(
     let files = vec![(crate::backup::CURSOR_KEY_FILE.to_owned(), state.cursors.key().to_vec())];
     // Four chunks in flight: a slow client holds the writer back, not the server's memory.
     let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-    let budget = crate::priority::Budget::new(state.backup_cpu_percent);
+    let budget = crate::priority::Budget::new(state.background_cpu_percent);
     let (served, waited) = {
         let (state, also) = (state.clone(), state.clone());
         let waited = move |w: std::time::Duration| {

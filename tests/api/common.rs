@@ -123,7 +123,7 @@ pub fn args(data_dir: &Path) -> ServeArgs {
         webhook_disable_after_secs: 259_200,
         webhook_ca_file: None,
         webhook_cpu_percent: 10,
-        backup_cpu_percent: 20,
+        background_cpu_percent: 20,
         node_id: None,
         raft_addr: None,
         initial_cluster: None,
