@@ -8,7 +8,7 @@
 //! 3. **Writers' cost**: single-row bulkAdds at 16 connections for 5 s on a sheet with no
 //!    webhook, then with 1,000 webhooks on it (all to one receiver), alternated twice: the
 //!    writers' durable rate (each acknowledged write is durable), and what the webhooks
-//!    delivered meanwhile (paced to `--webhook-cpu-percent`, 10 % of a core by default).
+//!    delivered meanwhile (paced to `--webhook-cpu-percent`, 5 % of a core by default).
 //!
 //! Run: `cargo bench --bench webhooks` (`-- --quick`: 50,000 changes, 100 webhooks). Nothing
 //! here asserts a duration: it prints.

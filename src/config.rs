@@ -205,7 +205,7 @@ pub struct ServeArgs {
     /// While the server is serving requests, webhook deliveries use at most this share of one
     /// core (percent, 1 to 100); with no request for 100 ms, all they can get. Webhooks that
     /// fall behind under a heavy load catch up when it eases, in fuller messages.
-    #[arg(long, env = "SHEETD_WEBHOOK_CPU_PERCENT", default_value_t = 10,
+    #[arg(long, env = "SHEETD_WEBHOOK_CPU_PERCENT", default_value_t = 5,
           value_parser = clap::value_parser!(u8).range(1..=100))]
     pub webhook_cpu_percent: u8,
     /// Run as a member of a cluster: this node's id for life (a positive integer; a node

@@ -960,8 +960,10 @@ pub struct WebhookMessageView<'a> {
     pub webhook_id: u64,
     /// The sheet changed.
     pub sheet_id: u64,
-    /// 1 to 100 changes, as listChanges shows them, in feed order with no gap.
-    pub data: Vec<ChangeView<'a>>,
+    /// 1 to 100 changes, as listChanges shows them, in feed order with no gap (rendered once
+    /// for every webhook of the sheet at that range).
+    #[schema(value_type = Vec<ChangeView>)]
+    pub data: &'a serde_json::value::RawValue,
     /// The feed position after the last change here: listChanges continues from it.
     pub next_cursor: String,
 }

@@ -21,7 +21,9 @@
 //!    With no change waiting, the task waits for the sheet's next durable write.
 //! 3. Read those changes back from the feed and render the body (the same bytes every time:
 //!    the feed and the cursor codec are deterministic), sign it, and post it with at most
-//!    [`MAX_CONNECTIONS`] attempts open at once over the whole server.
+//!    [`MAX_CONNECTIONS`] attempts open at once over the whole server. Message ends are
+//!    aligned to multiples of 100, so webhooks behind on one sheet send the same ranges, and
+//!    a range's changes are read and rendered once for all of them.
 //! 4. Log the outcome (`Attempted`). A 2xx moves the cursor to the message's end and, when the
 //!    next changes are there already, fixes the next message in the same record. Anything else
 //!    waits 1 s doubling to 10 min (±20 % jitter) and retries; a webhook that has failed for
@@ -31,13 +33,13 @@
 //! Every time a record carries is decided here, before it is appended: applying a record
 //! reads no clock. Memory per webhook is one message, held only while it is sent.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix_web::web;
-use actors::model::Millis;
+use actors::model::{Millis, SheetId};
 use actors::service::ChangesError;
 use actors::sheet::SheetSnapshot;
 use actors::webhook::{
@@ -45,6 +47,7 @@ use actors::webhook::{
 };
 use actors::{Service, Target};
 use rand::Rng;
+use serde_json::value::RawValue;
 use tokio::sync::{watch, Semaphore};
 
 use super::{client, sign};
@@ -88,6 +91,8 @@ struct Ctx {
     budget: std::sync::Mutex<Budget>,
     /// Held by each paced step ([`PACED_AT_ONCE`]).
     paced: Semaphore,
+    /// Messages' changes rendered lately, shared by the webhooks of a sheet.
+    rendered: std::sync::Mutex<Rendered>,
 }
 
 impl Deliveries {
@@ -116,6 +121,7 @@ impl Deliveries {
             connector,
             budget: std::sync::Mutex::new(Budget::new(cpu_percent)),
             paced: Semaphore::new(PACED_AT_ONCE),
+            rendered: std::sync::Mutex::default(),
         });
         let thread = std::thread::Builder::new().name("webhooks".into()).spawn(move || {
             crate::priority::lower_to_background("webhooks");
@@ -274,7 +280,7 @@ async fn step(ctx: &Ctx, service: &Service, w: &Webhook) -> Next {
                 }
                 return Next::Again;
             }
-            let end = next.min(w.cursor + MAX_MESSAGE_CHANGES);
+            let end = message_end(w.cursor, next);
             if let Err(e) = service.change_webhook(WebhookChange::Send { id: w.id, end }).await {
                 tracing::warn!(webhook = w.id, error = %e, "cannot log a webhook message");
                 return Next::Wait(LOG_RETRY);
@@ -343,7 +349,7 @@ async fn attempted(ctx: &Ctx, service: &Service, w: &Webhook, end: u64, attempt:
         metrics.changes_delivered.fetch_add(end - w.cursor, Ordering::Relaxed);
         // The next message, when its changes are durable already: fixed in the same record.
         let next = service.sheet_snapshot(w.sheet_id).map_or(0, |s| s.state.changes.next_seq());
-        let next_end = (next > end).then(|| next.min(end + MAX_MESSAGE_CHANGES));
+        let next_end = (next > end).then(|| message_end(end, next));
         let change = WebhookChange::Attempted { id: w.id, attempt, next_end };
         if let Err(e) = service.change_webhook(change).await {
             // The receiver has the message; it will get it again under the same id.
@@ -398,8 +404,9 @@ fn may_read(service: &Service, w: &Webhook, now: Millis) -> bool {
     })
 }
 
-/// The body of the message `[w.cursor, end)`: read back from the feed (blocking, on the
-/// runtime's blocking pool) and rendered.
+/// The body of the message `[w.cursor, end)`: its changes rendered once for every webhook of
+/// the sheet at that range ([`Rendered`]), else read back from the feed (blocking, on the
+/// runtime's blocking pool) and rendered; then the webhook's own envelope around them.
 async fn render(
     ctx: &Ctx,
     service: &Service,
@@ -407,37 +414,130 @@ async fn render(
     snapshot: Arc<SheetSnapshot>,
     end: u64,
 ) -> Result<Vec<u8>, ChangesError> {
-    let (reader, from) = (service.clone(), w.cursor);
-    let limit = usize::try_from(end.saturating_sub(from)).unwrap_or(0);
-    let (changes, cpu) = tokio::task::spawn_blocking(move || {
-        let started = priority::thread_cpu();
-        let changes = reader.read_changes(&snapshot, Some(from), limit);
-        (changes, priority::thread_cpu().saturating_sub(started))
-    })
-    .await
-    .map_err(|_| ChangesError::Other(actors::Error::Unavailable("the feed reader")))?;
-    ctx.budget.lock().unwrap_or_else(std::sync::PoisonError::into_inner).charge(cpu);
-    let changes = changes?;
-    if changes.len() != limit || changes.first().is_some_and(|c| c.seq != from) {
-        return Err(ChangesError::Other(actors::Error::Inconsistent(format!(
-            "the feed of sheet {} does not hold changes {from} to {end} whole",
-            w.sheet_id
-        ))));
-    }
+    let from = w.cursor;
+    let key = (w.sheet_id, from, end);
+    let cached = ctx.rendered.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key);
+    let data = match cached {
+        Some(data) => data,
+        None => {
+            let data = read_and_render(ctx, service, w.sheet_id, snapshot, from, end).await?;
+            let mut rendered =
+                ctx.rendered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            rendered.put(key, Arc::clone(&data));
+            data
+        }
+    };
     let message = WebhookMessageView {
         kind: "sheet.changes",
         webhook_id: w.id,
         sheet_id: w.sheet_id,
-        data: changes.iter().map(ChangeView::new).collect(),
+        data: &data,
         next_cursor: ctx.state.cursors.encode(Kind::Changes, w.sheet_id, end),
     };
     serde_json::to_vec(&message)
         .map_err(|e| ChangesError::Other(actors::Error::Inconsistent(e.to_string())))
 }
 
+/// The changes `[from, end)` of a sheet's feed as the JSON array a message carries.
+async fn read_and_render(
+    ctx: &Ctx,
+    service: &Service,
+    sheet_id: SheetId,
+    snapshot: Arc<SheetSnapshot>,
+    from: u64,
+    end: u64,
+) -> Result<Arc<RawValue>, ChangesError> {
+    let reader = service.clone();
+    let limit = usize::try_from(end.saturating_sub(from)).unwrap_or(0);
+    let (rendered, cpu) = tokio::task::spawn_blocking(move || {
+        let started = priority::thread_cpu();
+        let rendered = reader.read_changes(&snapshot, Some(from), limit).and_then(|changes| {
+            if changes.len() != limit || changes.first().is_some_and(|c| c.seq != from) {
+                return Err(ChangesError::Other(actors::Error::Inconsistent(format!(
+                    "the feed of sheet {sheet_id} does not hold changes {from} to {end} whole"
+                ))));
+            }
+            let views: Vec<ChangeView> = changes.iter().map(ChangeView::new).collect();
+            serde_json::value::to_raw_value(&views)
+                .map_err(|e| ChangesError::Other(actors::Error::Inconsistent(e.to_string())))
+        });
+        (rendered, priority::thread_cpu().saturating_sub(started))
+    })
+    .await
+    .map_err(|_| ChangesError::Other(actors::Error::Unavailable("the feed reader")))?;
+    ctx.budget.lock().unwrap_or_else(std::sync::PoisonError::into_inner).charge(cpu);
+    Ok(Arc::from(rendered?))
+}
+
+/// Most recently rendered messages' changes, shared by the webhooks of a sheet: a range of a
+/// feed never changes (its `seq`s are never reused), and message ends are aligned
+/// ([`message_end`]), so webhooks behind on one sheet ask for the same ranges. Bounded in
+/// entries; the oldest goes first.
+#[derive(Default)]
+struct Rendered {
+    entries: VecDeque<((SheetId, u64, u64), Arc<RawValue>)>,
+}
+
+impl Rendered {
+    /// Ranges kept: a hundred changes each, so a few MB at most.
+    const MAX: usize = 64;
+
+    fn get(&self, key: (SheetId, u64, u64)) -> Option<Arc<RawValue>> {
+        self.entries.iter().find(|(k, _)| *k == key).map(|(_, data)| Arc::clone(data))
+    }
+
+    fn put(&mut self, key: (SheetId, u64, u64), data: Arc<RawValue>) {
+        if self.get(key).is_some() {
+            return;
+        }
+        if self.entries.len() >= Self::MAX {
+            self.entries.pop_front();
+        }
+        self.entries.push_back((key, data));
+    }
+}
+
+/// The end of a message starting at `cursor` when the feed's next `seq` is `next`: at most
+/// [`MAX_MESSAGE_CHANGES`] changes, ending at a multiple of it where the feed reaches that
+/// far. Aligned ends make every webhook behind on a sheet send the same ranges, rendered once
+/// ([`Rendered`]); only a webhook's first message after catching up is shorter.
+fn message_end(cursor: u64, next: u64) -> u64 {
+    let aligned = (cursor / MAX_MESSAGE_CHANGES + 1) * MAX_MESSAGE_CHANGES;
+    next.min(aligned)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn message_ends_are_aligned_so_webhooks_behind_share_them() {
+        assert_eq!(message_end(1, 1000), 100, "a feed starts at seq 1");
+        assert_eq!(message_end(100, 1000), 200);
+        assert_eq!(message_end(137, 1000), 200, "after catching up, the next one realigns");
+        assert_eq!(message_end(137, 150), 150, "never past the feed");
+        assert_eq!(message_end(199, 1000), 200);
+        for cursor in 1..1000 {
+            let end = message_end(cursor, 5000);
+            assert!(end > cursor && end - cursor <= MAX_MESSAGE_CHANGES, "{cursor} -> {end}");
+        }
+    }
+
+    #[test]
+    fn rendered_ranges_are_bounded_and_found_by_sheet_and_range() {
+        let data = |s: &str| Arc::from(RawValue::from_string(s.to_owned()).unwrap());
+        let mut r = Rendered::default();
+        r.put((1, 1, 100), data("[1]"));
+        r.put((2, 1, 100), data("[2]"));
+        assert_eq!(r.get((1, 1, 100)).unwrap().get(), "[1]");
+        assert_eq!(r.get((2, 1, 100)).unwrap().get(), "[2]");
+        assert!(r.get((1, 100, 200)).is_none());
+        for i in 0..Rendered::MAX as u64 {
+            r.put((3, i * 100, i * 100 + 100), data("[]"));
+        }
+        assert_eq!(r.entries.len(), Rendered::MAX);
+        assert!(r.get((1, 1, 100)).is_none(), "the oldest went first");
+    }
 
     #[test]
     fn the_backoff_doubles_from_one_second_to_ten_minutes_with_jitter() {
