@@ -52,8 +52,13 @@ use crate::model::{ColumnId, Row, RowId, SheetId};
 pub const DEFAULT_BUDGET: usize = 256 << 20;
 /// A sheet's columns unused this long are dropped.
 pub const IDLE: Duration = Duration::from_secs(600);
-/// Most distinct strings a dictionary column holds before it becomes an arena column.
-const DICT_MAX: usize = 1024;
+/// Most distinct strings a dictionary column holds before it becomes an arena column (a few in
+/// tests, so their small sheets see every form).
+const DICT_MAX: usize = if cfg!(test) { 4 } else { 1024 };
+/// Garbage bytes past which (and past half the arena) a text column's arena is compacted.
+const GARBAGE_MAX: usize = if cfg!(test) { 64 } else { 1 << 20 };
+/// Dead positions, beyond an eighth of them, past which a sheet's columns are compacted.
+const DEAD_MAX: usize = if cfg!(test) { 2 } else { 64 };
 /// The code of a blank cell in a dictionary column.
 pub(crate) const BLANK_CODE: u32 = u32::MAX;
 /// Rows per thread below which building columns stays on one thread.
@@ -77,8 +82,11 @@ pub enum Cells {
     /// ([`BLANK_CODE`]: blank); `index` finds a value's code.
     Dict { codes: Vec<u32>, values: Vec<Box<str>>, index: HashMap<Box<str>, u32> },
     /// Strings: `(start, len)` of each in `arena` (length 0: blank). `garbage` bytes of the
-    /// arena belong to cells since rewritten.
-    Text { spans: Vec<(u32, u32)>, arena: String, garbage: usize },
+    /// arena belong to cells since rewritten. While `ordered`, the spans follow each other in
+    /// the arena in position order (starts never decrease), so a search of the whole arena
+    /// finds a hit's position by binary search (`contains`, [`super::scan`]); rewriting any
+    /// cell but the last breaks it, compacting the arena restores it.
+    Text { spans: Vec<(u32, u32)>, arena: String, garbage: usize, ordered: bool },
     /// Anything else: the cells as stored.
     Raw(Vec<Value>),
 }
@@ -138,7 +146,7 @@ impl Cells {
         match self {
             Cells::Num(v) => v.push(if let CellRef::Num(x) = c { x } else { f64::NAN }),
             Cells::Dict { codes, .. } => codes.push(BLANK_CODE),
-            Cells::Text { spans, .. } => spans.push((0, 0)),
+            Cells::Text { spans, arena, .. } => spans.push((arena.len() as u32, 0)),
             Cells::Raw(v) => v.push(Value::Null),
         }
         if !matches!(self, Cells::Num(_)) {
@@ -168,17 +176,18 @@ impl Cells {
                     _ => BLANK_CODE,
                 }
             }
-            Cells::Text { spans, arena, garbage } => {
+            Cells::Text { spans, arena, garbage, ordered } => {
                 *garbage += spans[pos].1 as usize;
+                *ordered = *ordered && pos + 1 == spans.len();
+                let start = arena.len() as u32;
                 spans[pos] = match c {
                     CellRef::Str(s) => {
-                        let start = arena.len() as u32;
                         arena.push_str(s);
                         (start, s.len() as u32)
                     }
-                    _ => (0, 0),
+                    _ => (start, 0),
                 };
-                if *garbage > 1 << 20 && *garbage > arena.len() / 2 {
+                if *garbage > GARBAGE_MAX && *garbage > arena.len() / 2 {
                     self.compact_arena();
                 }
             }
@@ -211,12 +220,14 @@ impl Cells {
                 index: HashMap::new(),
             },
             (Cells::Dict { .. }, CellRef::Str(s)) if s.len() <= u32::MAX as usize / 2 => {
-                let mut text =
-                    Cells::Text { spans: vec![(0, 0); n], arena: String::new(), garbage: 0 };
+                let mut text = Cells::Text {
+                    spans: Vec::with_capacity(n),
+                    arena: String::new(),
+                    garbage: 0,
+                    ordered: true,
+                };
                 for p in 0..n {
-                    if let CellRef::Str(s) = self.get(p) {
-                        text.set(p, &Value::String(s.to_owned()));
-                    }
+                    text.push(&value_of(self.get(p)));
                 }
                 text
             }
@@ -226,15 +237,16 @@ impl Cells {
 
     /// Rewrite the arena in position order, without the bytes of rewritten cells.
     fn compact_arena(&mut self) {
-        if let Cells::Text { spans, arena, garbage } = self {
+        if let Cells::Text { spans, arena, garbage, ordered } = self {
             let mut fresh = String::with_capacity(arena.len() - *garbage);
-            for span in spans.iter_mut().filter(|s| s.1 > 0) {
+            for span in spans.iter_mut() {
                 let start = fresh.len() as u32;
                 fresh.push_str(&arena[span.0 as usize..(span.0 + span.1) as usize]);
                 span.0 = start;
             }
             *arena = fresh;
             *garbage = 0;
+            *ordered = true;
         }
     }
 
@@ -277,6 +289,19 @@ impl Cells {
                     self.push(&value_of(other.get(p)));
                 }
             }
+        }
+    }
+
+    /// Give back spare capacity (a built column is not grown again soon).
+    fn shrink_to_fit(&mut self) {
+        match self {
+            Cells::Num(v) => v.shrink_to_fit(),
+            Cells::Dict { codes, .. } => codes.shrink_to_fit(),
+            Cells::Text { spans, arena, .. } => {
+                spans.shrink_to_fit();
+                arena.shrink_to_fit();
+            }
+            Cells::Raw(v) => v.shrink_to_fit(),
         }
     }
 
@@ -425,7 +450,8 @@ impl SheetColumns {
         // New columns are read in map order, so positions must be the map's.
         self.compact();
         let rows: Vec<&Arc<Row>> = self.rows.values().collect();
-        for (id, cells) in missing.iter().zip(read_columns(&rows, &missing)) {
+        for (id, mut cells) in missing.iter().zip(read_columns(&rows, &missing)) {
+            cells.shrink_to_fit();
             self.cells.insert(*id, cells);
         }
     }
@@ -474,8 +500,10 @@ impl SheetColumns {
                 }
             }
             for (column, cell) in columns.iter().zip(&buf) {
-                if let Some(cells) = self.cells.get_mut(column) {
-                    cells.set(pos, cell);
+                // An unchanged cell is left alone: a text cell rewritten would leave garbage.
+                match self.cells.get_mut(column) {
+                    Some(cells) if cells.get(pos) != CellRef::of(cell) => cells.set(pos, cell),
+                    _ => {}
                 }
             }
             let dead = row.is_none();
@@ -489,7 +517,7 @@ impl SheetColumns {
             }
         }
         self.rows = to.clone();
-        if self.dead_count > self.ids.len() / 8 + 64 {
+        if self.dead_count > self.ids.len() / 8 + DEAD_MAX {
             self.compact();
         }
     }

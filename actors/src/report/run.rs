@@ -524,17 +524,29 @@ impl Sum {
     fn add(&mut self, x: f64) {
         self.total += x;
         self.magnitude += x.abs();
-        self.dyadic = self.dyadic && (x * f64::from(1u32 << SUM_BITS)).fract() == 0.0;
+        self.dyadic = self.dyadic && dyadic(x);
     }
 
     /// `self` then `later`, when that equals adding their addends in order.
     fn merge(self, later: Sum) -> Option<Sum> {
         let magnitude = self.magnitude + later.magnitude;
-        let exact = self.dyadic
-            && later.dyadic
-            && magnitude * f64::from(1u32 << SUM_BITS) < 9_007_199_254_740_992.0;
+        let exact = self.dyadic && later.dyadic && exact_in_any_order(magnitude);
         exact.then_some(Sum { total: self.total + later.total, magnitude, dyadic: true })
     }
+}
+
+/// Whether `x` is a multiple of 2^-[`SUM_BITS`] (see [`Sum`]).
+#[inline]
+pub(crate) fn dyadic(x: f64) -> bool {
+    let units = x * f64::from(1u32 << SUM_BITS);
+    // Within ±2^62 the conversion is exact for integers, so equality means integral.
+    units.abs() < 4.6e18 && units as i64 as f64 == units
+}
+
+/// Whether sums of multiples of 2^-[`SUM_BITS`] whose magnitudes add up to `magnitude` are
+/// exact, whatever the order of the additions (see [`Sum`]).
+pub(crate) fn exact_in_any_order(magnitude: f64) -> bool {
+    magnitude * f64::from(1u32 << SUM_BITS) < 9_007_199_254_740_992.0
 }
 
 /// A running aggregate. `B` is how a `min` or `max` holds its best cell so far: the row scan

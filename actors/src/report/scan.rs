@@ -31,7 +31,8 @@ use super::columns::{threads, Cells, SheetColumns, BLANK_CODE};
 use super::compile::{Predicate, QueryPlan, Shape, Source};
 use super::definition::{AggFn, Direction, Op};
 use super::run::{
-    order_groups, selected, shown, sort_cmp, test, unwrap, Acc, CellRef, Output, Rest, RunResult,
+    dyadic, exact_in_any_order, order_groups, selected, shown, sort_cmp, test, unwrap, Acc,
+    CellRef, Output, Rest, RunResult,
 };
 use crate::model::ColumnId;
 
@@ -70,6 +71,8 @@ enum Check<'a> {
         pass: Vec<bool>,
         blank: bool,
     },
+    /// A test already run for every position.
+    Hits(Vec<bool>),
     /// Any other test.
     Cell {
         cells: &'a Cells,
@@ -99,6 +102,12 @@ impl<'a> Check<'a> {
                         pass: values.iter().map(|v| of(CellRef::Str(v))).collect(),
                         blank: of(CellRef::Blank),
                     },
+                    Some(cells @ Cells::Text { spans, arena, ordered: true, .. })
+                        if op == Op::Contains && caseless_fragment(needle).is_some() =>
+                    {
+                        let fragment = caseless_fragment(needle).unwrap_or_default();
+                        Check::Hits(text_hits(spans, arena, fragment, |p| of(cells.get(p))))
+                    }
                     Some(cells) => Check::Cell { cells, op, operand, needle, instants },
                 }
             }
@@ -111,6 +120,7 @@ impl<'a> Check<'a> {
             Check::All(parts) => parts.iter().all(|p| p.pass(pos)),
             Check::Any(parts) => parts.iter().any(|p| p.pass(pos)),
             Check::Const(b) => *b,
+            Check::Hits(hits) => hits[pos],
             Check::Codes { codes, pass, blank } => match codes[pos] {
                 BLANK_CODE => *blank,
                 c => pass[c as usize],
@@ -120,6 +130,43 @@ impl<'a> Check<'a> {
             }
         }
     }
+}
+
+/// The longest run of `needle`'s bytes that case folding leaves alone (ASCII other than
+/// letters), when the needle is ASCII: a text holding the needle in any case holds this run as
+/// it is (lower-casing never makes such a byte out of another character).
+fn caseless_fragment(needle: &str) -> Option<&[u8]> {
+    let runs = needle.as_bytes().split(|b| b.is_ascii_alphabetic());
+    runs.max_by_key(|run| run.len()).filter(|run| !run.is_empty() && needle.is_ascii())
+}
+
+/// `contains` over a text column in position order: the arena searched whole for `fragment`
+/// (a vector search over the bytes, instead of a search per cell), each hit's position found
+/// by binary search and tested in full by `pass`.
+fn text_hits(
+    spans: &[(u32, u32)],
+    arena: &str,
+    fragment: &[u8],
+    pass: impl Fn(usize) -> bool,
+) -> Vec<bool> {
+    let mut hits = vec![false; spans.len()];
+    let finder = memchr::memmem::Finder::new(fragment);
+    let bytes = arena.as_bytes();
+    let mut from = 0;
+    while let Some(i) = finder.find(&bytes[from..]) {
+        let at = from + i;
+        from = at + 1;
+        // The last span starting at or before the hit holds it, if any does.
+        let Some(pos) = spans.partition_point(|s| s.0 as usize <= at).checked_sub(1) else {
+            continue;
+        };
+        let end = (spans[pos].0 + spans[pos].1) as usize;
+        if at + fragment.len() <= end && !hits[pos] && pass(pos) {
+            hits[pos] = true;
+            from = end;
+        }
+    }
+    hits
 }
 
 /// A contiguous part of the scan order: position ranges of sources, in order.
@@ -215,6 +262,12 @@ fn execute_kept_in(
         }
         Shape::Grouped { group_by, aggregates, sort } => {
             let grouped = |segs: &[Segment]| grouped(&views, segs, group_by, aggregates);
+            // Sums that could round otherwise when split are added in one pass, in scan order.
+            let segs = if segs.len() > 1 && !sums_split(&views, aggregates) {
+                segments(&views, 1)
+            } else {
+                segs
+            };
             let groups = grouped(&segs).unwrap_or_else(|| {
                 let whole = segments(&views, 1);
                 grouped(&whole).expect("one segment merges nothing")
@@ -225,6 +278,30 @@ fn execute_kept_in(
             RunResult::new(plan, sources, rows.len() as u64, Output::Grid(rows))
         }
     }
+}
+
+/// Whether every number the `sum`s and `avg`s of `aggregates` could add is such that any
+/// order of the additions gives the same sum ([`super::run::Sum`]): then a scan split into parts
+/// merges its sums exactly. One pass over the summed columns, which stops at the first number
+/// that does not qualify.
+fn sums_split(views: &[View<'_>], aggregates: &[(AggFn, Option<usize>)]) -> bool {
+    let mut magnitude = 0.0;
+    for (func, field) in aggregates {
+        let Some(field) = field.filter(|_| matches!(func, AggFn::Sum | AggFn::Avg)) else {
+            continue;
+        };
+        for cells in views.iter().filter_map(|v| v.fields[field]) {
+            for pos in 0..cells.len() {
+                if let CellRef::Num(x) = cells.get(pos) {
+                    if !dyadic(x) {
+                        return false;
+                    }
+                    magnitude += x.abs();
+                }
+            }
+        }
+    }
+    exact_in_any_order(magnitude)
 }
 
 /// How many rows match, and the first [`PREFIX`] of them in result order.
@@ -487,7 +564,11 @@ mod tests {
                 "x1",
                 "Open",
                 "Done",
-                "Blocked"
+                "Blocked",
+                "x 12",
+                "ab 12c",
+                "Ω 1",
+                "X 1",
             ])
             .prop_map(|s| json!(s)),
             Just(json!(["a"])),
@@ -495,10 +576,41 @@ mod tests {
         ])
     }
 
+    /// A cell of the column at `index` (Task, Status, Hours, Flag, Tags): mostly of its type
+    /// (so columns take their typed forms), now and then anything.
+    fn typed(index: usize) -> impl Strategy<Value = Option<Value>> {
+        let strings = |v: &[&'static str]| prop::sample::select(v.to_vec()).prop_map(|s| json!(s));
+        let own: BoxedStrategy<Value> = match index {
+            0 => strings(&[
+                "alpha",
+                "Beta",
+                "ALPHA beta",
+                "gamma Δ",
+                "x 12",
+                "ab 12c",
+                "Ω 1",
+                "X 1",
+                "",
+            ])
+            .boxed(),
+            1 => strings(&["Open", "Done", "Blocked"]).boxed(),
+            2 => prop_oneof![
+                (-3i64..6).prop_map(|n| json!(n)),
+                Just(json!(0.1)),
+                Just(json!(2.5)),
+                Just(json!({"value": 8, "format": "0.0"})),
+            ]
+            .boxed(),
+            3 => proptest::bool::ANY.prop_map(|b| json!(b)).boxed(),
+            _ => strings(&["a", "b"]).prop_map(|s| json!([s])).boxed(),
+        };
+        prop_oneof![12 => proptest::option::of(own), 1 => cell()]
+    }
+
     /// Cells of a row of `sheet`: each column of the sheet may hold one.
     fn cells(sheet: SheetId) -> impl Strategy<Value = Vec<(ColumnId, Value)>> {
-        proptest::collection::vec(cell(), 5).prop_map(move |cells| {
-            cells
+        (typed(0), typed(1), typed(2), typed(3), typed(4)).prop_map(move |(a, b, c, d, e)| {
+            [a, b, c, d, e]
                 .into_iter()
                 .enumerate()
                 .filter_map(|(i, c)| Some((sheet * 100 + 1 + i as u64, c?)))
@@ -565,6 +677,7 @@ mod tests {
                                {"column": "Tags", "op": "contains", "value": "b"},
                                {"all": [{"column": "Status", "op": "is_blank"}, {"column": "Task", "op": "ne", "value": "alpha"}]}]}}"#,
         r#"{"type": "row", "sources": [10], "columns": ["Task"], "filter": {"column": "Status", "op": "eq", "value": "Done"}}"#,
+        r#"{"type": "row", "sources": [10, 11], "columns": ["Task"], "filter": {"column": "Task", "op": "contains", "value": "X 1"}}"#,
     ];
 
     fn row(sheet: SheetId, id: RowId, cells: &[(ColumnId, Value)]) -> Arc<Row> {
