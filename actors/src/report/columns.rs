@@ -31,9 +31,11 @@
 //! [`ColumnCache`] holds every sheet's columns under one byte budget (`--report-column-cache-mb`,
 //! [`DEFAULT_BUDGET`]; 0 turns the cache off and every run scans rows). After each run the
 //! least recently used sheets are dropped until the rest fit; a sheet whose columns alone exceed
-//! the budget is dropped after the run that built them. Entries unused for [`IDLE`] are dropped
-//! too: besides its columns, an entry keeps the version of the row map it reflects, so the
-//! previous version of rows written since stays alive until the next run syncs it.
+//! the budget is dropped after the run that built them (so such a sheet is scanned at the cost
+//! of a build each time: the budget should exceed the largest sheet's columns). Entries unused
+//! for [`IDLE`] are dropped too (checked every minute by the runner): besides its columns, an
+//! entry keeps the version of the row map it reflects, so the previous version of rows written
+//! since stays alive until the next run syncs it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -633,6 +635,11 @@ impl ColumnCache {
             kept.used = now;
         }
         state.fit(Some(sheet), now);
+    }
+
+    /// Drop the sheets unused for [`IDLE`].
+    pub fn expire(&self) {
+        self.state().fit(None, Instant::now());
     }
 
     /// Sheets, bytes and budget.

@@ -393,6 +393,11 @@ impl Handler<GetColumnCacheStats> for ReportRunner {
 
 impl Actor for ReportRunner {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Kept columns of sheets no report reads any more go without waiting for another run.
+        ctx.run_interval(Duration::from_secs(60), |runner, _| runner.columns.expire());
+    }
 }
 
 fn lock(cache: &Mutex<ResultCache>) -> std::sync::MutexGuard<'_, ResultCache> {
