@@ -14,12 +14,15 @@
 //! # Faster
 //!
 //! - A filter on a dictionary column is tested once per distinct value, then looked up by code.
+//! - `contains` on a text column whose arena is in position order searches the whole arena for
+//!   the needle's caseless run ([`caseless_fragment`]) and tests only the rows holding it.
 //! - A flat run orders only its first [`PREFIX`] rows (a bounded selection instead of a sort of
 //!   every match); a page past them orders the whole result once, by the row scan
 //!   ([`super::run::Rest`]). [`PREFIX`] is at least two pages of the largest `limit`.
-//! - The scan is split into contiguous parts, one per core, merged in scan order. A sum is
-//!   merged only when no rounding can tell the orders apart ([`super::run::Sum`]); otherwise the
-//!   aggregation runs again on one thread, in scan order.
+//! - The scan is split into contiguous parts, one per core, merged in scan order. Sums are
+//!   split only when no rounding can tell the orders apart ([`super::run::Sum`], checked up
+//!   front by [`sums_split`], and again by each merge: a refused merge runs the aggregation
+//!   again on one thread, in scan order).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
