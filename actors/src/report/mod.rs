@@ -437,7 +437,7 @@ impl Handler<RunReport> for ReportRunner {
             };
             if let Some(result) = lock(&cache).continue_run(run, same, Instant::now()) {
                 return Box::pin(async move {
-                    Ok(cut_page(&result, msg.offset, msg.limit, sources_omitted, run))
+                    page_of(result, msg.offset, msg.limit, sources_omitted, run).await
                 });
             }
         }
@@ -470,9 +470,27 @@ impl Handler<RunReport> for ReportRunner {
                     (r, run)
                 }
             };
-            Ok(cut_page(&result, msg.offset, msg.limit, sources_omitted, run))
+            page_of(result, msg.offset, msg.limit, sources_omitted, run).await
         })
     }
+}
+
+/// The page at `offset` of a result, cut on a blocking thread when it reaches past the rows
+/// the run ordered (ordering the rest is a scan of the rows).
+async fn page_of(
+    result: Arc<RunResult>,
+    offset: u64,
+    limit: usize,
+    sources_omitted: u64,
+    run: u32,
+) -> Result<RunPage> {
+    let end = usize::try_from(offset).unwrap_or(usize::MAX).saturating_add(limit);
+    if result.ordered_to(end) {
+        return Ok(cut_page(&result, offset, limit, sources_omitted, run));
+    }
+    tokio::task::spawn_blocking(move || cut_page(&result, offset, limit, sources_omitted, run))
+        .await
+        .map_err(|_| Error::Unavailable("report runner"))
 }
 
 /// The page at `offset` of a result.

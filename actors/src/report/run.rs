@@ -133,6 +133,18 @@ impl RunResult {
         }
     }
 
+    /// Whether the rows up to position `end` are ordered already, so a page ending there is
+    /// cut without a scan (a result that ordered only its first rows orders the rest by
+    /// scanning the rows when a page first reaches past them).
+    pub fn ordered_to(&self, end: usize) -> bool {
+        match &self.output {
+            Output::Flat { order, rest: Some(rest), .. } => {
+                end <= order.len() || rest.whole.get().is_some()
+            }
+            _ => true,
+        }
+    }
+
     /// Whether the result is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -809,9 +809,11 @@ mod tests {
             matches!(&kept.output, Output::Flat { order, rest: Some(_), .. } if order.len() == PREFIX)
         );
         assert_eq!(kept.len(), rows.len());
+        assert!(kept.ordered_to(PREFIX) && !kept.ordered_to(PREFIX + 1));
         for offset in [0, PREFIX - 3, PREFIX, 2 * PREFIX + 7] {
             assert_eq!(kept.page(offset, 500), rows.page(offset, 500), "offset {offset}");
         }
+        assert!(kept.ordered_to(usize::MAX), "ordered once a page reached past the first rows");
         assert_eq!(cache.stats().sheets, 2);
         assert!(cache.stats().bytes > 0);
     }
