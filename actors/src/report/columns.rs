@@ -281,11 +281,42 @@ impl Cells {
         }
     }
 
-    /// Add `other`'s cells after these.
+    /// Add `other`'s cells after these (the parts of a parallel build, in order).
     fn append(&mut self, other: Cells) {
         match (&mut *self, other) {
             (Cells::Num(a), Cells::Num(b)) => a.extend(b),
             (Cells::Raw(a), Cells::Raw(b)) => a.extend(b),
+            (
+                Cells::Text { spans, arena, garbage, ordered },
+                Cells::Text { spans: more, arena: bytes, garbage: g, ordered: o },
+            ) if arena.len() + bytes.len() <= u32::MAX as usize => {
+                let shift = arena.len() as u32;
+                arena.push_str(&bytes);
+                spans.extend(more.into_iter().map(|(start, len)| (start + shift, len)));
+                *garbage += g;
+                *ordered = *ordered && o;
+            }
+            (
+                Cells::Dict { codes, values, index },
+                Cells::Dict { codes: more, values: strings, .. },
+            ) if values.len() + strings.len() <= DICT_MAX => {
+                let recode: Vec<u32> = strings
+                    .into_iter()
+                    .map(|v| match index.get(&v) {
+                        Some(&code) => code,
+                        None => {
+                            let code = values.len() as u32;
+                            values.push(v.clone());
+                            index.insert(v, code);
+                            code
+                        }
+                    })
+                    .collect();
+                codes.extend(more.into_iter().map(|c| match c {
+                    BLANK_CODE => BLANK_CODE,
+                    c => recode[c as usize],
+                }));
+            }
             (_, other) => {
                 for p in 0..other.len() {
                     self.push(&value_of(other.get(p)));
@@ -723,6 +754,40 @@ mod tests {
         n.push(&json!(""));
         assert_eq!((n.get(0), n.get(1)), (CellRef::Num(0.0), CellRef::Blank));
         assert!(matches!(n, Cells::Num(_)));
+    }
+
+    #[test]
+    fn parts_append_in_order_whatever_their_forms() {
+        let cells = [
+            json!("b"),
+            json!(null),
+            json!("a"),
+            json!("c"),
+            json!("b"),
+            json!(""),
+            json!("d"),
+            json!("e"),
+            json!("f"),
+            json!("g"),
+            json!("h"),
+            json!("i"),
+            json!("j"),
+            json!("a"),
+            json!(3),
+            json!("a"),
+        ];
+        for cut in 0..cells.len() {
+            for end in cut..=cells.len() {
+                let (mut whole, mut left, mut right) =
+                    (Cells::default(), Cells::default(), Cells::default());
+                cells[..end].iter().for_each(|c| whole.push(c));
+                cells[..cut].iter().for_each(|c| left.push(c));
+                cells[cut..end].iter().for_each(|c| right.push(c));
+                left.append(right);
+                let read = |c: &Cells| (0..c.len()).map(|p| value_of(c.get(p))).collect::<Vec<_>>();
+                assert_eq!(read(&left), read(&whole), "cut at {cut} of {end}");
+            }
+        }
     }
 
     #[test]
