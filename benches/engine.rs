@@ -11,7 +11,10 @@
 //! plan's row cap for it), and a small sheet (S) of 1,000 rows from the seed, all with nine
 //! columns of every type. The upsert figure writes B1's rows by their text cell, half of the
 //! items with texts only one row holds (updates), half with new texts (creates). The change
-//! feed and leaner-read figures come last.
+//! feed and leaner-read figures come last. The report rows (issue 27's three shapes over B1, the
+//! first page of 100 right after a patch of one of its rows, median of 7) run with the server's
+//! default column cache; `cargo bench --bench report_run` gives the same shapes in-process with
+//! the cache off and on.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -89,12 +92,102 @@ fn fixture() -> Value {
                    {"id": SMALL, "projectId": 1, "name": "S"}],
         "columns": columns,
         "rows": rows,
+        "reports": REPORTS.iter().map(|(id, _, definition, _)| json!({"id": id, "projectId": 1,
+            "ownerId": 1, "name": format!("r{id}"), "definition": definition()})).collect::<Vec<_>>(),
         "keys": [
             {"id": 1, "ownerId": 1, "name": "all", "secret": KEY, "grants": [grant("write", None)]},
             {"id": 2, "ownerId": 1, "name": "big", "secret": KEY_BIG, "grants": [grant("read", Some(1))]},
             {"id": 3, "ownerId": 1, "name": "small", "secret": KEY_SMALL, "grants": [grant("read", Some(SMALL))]}
         ]
     })
+}
+
+/// The issue 27 report shapes over the big sheet B1: id, what, definition, PostgreSQL 15's figure.
+type ReportShape = (u64, &'static str, fn() -> Value, &'static str);
+
+const REPORTS: [ReportShape; 3] = [
+    (
+        1,
+        "aggregate: group by a dropdown, count + sum of a number",
+        || {
+            json!({"type": "summary", "sources": [1], "groupBy": ["Status"],
+               "aggregates": [{"fn": "count"}, {"fn": "sum", "column": "Hours"}]})
+        },
+        "754-793 ms",
+    ),
+    (
+        2,
+        "filter (number > 500) + sort by text, first 100",
+        || {
+            json!({"type": "row", "sources": [1], "columns": ["Task", "Hours", "Status"],
+               "filter": {"column": "Hours", "op": "gt", "value": 500}, "sort": [{"column": "Task"}]})
+        },
+        "238 ms",
+    ),
+    (
+        3,
+        "text contains, first 100",
+        || {
+            json!({"type": "row", "sources": [1], "columns": ["Task", "Hours"],
+               "filter": {"column": "Task", "op": "contains", "value": "NUMBER 4242"}})
+        },
+        "220 ms",
+    ),
+];
+
+/// `method` on `url` with a JSON body; the status and the JSON answer (`null` if none).
+async fn send(method: &str, url: &str, key: &str, body: Option<Value>) -> (u16, Value) {
+    let client = awc::Client::builder().timeout(Duration::from_secs(60)).finish();
+    let req = client
+        .request(method.parse().unwrap(), url)
+        .insert_header(("Authorization", format!("Bearer {key}")));
+    let sent = match body {
+        Some(b) => req.send_json(&b).await,
+        None => req.send().await,
+    };
+    match sent {
+        Ok(mut res) => {
+            let bytes = res.body().limit(1 << 30).await.unwrap_or_default();
+            (res.status().as_u16(), serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
+
+/// Each report of [`REPORTS`]: its first run (which builds the columns it reads), then the
+/// median of 7 first pages of 100, each right after a patch of a row of B1 (so no cached result
+/// answers). Returns (first run ms, median ms) per report.
+async fn report_runs(url: &str) -> Vec<(f64, f64)> {
+    let (_, page) = send("GET", &format!("{url}/sheets/1/rows?limit=1"), KEY, None).await;
+    let row = &page["data"][0];
+    let (id, mut version) = (row["id"].as_u64().unwrap(), row["version"].as_u64().unwrap());
+    let mut out = Vec::new();
+    let mut n = 0;
+    for (report, ..) in REPORTS {
+        let run = format!("{url}/reports/{report}/run?limit=100");
+        let timed = |t: Instant, status: u16, body: &Value| {
+            assert_eq!(status, 200, "report {report}: {body}");
+            t.elapsed().as_secs_f64() * 1e3
+        };
+        let t = Instant::now();
+        let (status, body) = send("POST", &run, KEY, None).await;
+        let first = timed(t, status, &body);
+        let mut times = Vec::new();
+        for _ in 0..7 {
+            n += 1;
+            let patch = json!({"version": version, "cells": {"102": 1000.5 + n as f64}});
+            let (status, row) =
+                send("PATCH", &format!("{url}/sheets/1/rows/{id}"), KEY, Some(patch)).await;
+            assert_eq!(status, 200, "{row}");
+            version = row["version"].as_u64().unwrap();
+            let t = Instant::now();
+            let (status, body) = send("POST", &run, KEY, None).await;
+            times.push(timed(t, status, &body));
+        }
+        times.sort_by(f64::total_cmp);
+        out.push((first, times[3]));
+    }
+    out
 }
 
 fn free_port() -> u16 {
@@ -532,6 +625,12 @@ fn main() {
         let rss = server.rss_bytes();
         let total_rows = big_rows + 1000;
 
+        // 5a. Report runs over the big sheet (before the upsert adds rows to it), and the
+        //     memory the columns kept for them cost.
+        let reports = report_runs(&url).await;
+        let rss_reports = server.rss_bytes();
+        let report_load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+
         // 5b. bulkUpsert updating existing keys of a big sheet, 2000-row bodies, 8 connections
         //     (after the RSS figure, which is about reads).
         let mut keys: Vec<String> = texts.into_iter().filter(|(_, n)| *n == 1).map(|(t, _)| t).collect();
@@ -662,6 +761,11 @@ fn main() {
         }
         row("RSS after the load, against the rows' JSON size", format!("{} MB vs {} MB ({:.2}x)", rss >> 20, json_bytes >> 20, rss as f64 / json_bytes as f64), "<= 2x");
         row("RSS of a fresh start against its rows' JSON", format!("{} MB vs {} MB ({:.2}x)", rss_fresh >> 20, json_fresh >> 20, rss_fresh as f64 / json_fresh.max(1) as f64), "<= 2x");
+        for ((_, what, _, postgres), (first, median)) in REPORTS.iter().zip(&reports) {
+            row(&format!("report {what} (PostgreSQL {postgres})"), format!("{median:.1} ms (first run {first:.0} ms)"), "<= 50 ms");
+        }
+        row("  RSS before / after the report runs (their kept columns)", format!("{} MB / {} MB", rss >> 20, rss_reports >> 20), "measured");
+        row("  load average when the report runs ended", report_load.split_whitespace().take(3).collect::<Vec<_>>().join(" "), "");
         row("start-up after SIGKILL / after a clean stop", format!("{:.2} s / {:.2} s", after_kill.as_secs_f64(), after_stop.as_secs_f64()), "<= 1 s");
         row("  the log's tail the SIGKILL start replayed", format!("{tail_records:.0} records, {tail_mb:.0} MB"), "");
         row("data dir against its checkpoint (after a clean stop)", format!("{} MB vs {} MB ({:.2}x)", data_dir >> 20, checkpoint >> 20, data_dir as f64 / checkpoint.max(1) as f64), "<= 2x");

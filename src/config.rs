@@ -141,6 +141,11 @@ pub struct ServeArgs {
     /// `report_cap_exceeded`.
     #[arg(long, env = "SHEETD_REPORT_MAX_SCANNED_ROWS", default_value_t = 1_000_000)]
     pub report_max_scanned_rows: u64,
+    /// Memory, in MiB, the report runner may keep in columns for scanning (the cells of the
+    /// columns reports read, per sheet, as typed vectors) across all sheets; the least recently
+    /// used sheets are dropped beyond it. 0 turns it off: every run parses the rows it reads.
+    #[arg(long, env = "SHEETD_REPORT_COLUMN_CACHE_MB", default_value_t = 256)]
+    pub report_column_cache_mb: usize,
     /// Checkpoint once this many log bytes (or half the last checkpoint's size, if more) were
     /// written since the last checkpoint (0: never by size). Bounds the log's size and the
     /// replay at the next start; the half keeps a large state's rewrites in proportion.

@@ -226,6 +226,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         report_caps: actors::report::Caps {
             max_sources: args.report_max_sources,
             max_scanned_rows: args.report_max_scanned_rows,
+            column_cache_bytes: args.report_column_cache_mb << 20,
         },
         stopping: tokio::sync::watch::channel(false).0,
         webhooks: crate::webhooks::WebhookSettings::from_args(args),

@@ -109,6 +109,7 @@ pub fn args(data_dir: &Path) -> ServeArgs {
         log_json: false,
         report_max_sources: 50,
         report_max_scanned_rows: 1_000_000,
+        report_column_cache_mb: 256,
         checkpoint_every_bytes: 64 * 1024 * 1024,
         checkpoint_every_records: 150_000,
         checkpoint_every_secs: 300,

@@ -458,6 +458,11 @@ impl PartialEq for Row {
     }
 }
 
+/// With `Eq`, an `Arc<Row>` compares by pointer first, so comparing two versions of a sheet's
+/// persistent row map (the report column cache's catch-up, `OrdMap::diff`) costs a pointer test
+/// per shared row.
+impl Eq for Row {}
+
 /// A row as the log and checkpoints store it since codec format 3: its fields and its JSON.
 #[derive(Serialize)]
 struct Stored<'a> {

@@ -15,8 +15,10 @@
 //! 5. **Caps**: more sources listed than [`Caps::max_sources`], or more rows in the readable
 //!    sources than [`Caps::max_scanned_rows`], fail with `report_cap_exceeded`. Both are decided
 //!    from counts, before the scan.
-//! 6. **Run** the plan on a blocking thread ([`run`]): scan, filter, sort, group, aggregate,
-//!    producing the whole ordered result, or take it from the [result cache](#result-cache).
+//! 6. **Run** the plan on a blocking thread: scan, filter, sort, group, aggregate, producing
+//!    the ordered result, or take it from the [result cache](#result-cache). The scan reads the
+//!    sources' [columns kept for scanning](#columns-kept-for-scanning) ([`scan`]); with the
+//!    column cache off, it parses the rows ([`run`], the reference both are tested against).
 //! 7. **Cut** the page (the snapshots are durable, so nothing needs waiting for).
 //!
 //! The order of checks is the contract's: the HTTP layer answers 404 and 402 before sending
@@ -47,15 +49,29 @@
 //! hold, except that it keeps the snapshot's version of rows written since alive until it
 //! expires. Aggregated results hold their (few) output rows.
 //!
+//! # Columns kept for scanning
+//!
+//! A run that misses the result cache reads only a few columns of every row, and reports run
+//! again and again over the same sheets. So the runner keeps, per sheet, the cells of the
+//! columns its reports read as typed vectors ([`columns`]): built on a sheet's first run (one
+//! parse of its rows), brought up to each later run's snapshot by re-reading only the rows that
+//! differ, dropped least recently used first beyond a byte budget ([`Caps::column_cache_bytes`],
+//! `--report-column-cache-mb`). A run locks the kept columns of its sources (in sheet id order,
+//! so two runs never wait on each other in a cycle) while it syncs and scans them, on every
+//! core ([`scan`]). A definition listing a sheet twice is scanned row by row.
+//!
 //! # Inside
 //!
 //! Each step depends only on the steps before it: [`definition`] (the saved JSON, and the
 //! `report_compile_failed` error every step shares) ← [`compile`] (a definition against its
-//! [`Source`]s) ← [`run`] (a plan over the sources) ← this module (the actor and its cache).
+//! [`Source`]s) ← [`run`] (a plan over the sources' rows) ← [`columns`] (cells kept for
+//! scanning) ← [`scan`] (a plan over kept columns) ← this module (the actor and its caches).
 
+pub mod columns;
 pub mod compile;
 pub mod definition;
 pub mod run;
+pub mod scan;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -67,9 +83,10 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, ReportErrorKind, Result};
-use crate::model::{KeyId, ReportId, SheetId};
+use crate::model::{ColumnId, KeyId, ReportId, SheetId};
 use crate::registry::SheetRegistry;
 use crate::sheet::SheetSnapshot;
+pub use columns::{ColumnCache, ColumnCacheStats, SheetColumns};
 pub use compile::Source;
 pub use compile::{Mode, OutputColumn, QueryPlan};
 pub use definition::Definition;
@@ -87,12 +104,20 @@ pub struct Caps {
     pub max_sources: usize,
     /// Most rows a run may read from its readable sources (`--report-max-scanned-rows`).
     pub max_scanned_rows: u64,
+    /// Bytes the runner may keep in columns for scanning, across sheets
+    /// (`--report-column-cache-mb`; 0: off, every run parses rows). A run bringing another
+    /// value than the runner's sets it (dropping sheets until the rest fit).
+    pub column_cache_bytes: usize,
 }
 
 impl Default for Caps {
-    /// 50 sources, 1,000,000 rows.
+    /// 50 sources, 1,000,000 rows, [`columns::DEFAULT_BUDGET`].
     fn default() -> Self {
-        Caps { max_sources: 50, max_scanned_rows: 1_000_000 }
+        Caps {
+            max_sources: 50,
+            max_scanned_rows: 1_000_000,
+            column_cache_bytes: columns::DEFAULT_BUDGET,
+        }
     }
 }
 
@@ -139,6 +164,49 @@ pub fn evaluate(definition: &Value, sources: &[Source], caps: Caps) -> Result<Ru
     let plan = compile::compile(&def, sources)?;
     check_caps(&def, sources, caps)?;
     Ok(run::execute(&plan, sources))
+}
+
+/// Run `plan` over `sources` (the readable sources, in definition order), reading their cells
+/// from the columns `cache` keeps for them ([module docs](#columns-kept-for-scanning)), or from
+/// the rows when the cache is off or a sheet is listed twice.
+pub fn run_plan(plan: &QueryPlan, sources: &[Source], cache: &ColumnCache) -> RunResult {
+    let mut order: Vec<usize> = (0..sources.len()).collect();
+    order.sort_unstable_by_key(|i| sources[*i].sheet_id);
+    let repeated = order.windows(2).any(|w| sources[w[0]].sheet_id == sources[w[1]].sheet_id);
+    let slots: Option<Vec<(usize, columns::Slot)>> =
+        order.iter().map(|&i| Some((i, cache.slot(sources[i].sheet_id)?))).collect();
+    let slots = match slots {
+        Some(slots) if !repeated && !sources.is_empty() => slots,
+        _ => return run::execute(plan, sources),
+    };
+    // Locked in sheet id order: two runs never wait on each other in a cycle.
+    let mut guards: Vec<_> = slots.iter().map(|(i, slot)| (*i, columns::lock_slot(slot))).collect();
+    for (i, kept) in &mut guards {
+        let source = &sources[*i];
+        let needed: Vec<ColumnId> = plan.lookup[*i].iter().flatten().copied().collect();
+        match kept.as_mut() {
+            Some(kept) => {
+                kept.sync(&source.rows);
+                kept.ensure(&needed);
+            }
+            None => **kept = Some(SheetColumns::build(&source.rows, &needed)),
+        }
+    }
+    let mut by_source: Vec<Option<&SheetColumns>> = vec![None; sources.len()];
+    for (i, kept) in &guards {
+        by_source[*i] = kept.as_ref();
+    }
+    let kept: Vec<&SheetColumns> = by_source.into_iter().flatten().collect();
+    let result = scan::execute_kept(plan, sources, &kept);
+    let sizes: Vec<(SheetId, usize)> = guards
+        .iter()
+        .map(|(i, kept)| (sources[*i].sheet_id, kept.as_ref().map_or(0, |k| k.heap_bytes())))
+        .collect();
+    drop(guards);
+    for (sheet, bytes) in sizes {
+        cache.note(sheet, bytes);
+    }
+    result
 }
 
 /// Who may read a source: `true` when the caller can read the sheet.
@@ -296,6 +364,7 @@ impl ResultCache {
 pub struct ReportRunner {
     sheets: SheetRegistry,
     cache: Arc<Mutex<ResultCache>>,
+    columns: Arc<ColumnCache>,
 }
 
 impl ReportRunner {
@@ -304,12 +373,31 @@ impl ReportRunner {
         ReportRunner {
             sheets,
             cache: Arc::new(Mutex::new(ResultCache::new(CACHE_TTL, CACHE_ENTRIES))),
+            columns: Arc::new(ColumnCache::new(columns::DEFAULT_BUDGET)),
         }
+    }
+}
+
+/// Ask for the [`ColumnCacheStats`] of the columns kept for scanning.
+#[derive(Message)]
+#[rtype(result = "ColumnCacheStats")]
+pub struct GetColumnCacheStats;
+
+impl Handler<GetColumnCacheStats> for ReportRunner {
+    type Result = MessageResult<GetColumnCacheStats>;
+
+    fn handle(&mut self, _: GetColumnCacheStats, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.columns.stats())
     }
 }
 
 impl Actor for ReportRunner {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Kept columns of sheets no report reads any more go without waiting for another run.
+        ctx.run_interval(Duration::from_secs(60), |runner, _| runner.columns.expire());
+    }
 }
 
 fn lock(cache: &Mutex<ResultCache>) -> std::sync::MutexGuard<'_, ResultCache> {
@@ -335,6 +423,10 @@ impl Handler<RunReport> for ReportRunner {
         let sources_omitted = (def.sources.len() - readable.len()) as u64;
         let digest: [u8; 32] = Sha256::digest(msg.definition.to_string().as_bytes()).into();
         let cache = self.cache.clone();
+        let kept = self.columns.clone();
+        if kept.stats().budget != msg.caps.column_cache_bytes {
+            kept.set_budget(msg.caps.column_cache_bytes);
+        }
         if let Some(run) = msg.run {
             let ids: Vec<SheetId> = readable.iter().map(|(id, _)| *id).collect();
             let same = |k: &CacheKey| {
@@ -345,7 +437,7 @@ impl Handler<RunReport> for ReportRunner {
             };
             if let Some(result) = lock(&cache).continue_run(run, same, Instant::now()) {
                 return Box::pin(async move {
-                    Ok(cut_page(&result, msg.offset, msg.limit, sources_omitted, run))
+                    page_of(result, msg.offset, msg.limit, sources_omitted, run).await
                 });
             }
         }
@@ -370,7 +462,7 @@ impl Handler<RunReport> for ReportRunner {
             let (result, run) = match hit {
                 Some(found) => found,
                 None => {
-                    let r = tokio::task::spawn_blocking(move || run::execute(&plan, &sources))
+                    let r = tokio::task::spawn_blocking(move || run_plan(&plan, &sources, &kept))
                         .await
                         .map_err(|_| Error::Unavailable("report runner"))?;
                     let r = Arc::new(r);
@@ -378,9 +470,27 @@ impl Handler<RunReport> for ReportRunner {
                     (r, run)
                 }
             };
-            Ok(cut_page(&result, msg.offset, msg.limit, sources_omitted, run))
+            page_of(result, msg.offset, msg.limit, sources_omitted, run).await
         })
     }
+}
+
+/// The page at `offset` of a result, cut on a blocking thread when it reaches past the rows
+/// the run ordered (ordering the rest is a scan of the rows).
+async fn page_of(
+    result: Arc<RunResult>,
+    offset: u64,
+    limit: usize,
+    sources_omitted: u64,
+    run: u32,
+) -> Result<RunPage> {
+    let end = usize::try_from(offset).unwrap_or(usize::MAX).saturating_add(limit);
+    if result.ordered_to(end) {
+        return Ok(cut_page(&result, offset, limit, sources_omitted, run));
+    }
+    tokio::task::spawn_blocking(move || cut_page(&result, offset, limit, sources_omitted, run))
+        .await
+        .map_err(|_| Error::Unavailable("report runner"))
 }
 
 /// The page at `offset` of a result.
@@ -455,7 +565,7 @@ mod tests {
 
     #[test]
     fn caps_come_after_compile_errors() {
-        let caps = Caps { max_sources: 1, max_scanned_rows: 3 };
+        let caps = Caps { max_sources: 1, max_scanned_rows: 3, ..Caps::default() };
         let sources = [source(1, 2), source(2, 2)];
         let def = json!({"type": "summary", "sources": [1, 2], "aggregates": [{"fn": "sum", "column": "N"}]});
         assert_eq!(
@@ -476,7 +586,14 @@ mod tests {
             evaluate(&bad, &sources, caps),
             Err(Error::Report { kind: ReportErrorKind::CompileFailed, .. })
         ));
-        assert_eq!(Caps::default(), Caps { max_sources: 50, max_scanned_rows: 1_000_000 });
+        assert_eq!(
+            Caps::default(),
+            Caps {
+                max_sources: 50,
+                max_scanned_rows: 1_000_000,
+                column_cache_bytes: columns::DEFAULT_BUDGET
+            }
+        );
     }
 
     /// Through the real actors: snapshots, access, the cache, and a write invalidating it.

@@ -45,7 +45,7 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use imbl::OrdMap;
 use serde_json::Value;
@@ -66,31 +66,82 @@ pub struct RunResult {
     pub scanned_rows: u64,
     /// Rows (flat) or groups (aggregated) in the whole result.
     pub total_matched: u64,
-    output: Output,
+    pub(crate) output: Output,
 }
 
 /// The ordered output. Flat results keep row references into the sources' persistent maps
 /// (16 bytes per matching row) instead of copies of their cells, so a cached result of a large
 /// report stays small.
 #[derive(Clone, Debug)]
-enum Output {
+pub(crate) enum Output {
     Flat {
         /// The sources' rows, in source order.
         rows: Vec<OrdMap<RowId, Arc<Row>>>,
         /// `select[source][output column]`: the column id read for each output column.
         select: Vec<Vec<Option<ColumnId>>>,
-        /// `(source index, row id)` of every matching row, in result order.
+        /// `(source index, row id)` of the first matching rows, in result order: all of them
+        /// unless `rest` is set.
         order: Vec<(u32, RowId)>,
+        /// How to order the rows past `order`, for a result whose run ordered only its first
+        /// rows ([`super::scan`]).
+        rest: Option<Arc<Rest>>,
     },
     Grid(Vec<Vec<Value>>),
 }
 
+/// The whole order of a flat result whose run ordered only its first rows: computed by the
+/// row scan ([`execute`]) when a page first reaches past them, then kept.
+#[derive(Debug)]
+pub(crate) struct Rest {
+    plan: QueryPlan,
+    sources: Vec<Source>,
+    whole: OnceLock<Vec<(u32, RowId)>>,
+}
+
+impl Rest {
+    /// The rows of `sources` past the first that `plan` matches, ordered when first asked.
+    pub(crate) fn new(plan: &QueryPlan, sources: &[Source]) -> Arc<Rest> {
+        Arc::new(Rest { plan: plan.clone(), sources: sources.to_vec(), whole: OnceLock::new() })
+    }
+
+    fn whole(&self) -> &[(u32, RowId)] {
+        self.whole.get_or_init(|| match &self.plan.shape {
+            Shape::Flat { select, sort } => flat(&self.plan, &self.sources, select, sort).2,
+            Shape::Grouped { .. } => Vec::new(),
+        })
+    }
+}
+
 impl RunResult {
+    /// A result made by another scan of the same plan ([`super::scan`]).
+    pub(crate) fn new(plan: &QueryPlan, sources: &[Source], total: u64, output: Output) -> Self {
+        RunResult {
+            mode: plan.mode,
+            columns: plan.columns.clone(),
+            scanned_rows: sources.iter().map(|s| s.rows.len() as u64).sum(),
+            total_matched: total,
+            output,
+        }
+    }
+
     /// Rows (flat) or groups (aggregated) in the result.
     pub fn len(&self) -> usize {
         match &self.output {
-            Output::Flat { order, .. } => order.len(),
+            Output::Flat { order, rest: None, .. } => order.len(),
+            Output::Flat { .. } => usize::try_from(self.total_matched).unwrap_or(usize::MAX),
             Output::Grid(rows) => rows.len(),
+        }
+    }
+
+    /// Whether the rows up to position `end` are ordered already, so a page ending there is
+    /// cut without a scan (a result that ordered only its first rows orders the rest by
+    /// scanning the rows when a page first reaches past them).
+    pub fn ordered_to(&self, end: usize) -> bool {
+        match &self.output {
+            Output::Flat { order, rest: Some(rest), .. } => {
+                end <= order.len() || rest.whole.get().is_some()
+            }
+            _ => true,
         }
     }
 
@@ -104,18 +155,33 @@ impl RunResult {
         let end = offset.saturating_add(limit).min(self.len());
         let range = offset.min(end)..end;
         match &self.output {
-            Output::Flat { rows, select, order } => order[range]
-                .iter()
-                .map(|&(s, id)| {
-                    let select = &select[s as usize];
-                    match rows[s as usize].get(&id) {
-                        Some(row) => row.project(select).into_iter().map(unwrap_owned).collect(),
-                        None => vec![Value::Null; select.len()],
-                    }
-                })
-                .collect(),
+            Output::Flat { rows, select, order, rest } => {
+                let order = match rest {
+                    Some(rest) if range.end > order.len() => rest.whole(),
+                    _ => &order[..],
+                };
+                self.flat_page(rows, select, &order[range])
+            }
             Output::Grid(rows) => rows[range].to_vec(),
         }
+    }
+
+    fn flat_page(
+        &self,
+        rows: &[OrdMap<RowId, Arc<Row>>],
+        select: &[Vec<Option<ColumnId>>],
+        order: &[(u32, RowId)],
+    ) -> Vec<Vec<Value>> {
+        order
+            .iter()
+            .map(|&(s, id)| {
+                let select = &select[s as usize];
+                match rows[s as usize].get(&id) {
+                    Some(row) => row.project(select).into_iter().map(unwrap_owned).collect(),
+                    None => vec![Value::Null; select.len()],
+                }
+            })
+            .collect()
     }
 }
 
@@ -290,16 +356,7 @@ pub fn test(cell: CellRef<'_>, op: Op, operand: &Value, needle: &str, instants: 
             .as_array()
             .is_some_and(|l| l.iter().any(|v| equals(cell, CellRef::of(v), instants))),
         Op::Contains => match cell {
-            CellRef::Str(s) => {
-                if s.is_ascii() && needle.is_ascii() {
-                    s.as_bytes()
-                        .windows(needle.len().max(1))
-                        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
-                        || needle.is_empty()
-                } else {
-                    s.to_lowercase().contains(needle)
-                }
-            }
+            CellRef::Str(s) => contains_folded(s, needle),
             CellRef::List(items) => {
                 let want = operand.as_str();
                 items.iter().any(|i| i.as_str().is_some() && i.as_str() == want)
@@ -314,6 +371,38 @@ pub fn test(cell: CellRef<'_>, op: Op, operand: &Value, needle: &str, instants: 
                 _ => o.is_le(),
             }),
     }
+}
+
+/// Whether `s` contains `needle` (lower-cased) ignoring case: ASCII folding when both are
+/// ASCII, else `s` lower-cased. Candidates for the needle's first byte are found with
+/// `memchr2` (either case), so a miss costs a vector scan of the text rather than a
+/// comparison at every offset.
+pub fn contains_folded(s: &str, needle: &str) -> bool {
+    if !(s.is_ascii() && needle.is_ascii()) {
+        return s.to_lowercase().contains(needle);
+    }
+    let (hay, needle) = (s.as_bytes(), needle.as_bytes());
+    let Some((&first, rest)) = needle.split_first() else {
+        return true;
+    };
+    let Some(last) = hay.len().checked_sub(needle.len()) else {
+        return false;
+    };
+    let (lower, upper) = (first.to_ascii_lowercase(), first.to_ascii_uppercase());
+    let mut from = 0;
+    while from <= last {
+        match memchr::memchr2(lower, upper, &hay[from..=last]) {
+            None => return false,
+            Some(i) => {
+                let at = from + i;
+                if hay[at + 1..at + needle.len()].eq_ignore_ascii_case(rest) {
+                    return true;
+                }
+                from = at + 1;
+            }
+        }
+    }
+    false
 }
 
 /// A JSON number for `x`: an integer when `x` is integral and exact, else a float.
@@ -353,7 +442,7 @@ pub fn execute(plan: &QueryPlan, sources: &[Source]) -> RunResult {
     let (total_matched, output) = match &plan.shape {
         Shape::Flat { select, sort } => {
             let (rows, select, order) = flat(plan, sources, select, sort);
-            (order.len() as u64, Output::Flat { rows, select, order })
+            (order.len() as u64, Output::Flat { rows, select, order, rest: None })
         }
         Shape::Grouped { group_by, aggregates, sort } => {
             let rows = grouped(plan, sources, group_by, aggregates, sort);
@@ -416,73 +505,182 @@ fn flat(
         });
         order = idx.into_iter().map(|i| order[i as usize]).collect();
     }
-    let select = plan.lookup.iter().map(|l| select.iter().map(|f| l[*f]).collect()).collect();
-    (sources.iter().map(|s| s.rows.clone()).collect(), select, order)
+    (sources.iter().map(|s| s.rows.clone()).collect(), selected(plan, select), order)
 }
 
-/// A running aggregate.
-enum Acc {
+/// `[source][output column]`: the column id each source reads for each selected field.
+pub(crate) fn selected(plan: &QueryPlan, select: &[usize]) -> Vec<Vec<Option<ColumnId>>> {
+    plan.lookup.iter().map(|l| select.iter().map(|f| l[*f]).collect()).collect()
+}
+
+/// A running sum of numbers, with what it takes to know that another order of the same
+/// additions gives the very same sum: when every addend is a multiple of 2^-[`SUM_BITS`] and
+/// their magnitudes add up to less than 2^53 of those units, every partial sum is exact, so the
+/// order does not matter (a scan split over threads adds its parts in another order than the
+/// row scan; [`Acc::merge`] refuses a merge that could round differently).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sum {
+    total: f64,
+    /// Sum of the magnitudes.
+    magnitude: f64,
+    /// Every addend so far is a multiple of 2^-SUM_BITS.
+    dyadic: bool,
+}
+
+/// Fraction bits an addend may have for sums to be exact in any order (see [`Sum`]).
+const SUM_BITS: i32 = 10;
+
+impl Sum {
+    const ZERO: Sum = Sum { total: 0.0, magnitude: 0.0, dyadic: true };
+
+    fn add(&mut self, x: f64) {
+        self.total += x;
+        self.magnitude += x.abs();
+        self.dyadic = self.dyadic && dyadic(x);
+    }
+
+    /// `self` then `later`, when that equals adding their addends in order.
+    fn merge(self, later: Sum) -> Option<Sum> {
+        let magnitude = self.magnitude + later.magnitude;
+        let exact = self.dyadic && later.dyadic && exact_in_any_order(magnitude);
+        exact.then_some(Sum { total: self.total + later.total, magnitude, dyadic: true })
+    }
+}
+
+/// Whether `x` is a multiple of 2^-[`SUM_BITS`] (see [`Sum`]).
+#[inline]
+pub(crate) fn dyadic(x: f64) -> bool {
+    let units = x * f64::from(1u32 << SUM_BITS);
+    // Within ±2^62 the conversion is exact for integers, so equality means integral.
+    units.abs() < 4.6e18 && units as i64 as f64 == units
+}
+
+/// Whether sums of multiples of 2^-[`SUM_BITS`] whose magnitudes add up to `magnitude` are
+/// exact, whatever the order of the additions (see [`Sum`]).
+pub(crate) fn exact_in_any_order(magnitude: f64) -> bool {
+    magnitude * f64::from(1u32 << SUM_BITS) < 9_007_199_254_740_992.0
+}
+
+/// A running aggregate. `B` is how a `min` or `max` holds its best cell so far: the row scan
+/// holds the value, a scan of kept columns the cell and where it is.
+#[derive(Clone, Debug)]
+pub(crate) enum Acc<B> {
     Count(u64),
-    Sum(f64),
-    Avg(f64, u64),
-    /// The least value so far (unwrapped).
-    Min(Option<Value>),
-    /// The greatest value so far (unwrapped).
-    Max(Option<Value>),
+    Sum(Sum),
+    Avg(Sum, u64),
+    /// The least cell so far.
+    Min(Option<B>),
+    /// The greatest cell so far.
+    Max(Option<B>),
 }
 
-impl Acc {
-    fn new(func: AggFn) -> Self {
+impl<B> Acc<B> {
+    pub(crate) fn new(func: AggFn) -> Self {
         match func {
             AggFn::Count => Acc::Count(0),
-            AggFn::Sum => Acc::Sum(0.0),
-            AggFn::Avg => Acc::Avg(0.0, 0),
+            AggFn::Sum => Acc::Sum(Sum::ZERO),
+            AggFn::Avg => Acc::Avg(Sum::ZERO, 0),
             AggFn::Min => Acc::Min(None),
             AggFn::Max => Acc::Max(None),
         }
     }
 
-    /// Add a row: `v` is the aggregate column's cell (`None` for a row `count`).
-    fn add(&mut self, v: Option<&Value>) {
-        let c = v.map_or(CellRef::Blank, CellRef::of);
+    /// Add a row: `c` is the aggregate column's cell (`None` for a row `count`); `cell` reads a
+    /// held best, `hold` makes one of `c`. A `min` or `max` keeps the first best row.
+    pub(crate) fn add<'c>(
+        &mut self,
+        c: Option<CellRef<'c>>,
+        cell: impl Fn(&B) -> CellRef<'_>,
+        hold: impl FnOnce() -> B,
+    ) {
+        let counted = c.is_none_or(|c| !c.is_blank());
+        let c = c.unwrap_or(CellRef::Blank);
         match self {
-            Acc::Count(n) => *n += u64::from(v.is_none() || !c.is_blank()),
+            Acc::Count(n) => *n += u64::from(counted),
             Acc::Sum(sum) => {
                 if let CellRef::Num(x) = c {
-                    *sum += x;
+                    sum.add(x);
                 }
             }
             Acc::Avg(sum, n) => {
                 if let CellRef::Num(x) = c {
-                    *sum += x;
+                    sum.add(x);
                     *n += 1;
                 }
             }
             Acc::Min(best) => {
-                if !c.is_blank()
-                    && best.as_ref().is_none_or(|b| c.total_cmp(CellRef::of(b)).is_lt())
-                {
-                    *best = Some(unwrap(v.unwrap_or(&NULL)).clone());
+                if !c.is_blank() && best.as_ref().is_none_or(|b| c.total_cmp(cell(b)).is_lt()) {
+                    *best = Some(hold());
                 }
             }
             Acc::Max(best) => {
-                if !c.is_blank()
-                    && best.as_ref().is_none_or(|b| c.total_cmp(CellRef::of(b)).is_gt())
-                {
-                    *best = Some(unwrap(v.unwrap_or(&NULL)).clone());
+                if !c.is_blank() && best.as_ref().is_none_or(|b| c.total_cmp(cell(b)).is_gt()) {
+                    *best = Some(hold());
                 }
             }
         }
     }
 
-    fn value(&self) -> Value {
+    /// The aggregate of `self`'s rows followed by `later`'s, as if added in that order; `None`
+    /// when a sum could round otherwise (see [`Sum`]).
+    pub(crate) fn merge(self, later: Acc<B>, cell: impl Fn(&B) -> CellRef<'_>) -> Option<Self> {
+        Some(match (self, later) {
+            (Acc::Count(a), Acc::Count(b)) => Acc::Count(a + b),
+            (Acc::Sum(a), Acc::Sum(b)) => Acc::Sum(a.merge(b)?),
+            (Acc::Avg(a, n), Acc::Avg(b, m)) => Acc::Avg(a.merge(b)?, n + m),
+            (Acc::Min(Some(a)), Acc::Min(Some(b))) => {
+                let later_wins = cell(&b).total_cmp(cell(&a)).is_lt();
+                Acc::Min(Some(if later_wins { b } else { a }))
+            }
+            (Acc::Max(Some(a)), Acc::Max(Some(b))) => {
+                let later_wins = cell(&b).total_cmp(cell(&a)).is_gt();
+                Acc::Max(Some(if later_wins { b } else { a }))
+            }
+            (Acc::Min(a), Acc::Min(b)) => Acc::Min(a.or(b)),
+            (Acc::Max(a), Acc::Max(b)) => Acc::Max(a.or(b)),
+            (a, _) => a,
+        })
+    }
+
+    /// The output value; `show` gives a held best's value.
+    pub(crate) fn value(&self, show: impl Fn(&B) -> Value) -> Value {
         match self {
             Acc::Count(n) => Value::from(*n),
-            Acc::Sum(sum) => number(*sum),
+            Acc::Sum(sum) => number(sum.total),
             Acc::Avg(_, 0) => Value::Null,
-            Acc::Avg(sum, n) => number(*sum / *n as f64),
-            Acc::Min(best) | Acc::Max(best) => best.clone().unwrap_or(Value::Null),
+            Acc::Avg(sum, n) => number(sum.total / *n as f64),
+            Acc::Min(best) | Acc::Max(best) => best.as_ref().map_or(Value::Null, show),
         }
+    }
+}
+
+/// The order of a summary's output rows: its sort keys (output columns), then the group key
+/// cells ascending (`keys[i]` are row `i`'s). Every run of a summary orders its groups here.
+pub(crate) fn order_groups(
+    rows: Vec<Vec<Value>>,
+    keys: &[Vec<CellRef<'_>>],
+    sort: &[(usize, Direction)],
+) -> Vec<Vec<Value>> {
+    let mut idx: Vec<usize> = (0..rows.len()).collect();
+    idx.sort_by(|&a, &b| {
+        sort.iter()
+            .map(|(col, dir)| {
+                sort_cmp(CellRef::of(&rows[a][*col]), CellRef::of(&rows[b][*col]), *dir)
+            })
+            .chain(keys[a].iter().zip(&keys[b]).map(|(x, y)| sort_cmp(*x, *y, Direction::Asc)))
+            .find(|o| o.is_ne())
+            .unwrap_or(Ordering::Equal)
+    });
+    let mut rows: Vec<Option<Vec<Value>>> = rows.into_iter().map(Some).collect();
+    idx.into_iter().filter_map(|i| rows[i].take()).collect()
+}
+
+/// The value a group shows for a key cell: blank as `null`, wrappers as their value.
+pub(crate) fn shown(cell: &Value) -> Value {
+    if CellRef::of(cell).is_blank() {
+        Value::Null
+    } else {
+        unwrap(cell).clone()
     }
 }
 
@@ -492,7 +690,7 @@ struct Group {
     key: Vec<Value>,
     /// The first row's key values (shown for the group).
     shown: Vec<Value>,
-    accs: Vec<Acc>,
+    accs: Vec<Acc<Value>>,
 }
 
 fn grouped(
@@ -532,16 +730,7 @@ fn grouped(
                 Some(g) => g,
                 None => {
                     let key: Vec<Value> = group_by.iter().map(|f| cells[*f].clone()).collect();
-                    let shown = key
-                        .iter()
-                        .map(|v| {
-                            if CellRef::of(v).is_blank() {
-                                Value::Null
-                            } else {
-                                unwrap(v).clone()
-                            }
-                        })
-                        .collect();
+                    let shown = key.iter().map(shown).collect();
                     groups.push(new_group(key, shown));
                     candidates.push(groups.len() - 1);
                     groups.len() - 1
@@ -549,31 +738,19 @@ fn grouped(
             }
         };
         for (acc, (_, col)) in groups[g].accs.iter_mut().zip(aggregates) {
-            acc.add(col.map(|f| &cells[f]));
+            let v = col.map(|f| &cells[f]);
+            acc.add(v.map(CellRef::of), |b| CellRef::of(b), || unwrap(v.unwrap_or(&NULL)).clone());
         }
     });
     let rows: Vec<Vec<Value>> = groups
         .iter()
-        .map(|g| g.shown.iter().cloned().chain(g.accs.iter().map(Acc::value)).collect())
+        .map(|g| {
+            g.shown.iter().cloned().chain(g.accs.iter().map(|a| a.value(Value::clone))).collect()
+        })
         .collect();
-    let mut idx: Vec<usize> = (0..rows.len()).collect();
-    idx.sort_by(|&a, &b| {
-        sort.iter()
-            .map(|(col, dir)| {
-                sort_cmp(CellRef::of(&rows[a][*col]), CellRef::of(&rows[b][*col]), *dir)
-            })
-            .chain(
-                groups[a]
-                    .key
-                    .iter()
-                    .zip(&groups[b].key)
-                    .map(|(x, y)| sort_cmp(CellRef::of(x), CellRef::of(y), Direction::Asc)),
-            )
-            .find(|o| o.is_ne())
-            .unwrap_or(Ordering::Equal)
-    });
-    let mut rows: Vec<Option<Vec<Value>>> = rows.into_iter().map(Some).collect();
-    idx.into_iter().filter_map(|i| rows[i].take()).collect()
+    let keys: Vec<Vec<CellRef<'_>>> =
+        groups.iter().map(|g| g.key.iter().map(CellRef::of).collect()).collect();
+    order_groups(rows, &keys, sort)
 }
 
 #[cfg(test)]
