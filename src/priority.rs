@@ -16,8 +16,8 @@
 //!   up when the load eases.
 //!
 //! The budget is a debt of CPU time: what the thread used minus its share of the wall time
-//! since the last look. Work goes on only with no debt; a debt is slept off (the sleep is what
-//! the share of its length pays for).
+//! since the last look. Work goes on only with no debt (less than a millisecond: looking costs
+//! CPU too); a debt is slept off (the sleep is what the share of its length pays for).
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,10 @@ pub const QUIET: Duration = Duration::from_millis(100);
 /// What a quiet spell leaves as credit: a little work at once when requests come back (a
 /// write's webhook message after a pause goes out without waiting).
 const CREDIT: Duration = Duration::from_millis(20);
+/// A debt below this is paid: looking at the budget and sleeping cost the thread some CPU of
+/// their own (the sleep's system time counts on its clock), so at a small share a debt of a
+/// few microseconds would never be slept off.
+const GRAIN: f64 = 0.001;
 /// The longest single wait, so that a change of load is noticed soon.
 const MAX_WAIT: Duration = Duration::from_millis(100);
 
@@ -91,7 +95,7 @@ impl Budget {
         let used = cpu.saturating_sub(cpu_then).as_secs_f64();
         let allowed = now.saturating_duration_since(then).as_secs_f64() * self.share;
         self.debt = (self.debt + used - allowed).max(-CREDIT.as_secs_f64());
-        if self.debt > 0.0 {
+        if self.debt > GRAIN {
             Pace::Wait(Duration::from_secs_f64(self.debt / self.share).min(MAX_WAIT))
         } else {
             Pace::Go
@@ -204,7 +208,9 @@ mod tests {
             served.get()
         });
         assert!(waited > Duration::ZERO, "{waited:?}");
-        assert_eq!(b.check(Instant::now(), thread_cpu(), served.get() + 1), Pace::Go);
+        // Paid off, but for the microseconds of CPU the looks themselves took since.
+        let after = b.check(Instant::now(), thread_cpu(), served.get() + 1);
+        assert!(after == Pace::Go || matches!(after, Pace::Wait(w) if w < 50 * MS), "{after:?}");
     }
 
     #[test]
