@@ -75,13 +75,13 @@ pub(crate) fn threads() -> usize {
 ///
 /// Invariant: every form reads back (through [`Cells::get`]) the [`CellRef`] of the cell it was
 /// given. A cell that does not fit the form turns the whole column into a form that holds it
-/// (numbers or strings into raw cells, a dictionary past [`DICT_MAX`] into an arena).
+/// (numbers or strings into raw cells, a dictionary past `DICT_MAX` into an arena).
 #[derive(Clone, Debug)]
 pub enum Cells {
     /// Numbers; a blank cell is a NaN (JSON holds none).
     Num(Vec<f64>),
     /// Strings with few distinct values: a code per position into `values`
-    /// ([`BLANK_CODE`]: blank); `index` finds a value's code.
+    /// (`BLANK_CODE`: blank); `index` finds a value's code.
     Dict { codes: Vec<u32>, values: Vec<Box<str>>, index: HashMap<Box<str>, u32> },
     /// Strings: `(start, len)` of each in `arena` (length 0: blank). `garbage` bytes of the
     /// arena belong to cells since rewritten. While `ordered`, the spans follow each other in

@@ -8,20 +8,20 @@
 //! [`CellRef`] the row scan would read ([`Cells::get`]); filters go through
 //! [`super::run::test`]; sorting through [`sort_cmp`] with the scan position as the last key
 //! (positions are in source order, then row id order, as the row scan visits rows); groups are
-//! classes of equal [`CellRef`]s, aggregated by [`Acc`] and ordered by [`order_groups`]; a value
+//! classes of equal [`CellRef`]s, aggregated by `Acc` and ordered by `order_groups`; a value
 //! shown (a group's key, a `min` or `max`) is read from the row the row scan would take it from.
 //!
 //! # Faster
 //!
 //! - A filter on a dictionary column is tested once per distinct value, then looked up by code.
 //! - `contains` on a text column whose arena is in position order searches the whole arena for
-//!   the needle's caseless run ([`caseless_fragment`]) and tests only the rows holding it.
+//!   the needle's caseless run (`caseless_fragment`) and tests only the rows holding it.
 //! - A flat run orders only its first [`PREFIX`] rows (a bounded selection instead of a sort of
 //!   every match); a page past them orders the whole result once, by the row scan
-//!   ([`super::run::Rest`]). [`PREFIX`] is at least two pages of the largest `limit`.
+//!   (`super::run::Rest`). [`PREFIX`] is at least two pages of the largest `limit`.
 //! - The scan is split into contiguous parts, one per core, merged in scan order. Sums are
-//!   split only when no rounding can tell the orders apart ([`super::run::Sum`], checked up
-//!   front by [`sums_split`], and again by each merge: a refused merge runs the aggregation
+//!   split only when no rounding can tell the orders apart (`super::run::Sum`, checked up
+//!   front by `sums_split`, and again by each merge: a refused merge runs the aggregation
 //!   again on one thread, in scan order).
 
 use std::collections::HashMap;
@@ -284,7 +284,7 @@ fn execute_kept_in(
 }
 
 /// Whether every number the `sum`s and `avg`s of `aggregates` could add is such that any
-/// order of the additions gives the same sum ([`super::run::Sum`]): then a scan split into parts
+/// order of the additions gives the same sum (`super::run::Sum`): then a scan split into parts
 /// merges its sums exactly. One pass over the summed columns, which stops at the first number
 /// that does not qualify.
 fn sums_split(views: &[View<'_>], aggregates: &[(AggFn, Option<usize>)]) -> bool {
