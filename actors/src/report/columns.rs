@@ -714,16 +714,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::{Json, SOURCE_IMPORT};
 
     fn row(id: RowId, cells: Value) -> Arc<Row> {
-        let cells = cells
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (k.parse().unwrap(), Json(v.clone())))
-            .collect();
-        Arc::new(Row::new(id, 1, cells, SOURCE_IMPORT, 0))
+        Arc::new(crate::report::run::tests::row(id, 1, cells))
     }
 
     fn read(kept: &SheetColumns, column: ColumnId) -> Vec<(RowId, Value)> {

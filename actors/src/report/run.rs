@@ -754,7 +754,7 @@ fn grouped(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
@@ -772,7 +772,8 @@ mod tests {
         Column { id, sheet_id, name: name.into(), ty, position, options, primary: false }
     }
 
-    fn row(id: RowId, sheet_id: SheetId, cells: Value) -> Row {
+    /// A row of `sheet_id` with `cells` (column id → value), as an import makes it.
+    pub(crate) fn row(id: RowId, sheet_id: SheetId, cells: Value) -> Row {
         let cells = cells
             .as_object()
             .unwrap()
