@@ -25,6 +25,9 @@ use crate::state::AppState;
 const HEARTBEAT_MS: u64 = 100;
 const ELECTION_TIMEOUT_MS: (u64, u64) = (300, 600);
 
+/// Entries kept behind a snapshot at the least.
+const MIN_KEPT_LOG: u64 = 100;
+
 /// The node's settings, when the flags ask for a cluster node, with the cursor key derived
 /// from the secret ([`cursor_key`]).
 ///
@@ -75,6 +78,10 @@ pub fn node_config(args: &ServeArgs) -> anyhow::Result<Option<(NodeConfig, [u8; 
         secret,
         heartbeat_ms: HEARTBEAT_MS,
         election_timeout_ms: ELECTION_TIMEOUT_MS,
+        // A cluster snapshots by the single node's record rule; half as many entries stay
+        // behind each snapshot for followers a little behind.
+        snapshot_every: Some(args.checkpoint_every_records).filter(|&n| n > 0).unwrap_or(u64::MAX),
+        keep_log: (args.checkpoint_every_records / 2).max(MIN_KEPT_LOG),
     };
     Ok(Some((config, cursors)))
 }

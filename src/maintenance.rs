@@ -192,10 +192,13 @@ impl Maintenance {
                     heal_if_due(service, &mut schedule).await;
                     continue;
                 }
-                // A cluster's log is truncated by the group, never by a node's checkpoint (it
-                // would copy every sheet and propose a marker each round, truncating nothing).
-                if state.cluster.is_none() {
-                    checkpoint_if_due(&state, service, policy, &mut schedule).await;
+                // A cluster's log is purged by the group behind its snapshots: the leader's
+                // checkpoint is handed over as one, by a rule of its own.
+                match &state.cluster {
+                    None => checkpoint_if_due(&state, service, policy, &mut schedule).await,
+                    Some(cluster) => {
+                        snapshot_if_due(&state, cluster, service, policy, &mut schedule).await;
+                    }
                 }
                 if schedule.swept_at.elapsed() >= HOUSEKEEPING_EVERY {
                     schedule.swept_at = Instant::now();
@@ -270,6 +273,51 @@ async fn checkpoint_if_due(
         }
     }
 }
+
+/// Step 2 of the loop on a cluster's leader: its checkpoint, handed over as the group's next
+/// snapshot, once `--checkpoint-every-records` entries were applied since the last snapshot,
+/// or `--checkpoint-every-secs` passed with anything applied beyond the last checkpoint's
+/// own entries. Sizes do not count: the purge keeps log behind each snapshot anyway.
+async fn snapshot_if_due(
+    state: &web::Data<AppState>,
+    cluster: &actors::replica::ClusterDomain,
+    service: &Service,
+    policy: CheckpointPolicy,
+    schedule: &mut Schedule,
+) {
+    if schedule.not_before.is_some_and(|t| Instant::now() < t) || service.checkpoints_held() {
+        return;
+    }
+    let applied = cluster.applied_since_snapshot();
+    let by_records = policy.every_records.is_some_and(|limit| applied >= limit);
+    let by_time = policy.every.is_some_and(|period| schedule.checkpointed_at.elapsed() >= period)
+        && applied > SNAPSHOT_OWN_ENTRIES;
+    if !by_records && !by_time {
+        return;
+    }
+    let started = Instant::now();
+    match service.checkpoint_paced(pace(state)).await {
+        Ok(report) => {
+            schedule.checkpointed_at = Instant::now();
+            schedule.not_before = None;
+            tracing::info!(
+                position = report.lsn,
+                snapshot_bytes = report.bytes,
+                applied_since_snapshot = applied,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "checkpoint handed over as the cluster's next snapshot"
+            );
+        }
+        Err(e) => {
+            schedule.not_before = Some(Instant::now() + RETRY_AFTER);
+            tracing::error!(error = %e, retry_in_secs = RETRY_AFTER.as_secs(), "cluster checkpoint failed");
+        }
+    }
+}
+
+/// A leader's checkpoint stands at its copies' oldest tag, so its own marker, and at most a
+/// write that raced it, come after it.
+const SNAPSHOT_OWN_ENTRIES: u64 = 2;
 
 /// Step 5 of the loop.
 async fn heal_if_due(service: &Service, schedule: &mut Schedule) {

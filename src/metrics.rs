@@ -289,6 +289,21 @@ fn cluster_gauges(e: &mut Exposition, status: &actors::replica::Status) {
         status.term_changes as f64,
     );
     e.counter(
+        "sheetd_cluster_snapshots_built_total",
+        "Raft snapshots this node built from its own state since it started.",
+        status.snapshots.built as f64,
+    );
+    e.counter(
+        "sheetd_cluster_snapshots_installed_total",
+        "Raft snapshots this node installed from a leader since it started.",
+        status.snapshots.installed as f64,
+    );
+    e.gauge(
+        "sheetd_cluster_snapshot_index",
+        "The last Raft index this node's snapshot covers.",
+        status.snapshot_index.map_or(0.0, |i| i as f64),
+    );
+    e.counter(
         "sheetd_cluster_forwarded_requests_total",
         "Requests this node forwarded to the leader since it started.",
         status.forwarded as f64,

@@ -18,10 +18,19 @@
 //!   epoch). A node that stops leading altogether leaves the process to restart it as a
 //!   follower from its data dir: its actors may hold decisions the new leader never saw.
 //!
-//! # What is not here yet
+//! # Snapshots
 //!
-//! Raft snapshots (the leader's checkpoint as openraft's snapshot) are not built, so the log is
-//! kept whole and a new member catches up from the log; [`cluster::Apply::snapshot`] refuses.
+//! A Raft snapshot is a checkpoint (the file a single node writes), after the group's feed
+//! retention:
+//! - **Following**, the node snapshots its `Rebuild` at the last applied position, every
+//!   part tagged with it.
+//! - **Leading**, the state lives in the actors: the server's maintenance takes a checkpoint as
+//!   on one node (`Service::checkpoint_paced`: tagged copies, then a marker committed after
+//!   them), and `RaftLog::checkpoint` hands it over as the snapshot at its oldest tag. Until
+//!   one is handed over a leader has none to give, and openraft builds none.
+//! - Installing one (a node too far behind the leader's log) replaces the `Rebuild` whole;
+//!   the records its feeds retain come with it and are written below the log's beginning
+//!   (`cluster::Machine`), so its feeds read as the leader's.
 
 use std::future::Future;
 use std::io::{self, Read, Write};
@@ -41,7 +50,8 @@ use crate::error::{ClusterOutcome, Error, Result};
 use crate::log::{codec, AppendOptions, Appended, Lsn, RecordLog, WalStats};
 use crate::model::Millis;
 use crate::record::Record;
-use crate::service::{fresh_rebuild, Rebuild, Service, ServiceConfig};
+use crate::service::{fresh_rebuild, CheckpointFile, Rebuild, Service, ServiceConfig};
+use crate::shared::Retention;
 
 /// How long a write waits for its commit before it is answered `unknown`.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -49,6 +59,38 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The domain under the state machine (see the module docs).
 pub struct Replica {
     role: Role,
+    /// The checkpoint a leader's maintenance handed over, not yet taken for a snapshot.
+    prepared: Option<Prepared>,
+}
+
+/// A leader's checkpoint, as its snapshot.
+struct Prepared {
+    /// Its Raft index: its oldest tag's position minus one.
+    index: u64,
+    retained: std::collections::BTreeSet<u64>,
+    bytes: Vec<u8>,
+}
+
+/// A snapshot's bytes: `[len u64 LE][the feeds' retention, encoded][the checkpoint file]`.
+/// The retention is the group's ([`Record::FeedRetention`]), which a checkpoint of one node
+/// does not hold (it is that node's flag there).
+fn snapshot_header(retention: Retention, out: &mut dyn Write) -> io::Result<()> {
+    let head = codec::encode(&retention).map_err(io::Error::other)?;
+    out.write_all(&(head.len() as u64).to_le_bytes())?;
+    out.write_all(&head)
+}
+
+/// Reads what [`snapshot_header`] wrote.
+fn read_snapshot_header(input: &mut dyn Read) -> io::Result<Retention> {
+    let mut len = [0u8; 8];
+    input.read_exact(&mut len)?;
+    let len = usize::try_from(u64::from_le_bytes(len)).map_err(io::Error::other)?;
+    if len > 4096 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a sheetd snapshot"));
+    }
+    let mut head = vec![0u8; len];
+    input.read_exact(&mut head)?;
+    codec::decode(&head).map_err(io::Error::other)
 }
 
 enum Role {
@@ -61,7 +103,7 @@ impl Replica {
     /// (judged against the earliest time there is), so what a node holds depends on the log
     /// alone; answers past their window are dropped by the leader's housekeeping.
     pub fn new() -> Replica {
-        Replica { role: Role::Following(Box::new(fresh_rebuild(Millis::MIN))) }
+        Replica { role: Role::Following(Box::new(fresh_rebuild(Millis::MIN))), prepared: None }
     }
 }
 
@@ -84,12 +126,42 @@ impl cluster::Apply for Replica {
         Ok(())
     }
 
-    fn snapshot(&mut self, _out: &mut dyn Write) -> io::Result<()> {
-        Err(io::Error::other("Raft snapshots are not built on a sheetd node yet"))
+    fn snapshot(&mut self, last_applied: u64) -> io::Result<Option<cluster::DomainSnapshot>> {
+        match &self.role {
+            Role::Following(rebuild) => {
+                let (file, retained) = rebuild.checkpoint_at(last_applied + 1);
+                let retention = rebuild.retention;
+                Ok(Some(cluster::DomainSnapshot {
+                    index: last_applied,
+                    retained: retained.into_iter().map(|lsn| lsn - 1).collect(),
+                    write: Box::new(move |out| {
+                        snapshot_header(retention, out)?;
+                        crate::log::encode_snapshot(&file, out).map_err(io::Error::other)?;
+                        Ok(())
+                    }),
+                }))
+            }
+            Role::Leading => Ok(self.prepared.take().map(|prepared| cluster::DomainSnapshot {
+                index: prepared.index,
+                retained: prepared.retained,
+                write: Box::new(move |out| out.write_all(&prepared.bytes)),
+            })),
+        }
     }
 
-    fn install(&mut self, _index: u64, _snapshot: &mut dyn Read) -> io::Result<()> {
-        Err(io::Error::other("Raft snapshots are not installed on a sheetd node yet"))
+    fn install(&mut self, index: u64, snapshot: &mut dyn Read) -> io::Result<()> {
+        if matches!(self.role, Role::Leading) {
+            return Err(io::Error::other(
+                "a leader's state is its actors': no snapshot replaces it",
+            ));
+        }
+        let retention = read_snapshot_header(snapshot)?;
+        let checkpoint = CheckpointFile::decode(snapshot).map_err(io::Error::other)?;
+        let mut rebuild = fresh_rebuild(Millis::MIN);
+        rebuild.load_snapshot(index + 1, checkpoint, retention);
+        self.role = Role::Following(Box::new(rebuild));
+        self.prepared = None;
+        Ok(())
     }
 }
 
@@ -213,6 +285,11 @@ impl ClusterDomain {
         self.node.removed()
     }
 
+    /// Entries applied on this node since its last snapshot.
+    pub fn applied_since_snapshot(&self) -> u64 {
+        self.node.applied_since_snapshot()
+    }
+
     /// The guard of this node's leadership.
     pub fn guard(&self) -> &Arc<LeaderGuard> {
         &self.guard
@@ -255,8 +332,11 @@ impl ClusterDomain {
         let mut last_lsn = last.map_or(0, |l| l.index + 1);
         let term = self.node.proposer().leadership_now().term;
         self.guard.term.store(term, std::sync::atomic::Ordering::SeqCst);
-        let log =
-            Arc::new(RaftLog { node: Arc::clone(&self.node), guard: Arc::clone(&self.guard) });
+        let log = Arc::new(RaftLog {
+            node: Arc::clone(&self.node),
+            guard: Arc::clone(&self.guard),
+            retention: config.retention,
+        });
         if rebuild.retention != config.retention {
             let record = Record::FeedRetention(config.retention);
             let options = AppendOptions { reserve: false, epoch: None };
@@ -284,6 +364,8 @@ impl ClusterDomain {
 struct RaftLog {
     node: Arc<GroupNode<Replica>>,
     guard: Arc<LeaderGuard>,
+    /// The group's feed retention, which the snapshots carry.
+    retention: Retention,
 }
 
 /// See [`ClusterDomain::serving`].
@@ -375,12 +457,37 @@ impl RecordLog for RaftLog {
 
     fn checkpoint(
         &self,
-        _lsn: Lsn,
-        _snapshot: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
-        _retains: &dyn Fn(Lsn) -> bool,
+        lsn: Lsn,
+        snapshot: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+        retains: &dyn Fn(Lsn) -> bool,
     ) -> Result<()> {
-        // The Raft log is truncated by the group (after a snapshot), never by one node's
-        // maintenance; until snapshots are built it is kept whole.
+        // Handed over as the next snapshot; the log is purged by openraft behind it, never by
+        // this node's maintenance. Its copies' marker committed, so every record they hold
+        // did, unless a proposal failed after it was ordered: then the copies may hold one
+        // that did not, and the process restarts instead.
+        let Some(index) = lsn.checked_sub(1) else { return Ok(()) };
+        if self.guard.is_tainted() {
+            return Err(Error::Unavailable("checkpoint: this node stops leading"));
+        }
+        let mut bytes = Vec::new();
+        snapshot_header(self.retention, &mut bytes).map_err(|e| Error::Cluster(e.to_string()))?;
+        snapshot(&mut bytes)?;
+        // Every record the feeds still retain at or below `index`: those the last snapshot
+        // retained, and any after it.
+        let machine = self.node.machine();
+        let since = machine.snapshot_log_id().map_or(0, |l| l.index + 1);
+        let store = self.node.store();
+        let retained = store
+            .retained()
+            .iter()
+            .copied()
+            .chain(since..=index)
+            .filter(|&i| i <= index && retains(i + 1))
+            .collect();
+        machine.with_domain(|replica, _| {
+            replica.prepared = Some(Prepared { index, retained, bytes });
+        });
+        self.node.request_snapshot();
         Ok(())
     }
 

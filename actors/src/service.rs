@@ -30,7 +30,7 @@
 //! health, the clock, checkpoint, close). So every record has its owner here, and nothing above
 //! can append behind an actor's back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -235,6 +235,14 @@ impl Rebuild {
         self.row_ids.observe(cp.next_row_id.saturating_sub(1));
     }
 
+    /// Takes a Raft snapshot's checkpoint, the state at `lsn`, as the whole state, with the
+    /// group's feed retention it carried.
+    pub(crate) fn load_snapshot(&mut self, lsn: Lsn, checkpoint: Checkpoint, retention: Retention) {
+        self.checkpoint_lsn = lsn;
+        self.load(checkpoint);
+        self.retention = retention;
+    }
+
     /// Offers `record` to each part it touches; a part applies it only when it is newer than
     /// the part's own tag.
     pub(crate) fn apply(&mut self, lsn: Lsn, record: Record) {
@@ -306,6 +314,36 @@ impl Rebuild {
                 }
             }
         }
+    }
+
+    /// The state rebuilt so far as a checkpoint at `lsn` (every record at or below it
+    /// applied: a part whose tag is newer keeps its tag), and the records at or below `lsn`
+    /// its change feeds retain. The parts are shared, not copied (persistent structures).
+    pub(crate) fn checkpoint_at(&self, lsn: Lsn) -> (CheckpointFile, BTreeSet<Lsn>) {
+        let (events, last_event_seq) = self.outbox.snapshot();
+        let checkpoint = Checkpoint {
+            directory: self.directory.clone(),
+            directory_lsn: self.directory_lsn.max(lsn),
+            sheets: self
+                .sheets
+                .values()
+                .map(|(state, copy_lsn, _)| (state.clone(), (*copy_lsn).max(lsn)))
+                .collect(),
+            side_lsn: self.side_lsn.max(lsn),
+            idem: self.idem.snapshot(),
+            events,
+            last_event_seq,
+            next_row_id: self.row_ids.peek(),
+            webhooks: self.webhooks.clone(),
+        };
+        let retained = checkpoint
+            .sheets
+            .iter()
+            .flat_map(|(s, _)| s.changes.lsns())
+            .filter(|&l| l <= lsn)
+            .collect();
+        let changes = checkpoint.sheets.iter().map(|(s, _)| (s.id, s.changes.clone())).collect();
+        (CheckpointFile { checkpoint, changes }, retained)
     }
 
     /// The digest of the state rebuilt so far.

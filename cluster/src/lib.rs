@@ -51,7 +51,7 @@ mod types;
 
 pub use error::{Error, Result};
 pub use log_store::{RaftState, WalLogStore};
-pub use machine::{Apply, Machine};
+pub use machine::{Apply, DomainSnapshot, Machine, SnapshotCounts, WriteState};
 pub use membership::{Action, ChangeError, MembershipChange, Phase};
 pub use node::{GroupNode, Member, NodeConfig, Status};
 pub use proposer::{Leadership, Proposal, ProposeError, Proposer};

@@ -85,6 +85,10 @@ struct Inner {
     unflushed: Mutex<BTreeMap<u64, Entry>>,
     /// Where the entries present begin and end.
     ends: Mutex<Ends>,
+    /// Indexes of the entries the last snapshot retains: a purge keeps them (below the log's
+    /// beginning, read by [`WalLogStore::read_record`] only), for the domain still reads them
+    /// by position (a change feed's retained changes).
+    retained: Mutex<Arc<std::collections::BTreeSet<u64>>>,
 }
 
 /// The entries present: indexes `first..=last.index`, none when `last` is `None`.
@@ -141,6 +145,13 @@ impl wal::Replayer for Skip {
     fn record(&mut self, _lsn: Lsn, _payload: &[u8]) -> std::result::Result<(), wal::BoxError> {
         Ok(())
     }
+
+    fn retains(&self, _lsn: Lsn) -> bool {
+        // Asked only after a crash between a purge and its sweep marker: the records a
+        // snapshot retains are not known yet, so every one left stays until the next purge,
+        // which keeps only those ([`WalLogStore::set_retained`]).
+        true
+    }
 }
 
 impl WalLogStore {
@@ -181,6 +192,7 @@ impl WalLogStore {
                 state: Mutex::new(state),
                 unflushed: Mutex::new(BTreeMap::new()),
                 ends: Mutex::new(ends),
+                retained: Mutex::default(),
             }),
         })
     }
@@ -214,10 +226,88 @@ impl WalLogStore {
         }))
     }
 
+    /// The log id of the entry at `index`, if the log holds it. Blocking.
+    ///
+    /// # Errors
+    /// The wal failing to read, or an entry that does not decode.
+    pub fn log_id_at(&self, index: u64) -> Result<Option<LogId>> {
+        if index < lock(&self.inner.ends).first {
+            return Ok(None);
+        }
+        Ok(self.entry(index)?.map(|entry| entry.log_id))
+    }
+
     /// Whether the log has never held anything: no entry, no vote, nothing purged.
     pub fn is_pristine(&self) -> bool {
         let state = lock(&self.inner.state);
         lock(&self.inner.ends).last.is_none() && state.vote.is_none() && state.last_purged.is_none()
+    }
+
+    /// The entries the last snapshot retains.
+    pub fn retained(&self) -> Arc<std::collections::BTreeSet<u64>> {
+        Arc::clone(&lock(&self.inner.retained))
+    }
+
+    /// Sets the entries the last snapshot retains, which every later purge keeps.
+    pub fn set_retained(&self, indexes: std::collections::BTreeSet<u64>) {
+        *lock(&self.inner.retained) = Arc::new(indexes);
+    }
+
+    /// The raw stored entries at `indexes` that the log holds (each its encoded [`Entry`]),
+    /// in order: what a snapshot carries so that a node given it reads them as this one
+    /// does. Blocking.
+    ///
+    /// # Errors
+    /// The wal failing to read.
+    pub fn raw_entries(
+        &self,
+        indexes: &std::collections::BTreeSet<u64>,
+    ) -> Result<Vec<(u64, Vec<u8>)>> {
+        let mut found = Vec::with_capacity(indexes.len());
+        for &index in indexes {
+            let raw = match lock(&self.inner.unflushed).get(&index) {
+                Some(entry) => Some(codec::encode(entry)?),
+                None => self.inner.wal.read(lsn_of(index))?,
+            };
+            if let Some(raw) = raw {
+                found.push((index, raw));
+            }
+        }
+        Ok(found)
+    }
+
+    /// Makes the log begin after `last`, the last log id of a snapshot this node installed
+    /// from another, holding below it only `retained` (raw entries as
+    /// [`WalLogStore::raw_entries`] gives them), and keeps those at every later purge. The
+    /// last purged log id is durable first, as a purge's. Blocking.
+    ///
+    /// # Errors
+    /// The wal failing to write, or an entry that is not at or below `last`.
+    pub fn begin_after_snapshot(&self, last: LogId, retained: &[(u64, Vec<u8>)]) -> Result<()> {
+        let mut state = lock(&self.inner.state).clone();
+        if state.last_purged.is_none_or(|purged| purged < last) {
+            state.last_purged = Some(last);
+            self.inner.wal.save_state(&codec::encode(&state)?)?;
+            *lock(&self.inner.state) = state;
+        }
+        // Nothing below `last` is kept from this node's own log: the snapshot's records are
+        // the committed ones, and an entry here may be one a newer leader replaced.
+        if self.inner.wal.stats().checkpoint_lsn < lsn_of(last.index) {
+            self.inner.wal.purge_through(lsn_of(last.index))?;
+        }
+        let records: Vec<(Lsn, Vec<u8>)> =
+            retained.iter().map(|(index, raw)| (lsn_of(*index), raw.clone())).collect();
+        self.inner.wal.keep_below_checkpoint(&records)?;
+        self.set_retained(retained.iter().map(|(index, _)| *index).collect());
+        let mut unflushed = lock(&self.inner.unflushed);
+        *unflushed = unflushed.split_off(&(last.index + 1));
+        drop(unflushed);
+        let mut ends = lock(&self.inner.ends);
+        ends.first = ends.first.max(last.index + 1);
+        if ends.last.is_some_and(|l| l.index <= last.index) {
+            ends.last = None;
+        }
+        Ok(())
     }
 
     /// The wal's counters, for metrics.
@@ -400,7 +490,19 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
         // Durable first: the start after a crash completes a purge it finds half done.
         self.save(|state| state.last_purged = Some(log_id)).await?;
         let wal = self.inner.wal.clone();
-        blocking(move || Ok(wal.purge_through(lsn_of(log_id.index))?)).await?;
+        let retained = Arc::clone(&lock(&self.inner.retained));
+        blocking(move || {
+            let lsn = lsn_of(log_id.index);
+            if wal.stats().checkpoint_lsn >= lsn {
+                return Ok(());
+            }
+            if retained.is_empty() || lsn > wal.durable_lsn() {
+                return Ok(wal.purge_through(lsn)?);
+            }
+            // The records the last snapshot retains stay below the log's new beginning.
+            Ok(wal.checkpoint_retaining(lsn, &[], &|l| retained.contains(&index_of(l)))?)
+        })
+        .await?;
         let mut unflushed = lock(&self.inner.unflushed);
         *unflushed = unflushed.split_off(&(log_id.index + 1));
         drop(unflushed);

@@ -9,13 +9,20 @@
 //! - The domain sees committed records in index order, each once per run, and only those that
 //!   landed where their proposer put them; blank and membership entries only move the applied
 //!   index on.
-//! - A snapshot is the domain's state exactly at the last applied log id: taken under the lock
-//!   that applying holds, so no entry is applied between the two.
+//! - A snapshot is a state the domain gives ([`DomainSnapshot`]) at an index it names, at or
+//!   below the last applied one: taken under the lock that applying holds, so no entry is
+//!   applied between the two, and written out after. Its metadata names the log id and the
+//!   membership in force at that index. A leader's domain gives the checkpoint its actors
+//!   prepared; a follower's, its applied state.
+//! - A snapshot carries the raw entries at or below its index that the state still reads by
+//!   position (a change feed's retained changes). The log keeps them below its beginning at
+//!   every purge, and a node that installs the snapshot writes them there.
 //! - The last snapshot (built, or installed from the leader) is kept in `raft-snapshot` in the
 //!   data dir, written to a temporary name, fsynced and renamed: a start installs it into the
 //!   domain and openraft re-applies the committed entries after it. The log store purges only
 //!   what a snapshot covers, so the two together always hold every committed record.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, Cursor, Read, Write};
 use std::path::{Path, PathBuf};
@@ -29,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use wal::codec;
 
 use crate::types::{Applied, LogId, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::WalLogStore;
 
 /// The domain under a [`Machine`].
 pub trait Apply: Send + 'static {
@@ -39,18 +47,42 @@ pub trait Apply: Send + 'static {
     /// and openraft stops with it.
     fn apply(&mut self, index: u64, payload: &[u8]) -> io::Result<()>;
 
-    /// Writes the whole state as applied so far.
+    /// The state to snapshot now, having applied everything through `last_applied`; `None`
+    /// when the domain has none to give (openraft then builds no snapshot this time). Called
+    /// while nothing is applied; the bytes are written after, outside that exclusion.
     ///
     /// # Errors
-    /// The state cannot be encoded or `out` refuses it.
-    fn snapshot(&mut self, out: &mut dyn Write) -> io::Result<()>;
+    /// The state cannot be taken.
+    fn snapshot(&mut self, last_applied: u64) -> io::Result<Option<DomainSnapshot>>;
 
-    /// Replaces the whole state with `snapshot`, the state at `index`.
+    /// Replaces the whole state with `snapshot`, whose [`DomainSnapshot::index`] was `index`.
     ///
     /// # Errors
     /// The bytes are not a snapshot this build reads; the state is left as it was.
     fn install(&mut self, index: u64, snapshot: &mut dyn Read) -> io::Result<()>;
 }
+
+/// A state the domain gives to be snapshotted.
+///
+/// Invariant: the state holds every committed record at or below `index`, and applying the
+/// records after `index` to it, in order, gives the state that applying them to the exact
+/// state at `index` gives (it may hold some of them already: the domain applies by overwrite).
+pub struct DomainSnapshot {
+    /// See the type's invariant; at most the last applied index.
+    pub index: u64,
+    /// Indexes at or below `index` whose records the state still reads back from the log (a
+    /// change feed's retained changes): a purge keeps them, and the snapshot carries them to
+    /// a node that installs it.
+    pub retained: BTreeSet<u64>,
+    /// Writes the state's bytes, as [`Apply::install`] reads them.
+    pub write: WriteState,
+}
+
+/// Writes a state's bytes.
+pub type WriteState = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + Send>;
+
+/// Raw stored entries by index, as [`WalLogStore::raw_entries`] gives them.
+type RawEntries = Vec<(u64, Vec<u8>)>;
 
 /// The file the last snapshot is kept in.
 const SNAPSHOT_FILE: &str = "raft-snapshot";
@@ -59,7 +91,34 @@ const SNAPSHOT_FILE: &str = "raft-snapshot";
 #[derive(Serialize, Deserialize)]
 struct StoredSnapshot {
     meta: SnapshotMeta,
+    #[serde(with = "serde_bytes")]
     data: Vec<u8>,
+}
+
+/// A snapshot's bytes: `[len u64 LE][retained entries, encoded][the domain's bytes]`, the
+/// retained entries as `(index, raw stored entry)` pairs ([`WalLogStore::raw_entries`]).
+fn pack(retained: &[(u64, Vec<u8>)], domain: &[u8]) -> io::Result<Vec<u8>> {
+    let retained: Vec<(u64, &serde_bytes::Bytes)> =
+        retained.iter().map(|(i, raw)| (*i, serde_bytes::Bytes::new(raw))).collect();
+    let head = codec::encode(&retained).map_err(io::Error::other)?;
+    let mut data = Vec::with_capacity(8 + head.len() + domain.len());
+    data.extend_from_slice(&(head.len() as u64).to_le_bytes());
+    data.extend_from_slice(&head);
+    data.extend_from_slice(domain);
+    Ok(data)
+}
+
+/// The retained entries and the domain's bytes of a snapshot [`pack`] made.
+fn unpack(data: &[u8]) -> io::Result<(RawEntries, &[u8])> {
+    let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged Raft snapshot");
+    let len = data.get(..8).ok_or_else(damaged)?;
+    let len = usize::try_from(u64::from_le_bytes(len.try_into().map_err(|_| damaged())?))
+        .map_err(|_| damaged())?;
+    let head = data.get(8..8 + len).ok_or_else(damaged)?;
+    let retained: Vec<(u64, serde_bytes::ByteBuf)> =
+        codec::decode(head).map_err(io::Error::other)?;
+    let retained = retained.into_iter().map(|(i, raw)| (i, raw.into_vec())).collect();
+    Ok((retained, &data[8 + len..]))
 }
 
 /// The state machine over `A`. A cheap `Clone`: every clone is the same machine, and one
@@ -67,44 +126,107 @@ struct StoredSnapshot {
 pub struct Machine<A: Apply> {
     inner: Arc<Mutex<Inner<A>>>,
     dir: PathBuf,
+    store: WalLogStore,
+    /// The state taken for the snapshot being built (by `try_create_snapshot_builder`).
+    taken: Arc<Mutex<Option<(LogId, StoredMembership, DomainSnapshot)>>>,
+    counts: Arc<Counters>,
+}
+
+/// Snapshots a machine built and installed since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotCounts {
+    /// Built from this node's own state.
+    pub built: u64,
+    /// Installed from another node's.
+    pub installed: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    built: std::sync::atomic::AtomicU64,
+    installed: std::sync::atomic::AtomicU64,
 }
 
 impl<A: Apply> Clone for Machine<A> {
     fn clone(&self) -> Self {
-        Machine { inner: Arc::clone(&self.inner), dir: self.dir.clone() }
+        Machine {
+            inner: Arc::clone(&self.inner),
+            dir: self.dir.clone(),
+            store: self.store.clone(),
+            taken: Arc::clone(&self.taken),
+            counts: Arc::clone(&self.counts),
+        }
     }
 }
 
 struct Inner<A> {
     domain: A,
     last_applied: Option<LogId>,
-    membership: StoredMembership,
+    /// The membership as of the last applied entry, and the ones before it back to the
+    /// snapshot's: a snapshot taken at an earlier index names the one in force there.
+    memberships: Vec<StoredMembership>,
     /// The last snapshot built or installed, as kept on disk.
     snapshot: Option<(SnapshotMeta, Vec<u8>)>,
 }
 
+impl<A> Inner<A> {
+    fn membership(&self) -> StoredMembership {
+        self.memberships.last().cloned().unwrap_or_default()
+    }
+
+    /// The membership in force at `index`.
+    fn membership_at(&self, index: u64) -> StoredMembership {
+        self.memberships
+            .iter()
+            .rev()
+            .find(|m| m.log_id().is_none_or(|l| l.index <= index))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
 impl<A: Apply> Machine<A> {
-    /// The machine over `domain` (empty), with the snapshot kept in `dir` installed into it.
+    /// The machine over `domain` (empty), with the snapshot kept in `dir` installed into it,
+    /// over the log `store` (the entries a snapshot retains are read from it and written to
+    /// it).
     ///
     /// # Errors
     /// The kept snapshot cannot be read or the domain refuses it.
-    pub fn open(dir: &Path, mut domain: A) -> io::Result<Machine<A>> {
+    pub fn open(dir: &Path, mut domain: A, store: WalLogStore) -> io::Result<Machine<A>> {
         let path = dir.join(SNAPSHOT_FILE);
-        let (mut last_applied, mut membership, mut snapshot) = (None, Default::default(), None);
+        let (mut last_applied, mut memberships, mut snapshot) = (None, Vec::new(), None);
         match fs::read(&path) {
             Ok(bytes) => {
                 let stored: StoredSnapshot = codec::decode(&bytes).map_err(io::Error::other)?;
                 let index = stored.meta.last_log_id.map_or(0, |l| l.index);
-                domain.install(index, &mut stored.data.as_slice())?;
+                let (retained, state) = unpack(&stored.data)?;
+                domain.install(index, &mut &state[..])?;
+                if let Some(last) = stored.meta.last_log_id {
+                    let holds = store.log_id_at(last.index).map_err(io::Error::other)?;
+                    if holds == Some(last) {
+                        // Built here: the log holds the entries it covers, and those it retains.
+                        store.set_retained(retained.iter().map(|(index, _)| *index).collect());
+                    } else {
+                        // Installed from another node, and the log not yet moved past it when
+                        // this node stopped: finish that now.
+                        store.begin_after_snapshot(last, &retained).map_err(io::Error::other)?;
+                    }
+                }
                 last_applied = stored.meta.last_log_id;
-                membership = stored.meta.last_membership.clone();
+                memberships.push(stored.meta.last_membership.clone());
                 snapshot = Some((stored.meta, stored.data));
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        let inner = Inner { domain, last_applied, membership, snapshot };
-        Ok(Machine { inner: Arc::new(Mutex::new(inner)), dir: dir.to_owned() })
+        let inner = Inner { domain, last_applied, memberships, snapshot };
+        Ok(Machine {
+            inner: Arc::new(Mutex::new(inner)),
+            dir: dir.to_owned(),
+            store,
+            taken: Arc::default(),
+            counts: Arc::default(),
+        })
     }
 
     /// Runs `f` on the domain while nothing is applied.
@@ -112,6 +234,20 @@ impl<A: Apply> Machine<A> {
         let mut inner = self.lock();
         let last = inner.last_applied;
         f(&mut inner.domain, last)
+    }
+
+    /// Snapshots built and installed since the start.
+    pub fn counts(&self) -> SnapshotCounts {
+        use std::sync::atomic::Ordering::Relaxed;
+        SnapshotCounts {
+            built: self.counts.built.load(Relaxed),
+            installed: self.counts.installed.load(Relaxed),
+        }
+    }
+
+    /// The last log id of the last snapshot built or installed.
+    pub fn snapshot_log_id(&self) -> Option<LogId> {
+        self.lock().snapshot.as_ref().and_then(|(meta, _)| meta.last_log_id)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner<A>> {
@@ -129,25 +265,123 @@ impl<A: Apply> Machine<A> {
         fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
         fs::File::open(&self.dir)?.sync_all()
     }
+
+    /// Installs `data`, a snapshot from another node (see `install_snapshot`). Blocking.
+    fn install(&self, meta: &SnapshotMeta, data: Vec<u8>) -> io::Result<()> {
+        let (retained, state) = unpack(&data)?;
+        let index = meta.last_log_id.map_or(0, |l| l.index);
+        // Installed before it is kept: bytes the domain refuses are never kept to be refused
+        // again at the next start.
+        self.lock().domain.install(index, &mut &state[..])?;
+        // Kept before the log moves past it: a crash in between starts from this snapshot,
+        // and the start finishes the move (`Machine::open`).
+        self.keep(meta, &data)?;
+        if let Some(last) = meta.last_log_id {
+            self.store.begin_after_snapshot(last, &retained).map_err(io::Error::other)?;
+        }
+        let mut inner = self.lock();
+        inner.last_applied = meta.last_log_id;
+        inner.memberships = vec![meta.last_membership.clone()];
+        self.counts.installed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(index, bytes = data.len(), retained = retained.len(), "snapshot installed");
+        inner.snapshot = Some((meta.clone(), data));
+        Ok(())
+    }
+
+    /// Takes the domain's state for a snapshot, with the log id and membership at its index.
+    fn take(&self) -> io::Result<Option<(LogId, StoredMembership, DomainSnapshot)>> {
+        let mut inner = self.lock();
+        let Some(last) = inner.last_applied else { return Ok(None) };
+        let Some(taken) = inner.domain.snapshot(last.index)? else { return Ok(None) };
+        if taken.index > last.index {
+            return Err(io::Error::other(format!(
+                "the domain offered a snapshot at index {}, past the last applied {}",
+                taken.index, last.index
+            )));
+        }
+        if inner
+            .snapshot
+            .as_ref()
+            .is_some_and(|(m, _)| m.last_log_id.is_some_and(|l| l.index >= taken.index))
+        {
+            // Not newer than the one kept: nothing to build.
+            return Ok(None);
+        }
+        let log_id = if taken.index == last.index {
+            last
+        } else {
+            match self.store.log_id_at(taken.index).map_err(io::Error::other)? {
+                Some(id) => id,
+                None => return Ok(None),
+            }
+        };
+        let membership = inner.membership_at(taken.index);
+        Ok(Some((log_id, membership, taken)))
+    }
 }
 
 impl<A: Apply> RaftSnapshotBuilder<TypeConfig> for Machine<A> {
     type SnapshotData = Cursor<Vec<u8>>;
 
     async fn build_snapshot(&mut self) -> io::Result<SnapshotOf<TypeConfig, Cursor<Vec<u8>>>> {
-        let (meta, data) = {
-            let mut inner = self.lock();
-            // Under the lock: no entry is applied between the state and its metadata.
-            let mut data = Vec::new();
-            inner.domain.snapshot(&mut data)?;
-            let meta = SnapshotMeta {
-                last_log_id: inner.last_applied,
-                last_membership: inner.membership.clone(),
-            };
-            (meta, data)
+        let taken = match self.taken.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            Some(taken) => Some(taken),
+            None => self.take()?,
         };
-        self.keep(&meta, &data)?;
-        self.lock().snapshot = Some((meta.clone(), data.clone()));
+        let Some((log_id, membership, domain)) = taken else {
+            // Nothing newer to give: the current snapshot, if there is one.
+            let inner = self.lock();
+            let (meta, data) = match inner.snapshot.clone() {
+                Some(kept) => kept,
+                // Nothing applied yet (openraft asks at a start whose log was purged without a
+                // snapshot): the empty state, not kept.
+                None if inner.last_applied.is_none() => {
+                    let meta =
+                        SnapshotMeta { last_log_id: None, last_membership: inner.membership() };
+                    (meta, pack(&[], &[])?)
+                }
+                None => return Err(io::Error::other("the domain has no state to snapshot yet")),
+            };
+            return Ok(SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> {
+                meta,
+                snapshot: Cursor::new(data),
+            });
+        };
+        // Outside the lock, on a blocking thread: entries go on being applied, and the link's
+        // runtime goes on, while the state is written and kept.
+        let meta = SnapshotMeta { last_log_id: Some(log_id), last_membership: membership };
+        let machine = self.clone();
+        let kept = meta.clone();
+        let (retained, data) = tokio::task::spawn_blocking(move || {
+            let retained = machine.store.raw_entries(&domain.retained).map_err(io::Error::other)?;
+            let mut state = Vec::new();
+            (domain.write)(&mut state)?;
+            let data = pack(&retained, &state)?;
+            machine.keep(&kept, &data)?;
+            Ok::<_, io::Error>((retained, data))
+        })
+        .await
+        .map_err(io::Error::other)??;
+        self.store.set_retained(retained.iter().map(|(index, _)| *index).collect());
+        {
+            let mut inner = self.lock();
+            let index = log_id.index;
+            // Memberships before the one in force at the snapshot are of no more use.
+            let keep_from = inner
+                .memberships
+                .iter()
+                .rposition(|m| m.log_id().is_none_or(|l| l.index <= index))
+                .unwrap_or(0);
+            inner.memberships.drain(..keep_from);
+            inner.snapshot = Some((meta.clone(), data.clone()));
+        }
+        self.counts.built.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(
+            index = log_id.index,
+            bytes = data.len(),
+            retained = retained.len(),
+            "snapshot built"
+        );
         Ok(SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> { meta, snapshot: Cursor::new(data) })
     }
 }
@@ -158,7 +392,7 @@ impl<A: Apply> RaftStateMachine<TypeConfig> for Machine<A> {
 
     async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
         let inner = self.lock();
-        Ok((inner.last_applied, inner.membership.clone()))
+        Ok((inner.last_applied, inner.membership()))
     }
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> io::Result<()>
@@ -178,7 +412,8 @@ impl<A: Apply> RaftStateMachine<TypeConfig> for Machine<A> {
                     EntryPayload::Normal(_) => accepted = false,
                     EntryPayload::Blank => {}
                     EntryPayload::Membership(membership) => {
-                        inner.membership = StoredMembership::new(Some(entry.log_id), membership);
+                        let stored = StoredMembership::new(Some(entry.log_id), membership);
+                        inner.memberships.push(stored);
                     }
                 }
                 inner.last_applied = Some(entry.log_id);
@@ -190,6 +425,24 @@ impl<A: Apply> RaftStateMachine<TypeConfig> for Machine<A> {
         Ok(())
     }
 
+    /// A builder only when the domain has a state to give (a leader's domain gives the
+    /// checkpoint it prepared, and none before): openraft then defers the snapshot.
+    /// Forced (a start whose log was purged without a snapshot), the builder gives the kept
+    /// snapshot, or the empty state when nothing was applied.
+    async fn try_create_snapshot_builder(&mut self, force: bool) -> Option<Self::SnapshotBuilder> {
+        match self.take() {
+            Ok(Some(taken)) => {
+                *self.taken.lock().unwrap_or_else(PoisonError::into_inner) = Some(taken);
+                Some(self.clone())
+            }
+            Ok(None) => force.then(|| self.clone()),
+            Err(e) => {
+                tracing::warn!(error = %e, "no snapshot this time: the state could not be taken");
+                None
+            }
+        }
+    }
+
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         self.clone()
     }
@@ -199,18 +452,12 @@ impl<A: Apply> RaftStateMachine<TypeConfig> for Machine<A> {
         meta: &SnapshotMeta,
         snapshot: Cursor<Vec<u8>>,
     ) -> io::Result<()> {
-        let data = snapshot.into_inner();
-        let mut inner = self.lock();
-        let index = meta.last_log_id.map_or(0, |l| l.index);
-        // Installed before it is kept: bytes the domain refuses are never kept to be refused
-        // again at the next start. openraft purges the log only after this returns, so a crash
-        // before the snapshot is kept starts from the old state and the log that covers it.
-        inner.domain.install(index, &mut data.as_slice())?;
-        inner.last_applied = meta.last_log_id;
-        inner.membership = meta.last_membership.clone();
-        self.keep(meta, &data)?;
-        inner.snapshot = Some((meta.clone(), data));
-        Ok(())
+        // On a blocking thread: decoding, writing and fsyncing a large state must not hold up
+        // the link's runtime (heartbeats, handshakes).
+        let (machine, meta) = (self.clone(), meta.clone());
+        tokio::task::spawn_blocking(move || machine.install(&meta, snapshot.into_inner()))
+            .await
+            .map_err(io::Error::other)?
     }
 
     async fn get_current_snapshot(

@@ -57,6 +57,12 @@ pub struct NodeConfig {
     /// Election timeout, ms: a follower that hears no leader for a random time in this range
     /// stands for election.
     pub election_timeout_ms: (u64, u64),
+    /// A node builds a snapshot once it applied this many entries after its last one (a
+    /// leader's domain gives one only once it prepared it, see [`Apply::snapshot`]).
+    pub snapshot_every: u64,
+    /// Entries kept in the log behind a snapshot, so that a follower a little behind (or one
+    /// that took long to receive a snapshot) catches up from the log (openraft #1706).
+    pub keep_log: u64,
 }
 
 /// What this node knows of its group, as `GET /admin/v1/cluster` shows it.
@@ -84,6 +90,12 @@ pub struct Status {
     pub term_changes: u64,
     /// Requests this node forwarded to a leader since it started.
     pub forwarded: u64,
+    /// The last index of this node's last snapshot (built or installed).
+    pub snapshot_index: Option<u64>,
+    /// The last index purged from this node's log.
+    pub purged_index: Option<u64>,
+    /// Snapshots this node built and installed since it started.
+    pub snapshots: crate::machine::SnapshotCounts,
 }
 
 /// A member as another node sees it.
@@ -153,7 +165,12 @@ impl<A: Apply> GroupNode<A> {
                 "waiting to be added to a cluster (POST /admin/v1/cluster/nodes on its leader)"
             );
         }
-        let machine = Machine::open(&config.dir, domain)?;
+        let machine = {
+            let (dir, store) = (config.dir.clone(), store.clone());
+            tokio::task::spawn_blocking(move || Machine::open(&dir, domain, store))
+                .await
+                .map_err(io::Error::other)??
+        };
         let link = ClusterLink::bind(
             config.raft_addr,
             LinkConfig::new(config.node_id, config.secret.clone()),
@@ -162,9 +179,14 @@ impl<A: Apply> GroupNode<A> {
             heartbeat_interval: config.heartbeat_ms,
             election_timeout_min: config.election_timeout_ms.0,
             election_timeout_max: config.election_timeout_ms.1,
-            // Snapshots are the domain's checkpoints, built on the leader from its published
-            // state; until that lands the log is kept whole.
+            // A snapshot is built when this node asks (`snapshot_every`, and a leader's
+            // prepared checkpoint): openraft's own policy would ask a leader's domain before it
+            // has one.
             snapshot_policy: SnapshotPolicy::Never,
+            max_in_snapshot_log_to_keep: config.keep_log,
+            // A snapshot goes as one frame: its send may take seconds for a large state, and
+            // one cut short is sent again whole (openraft's 200 ms default is for chunks).
+            install_snapshot_timeout: SNAPSHOT_SEND_TIMEOUT_MS,
             // A node back from a crash or a cut must not raise the term of a healthy leader
             // (which would make it step down, and restart): it asks first whether it could win.
             enable_pre_vote: Some(true),
@@ -194,7 +216,28 @@ impl<A: Apply> GroupNode<A> {
         }
         let change = ChangeSlot::default();
         let forwarded = Default::default();
-        Ok(Arc::new(GroupNode { config, raft, machine, store, link, proposer, change, forwarded }))
+        let node =
+            Arc::new(GroupNode { config, raft, machine, store, link, proposer, change, forwarded });
+        node.link.runtime().spawn(snapshot_when_due(Arc::downgrade(&node)));
+        Ok(node)
+    }
+
+    /// Asks openraft to build a snapshot now (it asks the domain for its state; nothing is
+    /// built when the domain has none newer to give).
+    pub fn request_snapshot(&self) {
+        let raft = self.raft.clone();
+        self.link.runtime().spawn(async move {
+            if let Err(e) = raft.trigger().snapshot().await {
+                tracing::debug!(error = %e, "no snapshot: the Raft is shutting down");
+            }
+        });
+    }
+
+    /// Entries applied on this node since its last snapshot.
+    pub fn applied_since_snapshot(&self) -> u64 {
+        let applied = self.applied_index().map_or(0, |i| i + 1);
+        let snapshot = self.machine.snapshot_log_id().map_or(0, |l| l.index + 1);
+        applied.saturating_sub(snapshot)
     }
 
     /// The last membership change this node ran as leader, if any.
@@ -425,6 +468,9 @@ impl<A: Apply> GroupNode<A> {
             leader_changes: self.proposer.changes_seen().0,
             term_changes: self.proposer.changes_seen().1,
             forwarded: self.forwarded.load(std::sync::atomic::Ordering::Relaxed),
+            snapshot_index: m.snapshot.map(|l| l.index),
+            purged_index: m.purged.map(|l| l.index),
+            snapshots: self.machine.counts(),
         }
     }
 
@@ -441,5 +487,26 @@ impl<A: Apply> GroupNode<A> {
             .await
             .map_err(io::Error::other)?
             .map_err(io::Error::other)
+    }
+}
+
+/// How long a snapshot's send may take.
+const SNAPSHOT_SEND_TIMEOUT_MS: u64 = 60_000;
+
+/// How often a node looks whether a snapshot is due.
+const SNAPSHOT_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// Asks for a snapshot whenever `snapshot_every` entries were applied since the last one, until
+/// the node is gone. A leader's domain gives one only once it prepared it (its maintenance
+/// prepares it by the same rule and asks at once), so this builds followers' snapshots.
+async fn snapshot_when_due<A: Apply>(node: std::sync::Weak<GroupNode<A>>) {
+    let mut tick = tokio::time::interval(SNAPSHOT_CHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let Some(node) = node.upgrade() else { return };
+        if node.applied_since_snapshot() >= node.config.snapshot_every.max(1) {
+            node.request_snapshot();
+        }
     }
 }

@@ -37,6 +37,7 @@ pub struct Record {
     /// (applied wherever it lands).
     pub index: Option<u64>,
     /// The domain's encoded operation.
+    #[serde(with = "serde_bytes")]
     pub payload: Vec<u8>,
 }
 

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use cluster::{
-    Apply, ClusterNode, Entry, LogId, Machine, Record, RecordsStateMachine, TypeConfig, Vote,
-    WalLogStore,
+    Apply, ClusterNode, DomainSnapshot, Entry, LogId, Machine, Record, RecordsStateMachine,
+    TypeConfig, Vote, WalLogStore,
 };
 use openraft::storage::{IOFlushed, RaftLogStorage, RaftStateMachine};
 use openraft::testing::log::{StoreBuilder, Suite};
@@ -44,13 +44,21 @@ impl Apply for Applied {
         Ok(())
     }
 
-    fn snapshot(&mut self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-        for (index, payload) in &self.0 {
-            out.write_all(&index.to_le_bytes())?;
-            out.write_all(&(payload.len() as u64).to_le_bytes())?;
-            out.write_all(payload)?;
-        }
-        Ok(())
+    fn snapshot(&mut self, last_applied: u64) -> std::io::Result<Option<DomainSnapshot>> {
+        let records = self.0.clone();
+        let write = move |out: &mut dyn std::io::Write| {
+            for (index, payload) in &records {
+                out.write_all(&index.to_le_bytes())?;
+                out.write_all(&(payload.len() as u64).to_le_bytes())?;
+                out.write_all(payload)?;
+            }
+            Ok(())
+        };
+        // Records whose payload begins with "keep" are read back by position later, as a
+        // change feed reads its retained changes.
+        let retained =
+            self.0.iter().filter(|(_, p)| p.starts_with(b"keep")).map(|(i, _)| *i).collect();
+        Ok(Some(DomainSnapshot { index: last_applied, retained, write: Box::new(write) }))
     }
 
     fn install(&mut self, _index: u64, snapshot: &mut dyn std::io::Read) -> std::io::Result<()> {
@@ -79,7 +87,8 @@ impl StoreBuilder<TypeConfig, WalLogStore, Machine<Applied>, TempDir> for FreshM
     ) -> Result<(TempDir, WalLogStore, Machine<Applied>), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = WalLogStore::open(dir.path()).expect("open the log store");
-        let machine = Machine::open(dir.path(), Applied::default()).expect("open the machine");
+        let machine =
+            Machine::open(dir.path(), Applied::default(), store.clone()).expect("open the machine");
         Ok((dir, store, machine))
     }
 }
@@ -92,7 +101,8 @@ async fn openraft_storage_suite_with_the_servers_state_machine() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_servers_state_machine_keeps_its_snapshot_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let mut machine = Machine::open(dir.path(), Applied::default()).unwrap();
+    let store = WalLogStore::open(dir.path()).unwrap();
+    let mut machine = Machine::open(dir.path(), Applied::default(), store.clone()).unwrap();
     let mut entries = vec![membership_entry(1, 0, &[1])];
     entries.extend((1..=3).map(|i| record_entry(1, i, format!("r{i}").as_bytes())));
     let stream = futures_util::stream::iter(entries.into_iter().map(|e| Ok((e, None))));
@@ -102,7 +112,7 @@ async fn the_servers_state_machine_keeps_its_snapshot_across_a_restart() {
     drop(machine);
 
     // A start installs the kept snapshot: the state and the applied log id are the snapshot's.
-    let mut again = Machine::open(dir.path(), Applied::default()).unwrap();
+    let mut again = Machine::open(dir.path(), Applied::default(), store).unwrap();
     let (applied, membership) = again.applied_state().await.unwrap();
     assert_eq!(applied, Some(log_id(1, 1, 3)));
     assert_eq!(membership.membership().voter_ids().collect::<Vec<_>>(), vec![1]);
@@ -287,4 +297,93 @@ async fn the_state_machine_applies_records_in_order_and_snapshots_exactly_that_s
     let bytes = sm.get_current_snapshot().await.unwrap().unwrap().snapshot;
     assert!(other.install_snapshot(&meta, bytes).await.is_err());
     assert_eq!(other.state(), state, "a refused snapshot changes nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_keeps_what_the_snapshot_retains_and_so_does_a_log_begun_after_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = WalLogStore::open(dir.path()).unwrap();
+    append(&mut store, first_entries()).await;
+    store.set_retained(BTreeSet::from([2, 5]));
+    store.purge(log_id(1, 1, 7)).await.unwrap();
+    let readable = |store: &WalLogStore| -> Vec<u64> {
+        (0..=10).filter(|&i| store.read_record(i).unwrap().is_some()).collect()
+    };
+    // The wal keeps a pack of small records whole when one of them is retained, so the
+    // others of its pack may stay readable too; Raft sees only the log after the purge.
+    let retained_and_after = |store: &WalLogStore| -> bool {
+        [2, 5, 8, 9, 10].iter().all(|&i| store.read_record(i).unwrap().is_some())
+    };
+    assert!(retained_and_after(&store));
+    assert_eq!(all_entries(&mut store).await, first_entries()[8..].to_vec());
+
+    // Kept across a restart (the sweep marker names them), and read back alike.
+    let mut store = restart(store, dir.path());
+    assert!(retained_and_after(&store));
+    assert_eq!(all_entries(&mut store).await, first_entries()[8..].to_vec());
+
+    // A node given a snapshot at 9 that retains 2 and 5: its log begins at 10 and holds them.
+    let raw = store.raw_entries(&BTreeSet::from([2, 5])).unwrap();
+    assert_eq!(raw.len(), 2);
+    let other_dir = tempfile::tempdir().unwrap();
+    let mut other = WalLogStore::open(other_dir.path()).unwrap();
+    append(&mut other, vec![record_entry(1, 0, b"a stale entry of its own")]).await;
+    other.begin_after_snapshot(log_id(1, 1, 9), &raw).unwrap();
+    assert_eq!(readable(&other), vec![2, 5]);
+    assert_eq!(other.read_record(5).unwrap(), store.read_record(5).unwrap());
+    let state = other.get_log_state().await.unwrap();
+    assert_eq!(
+        (state.last_purged_log_id, state.last_log_id),
+        (Some(log_id(1, 1, 9)), Some(log_id(1, 1, 9)))
+    );
+    append(&mut other, vec![record_entry(2, 10, b"after the snapshot")]).await;
+    let mut other = restart(other, other_dir.path());
+    assert_eq!(readable(&other), vec![2, 5, 10]);
+    assert_eq!(all_entries(&mut other).await, vec![record_entry(2, 10, b"after the snapshot")]);
+
+    // A later purge drops what the snapshot no longer retains.
+    other.set_retained(BTreeSet::from([5]));
+    append(&mut other, vec![record_entry(2, 11, b"eleven")]).await;
+    other.purge(log_id(2, 1, 10)).await.unwrap();
+    assert!(other.read_record(2).unwrap().is_none());
+    assert!(other.read_record(5).unwrap().is_some());
+    assert_eq!(all_entries(&mut other).await, vec![record_entry(2, 11, b"eleven")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_installed_elsewhere_carries_its_retained_records_into_that_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = WalLogStore::open(dir.path()).unwrap();
+    let mut entries = vec![membership_entry(1, 0, &[1])];
+    entries.push(record_entry(1, 1, b"keep: one"));
+    entries.extend((2..=4).map(|i| record_entry(1, i, format!("r{i}").as_bytes())));
+    append(&mut store, entries.clone()).await;
+    let mut machine = Machine::open(dir.path(), Applied::default(), store.clone()).unwrap();
+    let stream = futures_util::stream::iter(entries.into_iter().map(|e| Ok((e, None))));
+    machine.apply(stream).await.unwrap();
+    let mut builder = machine.try_create_snapshot_builder(false).await.expect("a state to give");
+    let built = builder.build_snapshot().await.unwrap();
+    assert_eq!(built.meta.last_log_id, Some(log_id(1, 1, 4)));
+    assert_eq!(machine.counts().built, 1);
+    // Nothing newer to give: no builder.
+    assert!(machine.try_create_snapshot_builder(false).await.is_none());
+
+    let other_dir = tempfile::tempdir().unwrap();
+    let other_store = WalLogStore::open(other_dir.path()).unwrap();
+    let mut other =
+        Machine::open(other_dir.path(), Applied::default(), other_store.clone()).unwrap();
+    other.install_snapshot(&built.meta, built.snapshot).await.unwrap();
+    assert_eq!(other.with_domain(|d, _| d.0.clone()), machine.with_domain(|d, _| d.0.clone()));
+    assert_eq!(other.counts().installed, 1);
+    assert_eq!(other_store.read_record(1).unwrap(), store.read_record(1).unwrap());
+    assert!(other_store.read_record(2).unwrap().is_none(), "only what the state retains");
+    drop(other);
+
+    // A restart installs it again from the data dir, over the same log.
+    let other_store = restart(other_store, other_dir.path());
+    let mut again =
+        Machine::open(other_dir.path(), Applied::default(), other_store.clone()).unwrap();
+    assert_eq!(again.applied_state().await.unwrap().0, Some(log_id(1, 1, 4)));
+    assert_eq!(again.with_domain(|d, _| d.0.len()), 4);
+    assert!(other_store.read_record(1).unwrap().is_some());
 }

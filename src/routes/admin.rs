@@ -108,6 +108,9 @@ pub async fn get_cluster(
         "commitIndex": commit,
         "nodes": nodes,
         "membershipChange": cluster.membership_change().as_ref().map(change_view),
+        // Beyond the contract's fields (additive): where this node's snapshot and log begin.
+        "snapshotIndex": status.snapshot_index,
+        "purgedIndex": status.purged_index,
     })))
 }
 

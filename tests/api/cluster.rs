@@ -169,7 +169,10 @@ async fn until_acknowledged(
 async fn leader(nodes: &[Node]) -> usize {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        assert!(Instant::now() < deadline, "no leader within 30 s");
+        if Instant::now() >= deadline {
+            let logs: Vec<String> = nodes.iter().map(tail_of_log).collect();
+            panic!("no leader within 30 s\n{}", logs.join("\n"));
+        }
         for (i, node) in nodes.iter().enumerate() {
             if node.child.is_none() {
                 continue;
@@ -389,7 +392,9 @@ async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() 
 async fn killing_the_leader_again_and_again_loses_no_acknowledged_write() {
     let _one = ONE_CLUSTER.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut nodes = three(dir.path()).await;
+    // Snapshots every 500 entries: nodes restart from them, and the log behind is purged.
+    let mut nodes =
+        three_with(dir.path(), |_| vec!["--checkpoint-every-records".into(), "500".into()]).await;
     let apis: Vec<String> = nodes.iter().map(|n| n.api.clone()).collect();
 
     // Writers at 64 connections: each adds a row, then patches it by version, every request
@@ -489,6 +494,10 @@ async fn killing_the_leader_again_and_again_loses_no_acknowledged_write() {
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "a gap in the feed");
     // The fixture's rows, each writer's add and patch.
     assert!(seqs.len() >= 4 + 2 * acked.len(), "{} changes", seqs.len());
+    // The leader's log was purged behind a snapshot: the feed above was read in part from
+    // the records the snapshots retained.
+    let status = nodes[at].cluster().await.unwrap();
+    assert!(status["purgedIndex"].as_u64().is_some(), "no snapshot was taken: {status}");
 }
 
 /// Adds rows through `api` until `stop`, without retrying: every answer must be a 200.
@@ -1067,4 +1076,123 @@ async fn a_write_whose_fate_is_unknown_is_settled_by_its_retry_exactly_once() {
     converged(&nodes).await;
     let now = agreed_leader(&nodes).await;
     assert_eq!(row_names(&nodes[now]).await.get("fate unknown"), Some(&1));
+}
+
+/// Every change `node` serves in sheet 10's feed, in order (a follower forwards the reads).
+async fn whole_feed(node: &Node) -> Vec<Value> {
+    let mut changes = Vec::new();
+    let mut url = format!("{}/sheets/10/changes?limit=1000", node.base());
+    loop {
+        let (status, page, _) = send("GET", &url, Some(ADA_READ), &[], None).await;
+        assert_eq!(status, 200, "{page}");
+        let data = page["data"].as_array().unwrap();
+        if data.is_empty() {
+            return changes;
+        }
+        changes.extend(data.iter().cloned());
+        let cursor = page["nextCursor"].as_str().unwrap();
+        url = format!("{}/sheets/10/changes?limit=1000&cursor={cursor}", node.base());
+    }
+}
+
+/// A metric's value in `node`'s `/admin/v1/metrics`.
+async fn metric(node: &Node, name: &str) -> f64 {
+    let (status, text, _) =
+        send("GET", &node.admin_url("/metrics"), Some(ADMIN_TOKEN), &[], None).await;
+    assert_eq!(status, 200);
+    text.as_str()
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in the metrics"))
+}
+
+#[actix_rt::test]
+async fn a_wiped_follower_added_back_under_a_new_id_catches_up_by_snapshot() {
+    let _one = ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Snapshots every 200 entries, 100 kept behind each: a node that starts empty finds the
+    // leader's log purged past its beginning.
+    let snapshots = || vec!["--checkpoint-every-records".to_string(), "200".to_string()];
+    let mut nodes = three_with(dir.path(), |_| snapshots()).await;
+    let writers = RetryingWriters::start(&nodes, "snap", 8);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let at = loop {
+        let at = agreed_leader(&nodes).await;
+        let status = nodes[at].cluster().await.unwrap_or(Value::Null);
+        if status["purgedIndex"].as_u64().is_some_and(|p| p > 50) {
+            break at;
+        }
+        assert!(Instant::now() < deadline, "no purge behind a snapshot: {status}");
+        actix_rt::time::sleep(Duration::from_millis(200)).await;
+    };
+
+    // A follower loses its disk: removed, wiped, and started empty under a new id, while the
+    // writers go on.
+    let gone = (at + 1) % 3;
+    let gone_id = nodes[gone].id;
+    nodes[gone].kill9();
+    let (status, reply) =
+        admin_send("DELETE", &nodes[at].admin_url(&format!("/cluster/nodes/{gone_id}")), None)
+            .await;
+    assert_eq!(status, 202, "{reply}");
+    change_done(&nodes[at]).await;
+    let wiped = nodes.remove(gone);
+    let data = wiped.flags.iter().position(|f| f == "--data-dir").unwrap();
+    std::fs::remove_dir_all(&wiped.flags[data + 1]).unwrap();
+    let raft5 = format!("127.0.0.5:{}", free_port("127.0.0.5"));
+    let (secret, seed) = (dir.path().join("secret"), dir.path().join("seed.json"));
+    let mut fresh = Node::new(dir.path(), 5, raft5.clone(), "", &secret, &seed);
+    let initial = fresh.flags.iter().position(|f| f == "--initial-cluster").unwrap();
+    fresh.flags.drain(initial..initial + 2);
+    fresh.flags.push("--join".into());
+    fresh.flags.extend(snapshots());
+    fresh.start();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while admin_get(&fresh.admin_url("/health")).await.is_none() {
+        assert!(Instant::now() < deadline, "{}", tail_of_log(&fresh));
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    let at = agreed_leader(&nodes).await;
+    let add = json!({"id": 5, "raftAddr": raft5, "apiAddr": fresh.api});
+    let (status, reply) =
+        admin_send("POST", &nodes[at].admin_url("/cluster/nodes"), Some(add)).await;
+    assert_eq!(status, 202, "{reply}");
+    change_done(&nodes[at]).await;
+    actix_rt::time::sleep(Duration::from_millis(500)).await;
+    let acked = writers.stop().await;
+    nodes.push(fresh);
+    converged(&nodes).await;
+    let fresh = nodes.len() - 1;
+    assert!(
+        metric(&nodes[fresh], "sheetd_cluster_snapshots_installed_total").await >= 1.0,
+        "node 5 caught up by snapshot: {}",
+        tail_of_log(&nodes[fresh])
+    );
+
+    // Node 5 serves what the leader served: the same rows, and the same feed, read back from
+    // the records its snapshot carried. It serves from its own state only as leader, so the
+    // others' leaders are stopped until it leads.
+    let feed = whole_feed(&nodes[agreed_leader(&nodes).await]).await;
+    assert!(feed.len() > acked.len(), "every acknowledged add is in the feed");
+    for _ in 0..12 {
+        let at = agreed_leader(&nodes).await;
+        if at == fresh {
+            break;
+        }
+        nodes[at].kill9();
+        let now = leader(&nodes).await;
+        nodes[at].start();
+        if now == fresh {
+            break;
+        }
+        agreed_leader(&nodes).await;
+    }
+    assert_eq!(agreed_leader(&nodes).await, fresh, "node 5 never came to lead");
+    assert_eq!(whole_feed(&nodes[fresh]).await, feed);
+    let names = row_names(&nodes[fresh]).await;
+    for name in &acked {
+        assert_eq!(names.get(name), Some(&1), "{name}: acknowledged, so present once");
+    }
+    drop(wiped);
 }

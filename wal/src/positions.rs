@@ -137,3 +137,57 @@ fn fail(core: &Core, e: Error) -> Error {
     core.progress.send_modify(|p| p.failure = Some(Arc::clone(&shared)));
     Error::LogFailed { cause: shared }
 }
+
+impl Wal {
+    /// Writes `records` (LSN, payload; increasing LSNs, each at or below the checkpoint) into
+    /// the log below its checkpoint, where [`Wal::read`] finds them and later checkpoints
+    /// keep them while their `retain` says so: for a log whose checkpoint came from another
+    /// node (a replicated log given a snapshot), so that it holds the records the snapshot's
+    /// state still reads by position (a change feed's retained changes). A record the log
+    /// holds already is left as it is. Durable when it returns. Blocking (use
+    /// `spawn_blocking`).
+    ///
+    /// # Errors
+    /// An LSN above the checkpoint or out of order ([`Error::InvalidArgument`]), a failed log, I/O and
+    /// sled errors (the log is then failed).
+    pub fn keep_below_checkpoint(&self, records: &[(Lsn, Vec<u8>)]) -> Result<()> {
+        let core = self.core();
+        let current = lock(&core.checkpoint);
+        let at = current.unwrap_or(0);
+        if records.windows(2).any(|w| w[0].0 >= w[1].0) || records.iter().any(|(l, _)| *l > at) {
+            return Err(Error::invalid(
+                "records kept below a checkpoint come in increasing order, at or below it",
+            ));
+        }
+        if let Some(cause) = core.failure.get() {
+            return Err(Error::LogFailed { cause });
+        }
+        let written = core
+            .with_store(|store| {
+                let mut kept = store.with_kept(<[_]>::to_vec);
+                let mut batch = sled::Batch::default();
+                let mut added = 0;
+                for (lsn, payload) in records {
+                    if kept.iter().any(|k| (k.lsn..=k.last()).contains(lsn)) {
+                        continue;
+                    }
+                    kept.push(crate::layout::entry::put_record(&mut batch, *lsn, payload)?);
+                    added += 1;
+                }
+                if added > 0 {
+                    store.write(batch)?;
+                    store.sync()?;
+                }
+                kept.sort_by_key(|k| k.lsn);
+                let bytes = kept.iter().map(|k| k.bytes).sum::<u64>();
+                checkpoint::note_swept(&core.config.dir, at, &kept);
+                store.set_kept(at, kept);
+                Ok((added, bytes))
+            })
+            .map_err(|e| fail(core, e))?;
+        lock(&core.appender).retained_bytes = written.1;
+        drop(current);
+        tracing::debug!(added = written.0, checkpoint = at, "records kept below the checkpoint");
+        Ok(())
+    }
+}

@@ -1551,3 +1551,33 @@ fn purge_through_past_the_end_moves_the_next_lsn_durably() {
     assert_eq!(report.last_lsn, 22);
     assert_eq!(collect.records, vec![(21, payload(21, 40)), (22, payload(22, 40))]);
 }
+
+#[test]
+fn records_kept_below_a_checkpoint_are_read_back_and_survive_restarts_and_purges() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (wal, _, _) = recover(dir.path());
+        // A log begun from another node's snapshot at 20, holding two of its retained records.
+        wal.purge_through(20).unwrap();
+        let refused = wal.keep_below_checkpoint(&[(21, payload(21, 40))]);
+        assert!(matches!(refused, Err(Error::InvalidArgument { .. })), "{refused:?}");
+        let disordered = wal.keep_below_checkpoint(&[(9, payload(9, 40)), (4, payload(4, 40))]);
+        assert!(matches!(disordered, Err(Error::InvalidArgument { .. })), "{disordered:?}");
+        wal.keep_below_checkpoint(&[(4, payload(4, 40)), (9, payload(9, 20_000))]).unwrap();
+        // Given again (a restart finishing an install): left as it is.
+        wal.keep_below_checkpoint(&[(4, payload(4, 40))]).unwrap();
+        assert_eq!(wal.read(4).unwrap(), Some(payload(4, 40)));
+        assert_eq!(wal.read(9).unwrap(), Some(payload(9, 20_000)));
+        assert_eq!(wal.read(5).unwrap(), None);
+        block_on(wal.append_batch_at(21, small(21..=24)).unwrap()).unwrap();
+        wal.shutdown().unwrap();
+    }
+    let (wal, report, collect) = recover(dir.path());
+    assert_eq!(report.records_retained, 2);
+    assert_eq!(collect.records.len(), 4, "only the records after the checkpoint replay");
+    assert_eq!(wal.read(9).unwrap(), Some(payload(9, 20_000)));
+    // A later checkpoint keeps what its retain says, and drops the rest.
+    wal.checkpoint_retaining(22, &[], &|lsn| lsn == 9).unwrap();
+    assert_eq!(wal.read(4).unwrap(), None);
+    assert_eq!(wal.read(9).unwrap(), Some(payload(9, 20_000)));
+}

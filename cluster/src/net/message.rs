@@ -38,6 +38,7 @@ pub enum Rpc {
         /// What the snapshot holds.
         meta: SnapshotMeta,
         /// The snapshot's bytes.
+        #[serde(with = "serde_bytes")]
         data: Vec<u8>,
     },
     /// The leader hands over to the receiver.

@@ -121,6 +121,9 @@ impl ClusterLink {
         listener.set_nonblocking(true)?;
         let local_addr = listener.local_addr()?;
         let local_ip = Some(local_addr.ip()).filter(|ip| !ip.is_unspecified());
+        // One thread: openraft's core, its state machine worker and the link's I/O. What takes
+        // long (a snapshot's encoding, writing or installing) runs on blocking threads, so
+        // heartbeats and handshakes never wait behind it.
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let handle = runtime.handle().clone();
         let (stop, stopped) = oneshot::channel::<()>();
