@@ -189,6 +189,44 @@ fn service_config(opts: &Options) -> ServiceConfig {
     }
 }
 
+/// Makes a single node's data dir the state of a cluster of one, when the node is started as
+/// the only member of a new cluster (`actors::adopt`); refuses one started otherwise, whose
+/// data a new or running cluster would ignore.
+async fn adopt_if_single_node(
+    node: &actors::replica::NodeConfig,
+    retention: actors::sheet::Retention,
+) -> anyhow::Result<()> {
+    let alone = node
+        .initial
+        .as_ref()
+        .filter(|members| members.len() == 1)
+        .and_then(|members| members.get(&node.node_id).cloned());
+    let (dir, id) = (node.dir.clone(), node.node_id);
+    let Some(me) = alone else {
+        let holds =
+            tokio::task::spawn_blocking(move || actors::adopt::holds_single_node(&dir)).await??;
+        if holds {
+            anyhow::bail!(
+                "{} holds a single node's data: start it with --initial-cluster naming only this \
+                 node ({id}) to make it a cluster of one, then add the other nodes",
+                node.dir.display()
+            );
+        }
+        return Ok(());
+    };
+    let adopted = tokio::task::spawn_blocking(move || {
+        actors::adopt::adopt_single_node(&dir, id, me, retention)
+    })
+    .await??;
+    if let Some(adopted) = adopted {
+        tracing::info!(
+            position = adopted.position,
+            "this node's single-node data is its cluster's state"
+        );
+    }
+    Ok(())
+}
+
 /// Recover, seed when empty, and start both listeners. Runs inside an actix system.
 pub async fn start(opts: Options) -> anyhow::Result<Running> {
     let args = &opts.args;
@@ -202,6 +240,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         }
         Some((node, key)) => {
             let cursors = CursorCodec::new(key);
+            adopt_if_single_node(&node, service_config(&opts).retention).await?;
             let domain = actors::replica::ClusterDomain::start(node).await.with_context(|| {
                 format!("cannot start the cluster node in {}", args.data_dir.display())
             })?;

@@ -30,6 +30,7 @@
 //!   restoring one into a new data dir (rolled forward with the archive's records).
 //! - [`replica`]: a cluster node's domain: committed records applied on a follower, the
 //!   actors started when it leads, and the log seam over the Raft group (`cluster` crate).
+//! - [`adopt`]: a single node's data dir becoming a cluster of one.
 //!
 //! The log is this crate's alone, and inside it every append, read and checkpoint goes through
 //! [`log::RecordLog`]: the server and the CLI reach the log only through [`Service`], whose
@@ -47,6 +48,7 @@
 //! - A write and its side effects (idempotency response, events) are one record.
 #![forbid(unsafe_code)]
 
+pub mod adopt;
 pub mod archive;
 pub mod backup;
 pub mod coerce;

@@ -74,7 +74,7 @@ struct Prepared {
 /// A snapshot's bytes: `[len u64 LE][the feeds' retention, encoded][the checkpoint file]`.
 /// The retention is the group's ([`Record::FeedRetention`]), which a checkpoint of one node
 /// does not hold (it is that node's flag there).
-fn snapshot_header(retention: Retention, out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn snapshot_header(retention: Retention, out: &mut dyn Write) -> io::Result<()> {
     let head = codec::encode(&retention).map_err(io::Error::other)?;
     out.write_all(&(head.len() as u64).to_le_bytes())?;
     out.write_all(&head)

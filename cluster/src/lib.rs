@@ -14,6 +14,7 @@
 //! Crate map, one line per module; each uses only those listed after it:
 //! - `net/`: the cluster link: [`net::ClusterLink`] (listener, runtime, dispatch to the local
 //!   Raft), [`net::Network`] (openraft's network), the handshake and authenticated frames.
+//! - `adopt.rs`: [`begin_with_state`], a new group's first state from a single node's data.
 //! - `machine.rs`: [`Machine`], openraft's state machine over a domain behind [`Apply`], and
 //!   the durable copy of its last snapshot.
 //! - `membership.rs`: adding and removing members ([`MembershipChange`]), on the leader.
@@ -39,6 +40,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod adopt;
 mod error;
 mod log_store;
 mod machine;
@@ -49,6 +51,7 @@ mod proposer;
 mod state_machine;
 mod types;
 
+pub use adopt::{begin_with_state, holds_group};
 pub use error::{Error, Result};
 pub use log_store::{RaftState, WalLogStore};
 pub use machine::{Apply, DomainSnapshot, Machine, SnapshotCounts, WriteState};

@@ -85,7 +85,7 @@ pub type WriteState = Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + Send>;
 type RawEntries = Vec<(u64, Vec<u8>)>;
 
 /// The file the last snapshot is kept in.
-const SNAPSHOT_FILE: &str = "raft-snapshot";
+pub(crate) const SNAPSHOT_FILE: &str = "raft-snapshot";
 
 /// What `raft-snapshot` holds: the snapshot's metadata, then its bytes.
 #[derive(Serialize, Deserialize)]
@@ -97,7 +97,7 @@ struct StoredSnapshot {
 
 /// A snapshot's bytes: `[len u64 LE][retained entries, encoded][the domain's bytes]`, the
 /// retained entries as `(index, raw stored entry)` pairs ([`WalLogStore::raw_entries`]).
-fn pack(retained: &[(u64, Vec<u8>)], domain: &[u8]) -> io::Result<Vec<u8>> {
+pub(crate) fn pack(retained: &[(u64, Vec<u8>)], domain: &[u8]) -> io::Result<Vec<u8>> {
     let retained: Vec<(u64, &serde_bytes::Bytes)> =
         retained.iter().map(|(i, raw)| (*i, serde_bytes::Bytes::new(raw))).collect();
     let head = codec::encode(&retained).map_err(io::Error::other)?;
@@ -106,6 +106,19 @@ fn pack(retained: &[(u64, Vec<u8>)], domain: &[u8]) -> io::Result<Vec<u8>> {
     data.extend_from_slice(&head);
     data.extend_from_slice(domain);
     Ok(data)
+}
+
+/// Keeps `meta` and `data` as the last snapshot of the data dir `dir`, durably: written to a
+/// temporary name, fsynced, renamed, the directory fsynced.
+pub(crate) fn keep_snapshot(dir: &Path, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+    let stored = StoredSnapshot { meta: meta.clone(), data: data.to_vec() };
+    let bytes = codec::encode(&stored).map_err(io::Error::other)?;
+    let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+    let mut file = fs::File::create(&tmp)?;
+    file.write_all(&bytes)?;
+    file.sync_all()?;
+    fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
+    fs::File::open(dir)?.sync_all()
 }
 
 /// The retained entries and the domain's bytes of a snapshot [`pack`] made.
@@ -256,14 +269,7 @@ impl<A: Apply> Machine<A> {
 
     /// Keeps `meta` and `data` as the last snapshot, durably.
     fn keep(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
-        let stored = StoredSnapshot { meta: meta.clone(), data: data.to_vec() };
-        let bytes = codec::encode(&stored).map_err(io::Error::other)?;
-        let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(&bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
-        fs::File::open(&self.dir)?.sync_all()
+        keep_snapshot(&self.dir, meta, data)
     }
 
     /// Installs `data`, a snapshot from another node (see `install_snapshot`). Blocking.

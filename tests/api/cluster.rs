@@ -1196,3 +1196,119 @@ async fn a_wiped_follower_added_back_under_a_new_id_catches_up_by_snapshot() {
     }
     drop(wiped);
 }
+
+/// Serve flags without the cluster's: the same data dir and addresses, served alone.
+fn alone(flags: &[String]) -> Vec<String> {
+    let mut flags = flags.to_vec();
+    for flag in ["--node-id", "--raft-addr", "--initial-cluster", "--cluster-secret-file"] {
+        if let Some(at) = flags.iter().position(|f| f == flag) {
+            flags.drain(at..at + 2);
+        }
+    }
+    flags
+}
+
+/// A node that joins with `--join` (no `--initial-cluster`), answering its health check.
+async fn joining(dir: &Path, id: u64) -> Node {
+    let raft = format!("127.0.0.{id}:{}", free_port(&format!("127.0.0.{id}")));
+    let (secret, seed) = (dir.join("secret"), dir.join("seed.json"));
+    let mut node = Node::new(dir, id, raft, "", &secret, &seed);
+    let initial = node.flags.iter().position(|f| f == "--initial-cluster").unwrap();
+    node.flags.drain(initial..initial + 2);
+    node.flags.push("--join".into());
+    node.start();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while admin_get(&node.admin_url("/health")).await.is_none() {
+        assert!(Instant::now() < deadline, "{}", tail_of_log(&node));
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    node
+}
+
+/// Adds `node` through `leader` and waits until the change is done.
+async fn add(leader: &Node, node: &Node) {
+    let body = json!({"id": node.id, "raftAddr": node.raft_addr(), "apiAddr": node.api});
+    let (status, reply) = admin_send("POST", &leader.admin_url("/cluster/nodes"), Some(body)).await;
+    assert_eq!(status, 202, "{reply}");
+    change_done(leader).await;
+}
+
+#[actix_rt::test]
+async fn a_single_node_grows_into_a_cluster_and_its_first_node_leaves_with_nothing_lost() {
+    let _one = ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("seed.json");
+    std::fs::write(&seed, fixture().to_string()).unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "a cluster secret for the tests, 48 bytes long...\n").unwrap();
+    let raft1 = format!("127.0.0.1:{}", free_port("127.0.0.1"));
+    let mut first = Node::new(dir.path(), 1, raft1.clone(), &format!("1={raft1}"), &secret, &seed);
+
+    // A single node, written to, then killed: its log holds writes after its checkpoint.
+    let cluster_flags = first.flags.clone();
+    first.flags = alone(&cluster_flags);
+    first.start();
+    let writers = RetryingWriters::start(std::slice::from_ref(&first), "alone", 4);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while writers.acknowledged() < 100 {
+        assert!(Instant::now() < deadline, "{}", tail_of_log(&first));
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = writers.stop().await;
+    first.kill9();
+
+    // The same data dir started as the only member of a new cluster: it keeps everything.
+    first.flags = cluster_flags;
+    first.start();
+    let mut nodes = vec![first];
+    agreed_leader(&nodes).await;
+    let feed_before = whole_feed(&nodes[0]).await;
+    let names = row_names(&nodes[0]).await;
+    for name in &before {
+        assert_eq!(names.get(name), Some(&1), "{name}: acknowledged before, so present once");
+    }
+    let data = nodes[0].flags.iter().position(|f| f == "--data-dir").unwrap();
+    let data = PathBuf::from(&nodes[0].flags[data + 1]);
+    assert!(data.join("single-node").is_dir(), "the single node's files are kept");
+    // A restart starts from the cluster's snapshot, not the single node's files again.
+    nodes[0].kill9();
+    nodes[0].start();
+    agreed_leader(&nodes).await;
+    assert_eq!(whole_feed(&nodes[0]).await, feed_before);
+    let log = std::fs::read_to_string(&nodes[0].log).unwrap();
+    assert_eq!(log.matches("becomes the state of a new cluster").count(), 1, "adopted once");
+
+    // Nodes 2 and 3 join under writes; then node 1 leaves, under writes sent to all three.
+    let writers = RetryingWriters::start(&nodes, "grown", 4);
+    for id in [2, 3] {
+        let node = joining(dir.path(), id).await;
+        add(&nodes[0], &node).await;
+        nodes.push(node);
+    }
+    let mut after = writers.stop().await;
+    let writers = RetryingWriters::start(&nodes, "moved", 4);
+    actix_rt::time::sleep(Duration::from_millis(500)).await;
+    let (status, reply) = admin_send("DELETE", &nodes[0].admin_url("/cluster/nodes/1"), None).await;
+    assert_eq!(status, 202, "{reply}");
+    change_done(&nodes[0]).await;
+    actix_rt::time::sleep(Duration::from_millis(1000)).await;
+    after.extend(writers.stop().await);
+    let removed = nodes.remove(0);
+    converged(&nodes).await;
+
+    // Nodes 2 and 3 serve what node 1 had, and every write since, each once; the feed goes
+    // on from the single node's.
+    let now = agreed_leader(&nodes).await;
+    let names = row_names(&nodes[now]).await;
+    for name in before.iter().chain(&after) {
+        assert_eq!(names.get(name), Some(&1), "{name}: acknowledged, so present once");
+    }
+    let feed = whole_feed(&nodes[now]).await;
+    assert_eq!(feed[..feed_before.len()], feed_before[..], "the single node's feed, unchanged");
+    let seqs: Vec<u64> = feed.iter().map(|c| c["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "a gap in the feed");
+    for node in &nodes {
+        assert!(metric(node, "sheetd_cluster_snapshots_installed_total").await >= 1.0);
+    }
+    drop(removed);
+}

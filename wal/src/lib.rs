@@ -145,6 +145,7 @@ mod tests;
 
 pub use error::{BoxError, CodecError, Corruption, Error, FrameDefect, Result};
 pub use handle::{AppendOptions, Commit, Wal};
+pub use state::saved_in as state_saved_in;
 
 /// Log sequence number. The first record is 1; 0 means "nothing".
 pub type Lsn = u64;

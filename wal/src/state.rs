@@ -57,6 +57,12 @@ impl Wal {
     }
 }
 
+/// Whether a state was ever saved ([`Wal::save_state`]) in the data dir `dir`, without opening
+/// its log.
+pub fn saved_in(dir: &Path) -> bool {
+    path(dir).exists()
+}
+
 /// `<dir>/state`.
 fn path(dir: &Path) -> PathBuf {
     dir.join(FILE_NAME)
