@@ -63,7 +63,7 @@ pub fn begin_with_state(
         last_log_id: Some(last),
         last_membership: StoredMembership::new(Some(last), membership),
     };
-    keep_snapshot(dir, &meta, &pack(&raw, state)?)?;
+    keep_snapshot(dir, &meta, &pack(&raw, &BTreeSet::new(), state)?)?;
     store.begin_after_snapshot(last, &raw).map_err(io::Error::other)?;
     store.shutdown().map_err(io::Error::other)
 }

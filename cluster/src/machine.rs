@@ -35,7 +35,7 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use serde::{Deserialize, Serialize};
 use wal::codec;
 
-use crate::types::{Applied, LogId, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::types::{Applied, LogId, NodeId, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::WalLogStore;
 
 /// The domain under a [`Machine`].
@@ -95,12 +95,17 @@ struct StoredSnapshot {
     data: Vec<u8>,
 }
 
-/// A snapshot's bytes: `[len u64 LE][retained entries, encoded][the domain's bytes]`, the
-/// retained entries as `(index, raw stored entry)` pairs ([`WalLogStore::raw_entries`]).
-pub(crate) fn pack(retained: &[(u64, Vec<u8>)], domain: &[u8]) -> io::Result<Vec<u8>> {
+/// A snapshot's bytes: `[len u64 LE][head, encoded][the domain's bytes]`, the head holding the
+/// retained entries as `(index, raw stored entry)` pairs ([`WalLogStore::raw_entries`]) and
+/// the former members.
+pub(crate) fn pack(
+    retained: &[(u64, Vec<u8>)],
+    former: &BTreeSet<NodeId>,
+    domain: &[u8],
+) -> io::Result<Vec<u8>> {
     let retained: Vec<(u64, &serde_bytes::Bytes)> =
         retained.iter().map(|(i, raw)| (*i, serde_bytes::Bytes::new(raw))).collect();
-    let head = codec::encode(&retained).map_err(io::Error::other)?;
+    let head = codec::encode(&(retained, former)).map_err(io::Error::other)?;
     let mut data = Vec::with_capacity(8 + head.len() + domain.len());
     data.extend_from_slice(&(head.len() as u64).to_le_bytes());
     data.extend_from_slice(&head);
@@ -121,17 +126,24 @@ pub(crate) fn keep_snapshot(dir: &Path, meta: &SnapshotMeta, data: &[u8]) -> io:
     fs::File::open(dir)?.sync_all()
 }
 
-/// The retained entries and the domain's bytes of a snapshot [`pack`] made.
-fn unpack(data: &[u8]) -> io::Result<(RawEntries, &[u8])> {
+/// What [`pack`] packed.
+struct Unpacked<'a> {
+    retained: RawEntries,
+    former: BTreeSet<NodeId>,
+    domain: &'a [u8],
+}
+
+/// The retained entries, former members and the domain's bytes of a snapshot [`pack`] made.
+fn unpack(data: &[u8]) -> io::Result<Unpacked<'_>> {
     let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged Raft snapshot");
     let len = data.get(..8).ok_or_else(damaged)?;
     let len = usize::try_from(u64::from_le_bytes(len.try_into().map_err(|_| damaged())?))
         .map_err(|_| damaged())?;
     let head = data.get(8..8 + len).ok_or_else(damaged)?;
-    let retained: Vec<(u64, serde_bytes::ByteBuf)> =
+    let (retained, former): (Vec<(u64, serde_bytes::ByteBuf)>, BTreeSet<NodeId>) =
         codec::decode(head).map_err(io::Error::other)?;
     let retained = retained.into_iter().map(|(i, raw)| (i, raw.into_vec())).collect();
-    Ok((retained, &data[8 + len..]))
+    Ok(Unpacked { retained, former, domain: &data[8 + len..] })
 }
 
 /// The state machine over `A`. A cheap `Clone`: every clone is the same machine, and one
@@ -180,9 +192,21 @@ struct Inner<A> {
     memberships: Vec<StoredMembership>,
     /// The last snapshot built or installed, as kept on disk.
     snapshot: Option<(SnapshotMeta, Vec<u8>)>,
+    /// Every node that was a member and is no more, as of the last applied entry (a
+    /// snapshot carries them): an id is never given to another node.
+    former: BTreeSet<NodeId>,
 }
 
 impl<A> Inner<A> {
+    /// Takes `stored` as the membership from now on, noting who left.
+    fn change_membership(&mut self, stored: StoredMembership) {
+        let now: BTreeSet<NodeId> = stored.membership().nodes().map(|(id, _)| *id).collect();
+        let before = self.membership();
+        self.former
+            .extend(before.membership().nodes().map(|(id, _)| *id).filter(|id| !now.contains(id)));
+        self.memberships.push(stored);
+    }
+
     fn membership(&self) -> StoredMembership {
         self.memberships.last().cloned().unwrap_or_default()
     }
@@ -208,11 +232,13 @@ impl<A: Apply> Machine<A> {
     pub fn open(dir: &Path, mut domain: A, store: WalLogStore) -> io::Result<Machine<A>> {
         let path = dir.join(SNAPSHOT_FILE);
         let (mut last_applied, mut memberships, mut snapshot) = (None, Vec::new(), None);
+        let mut former = BTreeSet::new();
         match fs::read(&path) {
             Ok(bytes) => {
                 let stored: StoredSnapshot = codec::decode(&bytes).map_err(io::Error::other)?;
                 let index = stored.meta.last_log_id.map_or(0, |l| l.index);
-                let (retained, state) = unpack(&stored.data)?;
+                let Unpacked { retained, former: left, domain: state } = unpack(&stored.data)?;
+                former = left;
                 domain.install(index, &mut &state[..])?;
                 if let Some(last) = stored.meta.last_log_id {
                     let holds = store.log_id_at(last.index).map_err(io::Error::other)?;
@@ -232,7 +258,7 @@ impl<A: Apply> Machine<A> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        let inner = Inner { domain, last_applied, memberships, snapshot };
+        let inner = Inner { domain, last_applied, memberships, snapshot, former };
         Ok(Machine {
             inner: Arc::new(Mutex::new(inner)),
             dir: dir.to_owned(),
@@ -247,6 +273,11 @@ impl<A: Apply> Machine<A> {
         let mut inner = self.lock();
         let last = inner.last_applied;
         f(&mut inner.domain, last)
+    }
+
+    /// Whether node `id` was a member and is no more.
+    pub fn was_member(&self, id: NodeId) -> bool {
+        self.lock().former.contains(&id)
     }
 
     /// Snapshots built and installed since the start.
@@ -274,7 +305,7 @@ impl<A: Apply> Machine<A> {
 
     /// Installs `data`, a snapshot from another node (see `install_snapshot`). Blocking.
     fn install(&self, meta: &SnapshotMeta, data: Vec<u8>) -> io::Result<()> {
-        let (retained, state) = unpack(&data)?;
+        let Unpacked { retained, former, domain: state } = unpack(&data)?;
         let index = meta.last_log_id.map_or(0, |l| l.index);
         // Installed before it is kept: bytes the domain refuses are never kept to be refused
         // again at the next start.
@@ -288,6 +319,7 @@ impl<A: Apply> Machine<A> {
         let mut inner = self.lock();
         inner.last_applied = meta.last_log_id;
         inner.memberships = vec![meta.last_membership.clone()];
+        inner.former = former;
         self.counts.installed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(index, bytes = data.len(), retained = retained.len(), "snapshot installed");
         inner.snapshot = Some((meta.clone(), data));
@@ -344,7 +376,7 @@ impl<A: Apply> RaftSnapshotBuilder<TypeConfig> for Machine<A> {
                 None if inner.last_applied.is_none() => {
                     let meta =
                         SnapshotMeta { last_log_id: None, last_membership: inner.membership() };
-                    (meta, pack(&[], &[])?)
+                    (meta, pack(&[], &inner.former, &[])?)
                 }
                 None => return Err(io::Error::other("the domain has no state to snapshot yet")),
             };
@@ -358,11 +390,13 @@ impl<A: Apply> RaftSnapshotBuilder<TypeConfig> for Machine<A> {
         let meta = SnapshotMeta { last_log_id: Some(log_id), last_membership: membership };
         let machine = self.clone();
         let kept = meta.clone();
+        // Everyone who ever left, also after the snapshot's index: ids are never reused.
+        let former = self.lock().former.clone();
         let (retained, data) = tokio::task::spawn_blocking(move || {
             let retained = machine.store.raw_entries(&domain.retained).map_err(io::Error::other)?;
             let mut state = Vec::new();
             (domain.write)(&mut state)?;
-            let data = pack(&retained, &state)?;
+            let data = pack(&retained, &former, &state)?;
             machine.keep(&kept, &data)?;
             Ok::<_, io::Error>((retained, data))
         })
@@ -419,7 +453,7 @@ impl<A: Apply> RaftStateMachine<TypeConfig> for Machine<A> {
                     EntryPayload::Blank => {}
                     EntryPayload::Membership(membership) => {
                         let stored = StoredMembership::new(Some(entry.log_id), membership);
-                        inner.memberships.push(stored);
+                        inner.change_membership(stored);
                     }
                 }
                 inner.last_applied = Some(entry.log_id);

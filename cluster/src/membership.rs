@@ -79,6 +79,10 @@ pub enum ChangeError {
     /// The node to add is a member already.
     #[error("node {0} is a member already")]
     Member(NodeId),
+    /// The node to add was a member: an id is for life, and a node back under an old id may
+    /// have lost the votes it cast.
+    #[error("node {0} was a member: a node that left or lost its data joins again under a new id")]
+    FormerMember(NodeId),
     /// The node to remove is not a member.
     #[error("node {0} is not a member")]
     Unknown(NodeId),

@@ -259,6 +259,9 @@ impl<A: Apply> GroupNode<A> {
         if members.contains(&id) {
             return Err(ChangeError::Member(id));
         }
+        if self.machine.was_member(id) {
+            return Err(ChangeError::FormerMember(id));
+        }
         membership::claim(&self.change, leader, leading, id, Action::Add)?;
         let task = membership::add(self.proposer.clone(), Arc::clone(&self.change), id, node);
         self.link.runtime().spawn(task);

@@ -138,12 +138,13 @@ fn change_refused(e: ChangeError) -> ApiError {
             "Membership changes run on the leader: send this to the node `leaderId` names.",
         ),
         ChangeError::Unknown(id) => ApiError::not_found(format!("Node {id} in this cluster")),
-        e @ (ChangeError::Busy(_) | ChangeError::Member(_) | ChangeError::LastVoter(_)) => {
-            ApiError::new(
-                Code::MembershipConflict,
-                format!("The membership cannot change so: {e}."),
-            )
-        }
+        e @ (ChangeError::Busy(_)
+        | ChangeError::Member(_)
+        | ChangeError::FormerMember(_)
+        | ChangeError::LastVoter(_)) => ApiError::new(
+            Code::MembershipConflict,
+            format!("The membership cannot change so: {e}."),
+        ),
     }
 }
 

@@ -1138,6 +1138,16 @@ async fn a_wiped_follower_added_back_under_a_new_id_catches_up_by_snapshot() {
     assert_eq!(status, 202, "{reply}");
     change_done(&nodes[at]).await;
     let wiped = nodes.remove(gone);
+    // Its id is spent: a node back under it may have lost the votes it cast.
+    let again = json!({"id": gone_id, "raftAddr": wiped.raft_addr(), "apiAddr": wiped.api});
+    let (status, reply) =
+        admin_send("POST", &nodes[0].admin_url("/cluster/nodes"), Some(again)).await;
+    assert_eq!(
+        (status, reply["errorCode"].as_str()),
+        (409, Some("membership_conflict")),
+        "{reply}"
+    );
+    assert!(reply["message"].as_str().unwrap().contains("was a member"), "{reply}");
     let data = wiped.flags.iter().position(|f| f == "--data-dir").unwrap();
     std::fs::remove_dir_all(&wiped.flags[data + 1]).unwrap();
     let raft5 = format!("127.0.0.5:{}", free_port("127.0.0.5"));
