@@ -154,7 +154,8 @@ pub struct ServeArgs {
     /// Checkpoint once this many log records were written since the last checkpoint (0: never
     /// by count). A start replays each record after the checkpoint, and small records (patches)
     /// cost it more per byte than the checkpoint does, so the count bounds the start after a
-    /// crash where the size rule alone would let it grow.
+    /// crash where the size rule alone would let it grow. On a cluster node: a Raft snapshot
+    /// every this many entries, with half as many kept in the log behind it.
     #[arg(long, env = "SHEETD_CHECKPOINT_EVERY_RECORDS", default_value_t = 150_000)]
     pub checkpoint_every_records: u64,
     /// Checkpoint this many seconds after the last one when anything was written since (0: never

@@ -1,13 +1,14 @@
 //! Replication of sheetd's log with [openraft](https://docs.rs/openraft): the one crate that
 //! names the consensus engine, so that its API changes touch this crate alone.
 //!
-//! Today this crate holds openraft's storage: the Raft log of a group kept on the `wal`, and a
-//! state machine of the applied records, both proven by openraft's own storage test suite
-//! (`tests/storage.rs`); and the cluster link ([`net`]): Raft traffic between nodes over TCP,
-//! authenticated with the cluster secret, on a runtime of its own, which a real 3-node group
-//! runs on in `tests/group.rs`. The wiring into the server and the domain's state machine (the
-//! sheet actors, applying records by overwrite, the wal's checkpoint as the Raft snapshot)
-//! come next.
+//! It holds openraft's storage: the Raft log of a group kept on the `wal`, and the state
+//! machine over a domain that knows nothing of openraft ([`Machine`] over [`Apply`]), with its
+//! snapshots (the domain's checkpoints, and the log records they retain), both proven by
+//! openraft's own storage test suite (`tests/storage.rs`); the cluster link ([`net`]): Raft
+//! traffic and forwarded requests between nodes over TCP, authenticated with the cluster
+//! secret, on a runtime of its own; the leader's proposer and membership changes; and a group
+//! begun from a single node's state ([`begin_with_state`]). The server runs one [`GroupNode`]
+//! per node, with `actors::replica::Replica` as the domain.
 //!
 //! # Layout
 //!
