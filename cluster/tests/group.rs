@@ -225,3 +225,51 @@ async fn a_backlog_over_the_frame_cap_is_replicated_in_parts() {
     second.stop().await;
     first.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_over_the_frame_cap_is_sent_in_parts() {
+    use cluster::net::LinkConfig;
+
+    // 8 KiB frames; a snapshot of 40 records of 1 KiB of hex is several frames long.
+    let small = |id| {
+        let mut config = LinkConfig::new(id, common::secret());
+        config.max_frame_bytes = 8 << 10;
+        config
+    };
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let first = Node::start_with(small(1), dirs[0].path(), "127.0.0.1:0".parse().unwrap()).await;
+    let member = |n: &Node| ClusterNode { raft_addr: n.addr.to_string(), api_addr: String::new() };
+    let members = BTreeMap::from([(first.id, member(&first))]);
+    within(10, "initialize", first.raft.initialize(members)).await.unwrap();
+    leader_of(&[&first]).await;
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut noise = move || {
+        (0..1024)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                char::from_digit((seed % 16) as u32, 16).unwrap()
+            })
+            .collect::<String>()
+    };
+    let payloads: Vec<String> = (0..40).map(|i| format!("{i} {}", noise())).collect();
+    let acked = write(&[&first], payloads).await;
+    let last = acked.last().unwrap().0;
+    first.raft.trigger().snapshot().await.unwrap();
+    let wait = first.raft.wait(Some(Duration::from_secs(10)));
+    wait.metrics(|m| m.snapshot.is_some_and(|s| s.index >= last), "snapshot").await.unwrap();
+    first.raft.trigger().purge_log(last).await.unwrap();
+    let wait = first.raft.wait(Some(Duration::from_secs(10)));
+    wait.metrics(|m| m.purged.is_some_and(|p| p.index >= last), "purge").await.unwrap();
+
+    let second = Node::start_with(small(2), dirs[1].path(), "127.0.0.2:0".parse().unwrap()).await;
+    let added = first.raft.add_learner(second.id, member(&second), true);
+    within(20, "the learner caught up", added).await.unwrap();
+    assert_exactly(&applied(&second, last).await, &acked);
+    let installed = second.raft.metrics().borrow_watched().snapshot;
+    assert!(installed.is_some_and(|s| s.index >= last), "caught up by the snapshot: {installed:?}");
+
+    second.stop().await;
+    first.stop().await;
+}

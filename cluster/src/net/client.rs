@@ -400,12 +400,42 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
         let ttl = option.soft_ttl();
-        let rpc = Rpc::Snapshot { vote, meta: snapshot.meta, data: snapshot.snapshot.into_inner() };
-        let reply = tokio::select! {
-            closed = cancel => return Err(StreamingError::Closed(closed)),
-            reply = self.call(rpc, ttl) => reply,
-        };
-        reply.map_err(|f| self.rpc_error(f, RPCTypes::InstallSnapshot, ttl).into())
+        let data = snapshot.snapshot.into_inner();
+        // Room in each frame for the part's envelope (vote, metadata, offsets).
+        let part = (self.shared.config.max_frame_bytes / 2).max(1);
+        if data.len() <= part {
+            let rpc = Rpc::Snapshot { vote, meta: snapshot.meta, data };
+            let reply = tokio::select! {
+                closed = cancel => return Err(StreamingError::Closed(closed)),
+                reply = self.call(rpc, ttl) => reply,
+            };
+            return reply.map_err(|f| self.rpc_error(f, RPCTypes::InstallSnapshot, ttl).into());
+        }
+        // In parts, one at a time on this client's one connection: the receiver gathers them
+        // on that connection and installs the whole.
+        let total = data.len() as u64;
+        tokio::pin!(cancel);
+        for (n, bytes) in data.chunks(part).enumerate() {
+            let offset = (n * part) as u64;
+            let rpc = Rpc::SnapshotPart {
+                vote,
+                meta: snapshot.meta.clone(),
+                offset,
+                total,
+                data: bytes.to_vec(),
+            };
+            let reply: Result<Option<SnapshotResponse<TypeConfig>>, Failure> = tokio::select! {
+                closed = &mut cancel => return Err(StreamingError::Closed(closed)),
+                reply = self.call(rpc, ttl) => reply,
+            };
+            match reply {
+                Ok(Some(installed)) => return Ok(installed),
+                Ok(None) => {}
+                Err(f) => return Err(self.rpc_error(f, RPCTypes::InstallSnapshot, ttl).into()),
+            }
+        }
+        let e = io::Error::other("every part of the snapshot was sent, and none installed it");
+        Err(RPCError::Network(NetworkError::new(&e)).into())
     }
 
     async fn transfer_leader(

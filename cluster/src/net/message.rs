@@ -41,6 +41,22 @@ pub enum Rpc {
         #[serde(with = "serde_bytes")]
         data: Vec<u8>,
     },
+    /// A part of a snapshot too large for one frame. The parts of one snapshot come in order
+    /// on one connection from offset 0; the one that completes `total` bytes installs it and
+    /// is answered with the install's response, every other with `None`.
+    SnapshotPart {
+        /// The sending leader's vote, checked by the receiver.
+        vote: Vote,
+        /// What the snapshot holds.
+        meta: SnapshotMeta,
+        /// Where this part begins in the snapshot's bytes.
+        offset: u64,
+        /// The snapshot's length.
+        total: u64,
+        /// This part's bytes.
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
     /// The leader hands over to the receiver.
     TransferLeader(TransferLeaderRequest<TypeConfig>),
     /// A client's request a follower sends on to the leader, answered with a
@@ -83,6 +99,7 @@ impl Rpc {
             Rpc::Vote(_) => "vote",
             Rpc::PreVote(_) => "pre_vote",
             Rpc::Snapshot { .. } => "snapshot",
+            Rpc::SnapshotPart { .. } => "snapshot_part",
             Rpc::TransferLeader(_) => "transfer_leader",
             Rpc::Forward(_) => "forward",
         }

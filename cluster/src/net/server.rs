@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use openraft::raft::SnapshotResponse;
 use openraft::storage::RaftStateMachine;
 use openraft::type_config::alias::SnapshotOf;
 use openraft::Raft;
@@ -30,7 +31,7 @@ use super::channel::Channel;
 use super::client::Network;
 use super::message::{self, Forwarded, ForwardedReply, Reply, Request, Rpc};
 use super::LinkConfig;
-use crate::types::{GroupId, NodeId, TypeConfig};
+use crate::types::{GroupId, NodeId, SnapshotMeta, TypeConfig, Vote};
 
 /// What the link's parts share: its settings, where its runtime is, and the host outgoing
 /// connections leave from.
@@ -349,6 +350,8 @@ async fn serve_connection<SM>(
     let node = channel.peer();
     tracing::debug!(%peer, node, "cluster link: peer authenticated");
     let max = config.max_frame_bytes;
+    // A snapshot arriving in parts on this connection.
+    let mut parts: Option<Parts> = None;
     loop {
         let body = match timeout(config.idle_timeout, channel.recv(max)).await {
             Ok(Ok(body)) => body,
@@ -366,6 +369,12 @@ async fn serve_connection<SM>(
             }
         };
         let reply = match message::decode::<Request>(&body, max) {
+            Ok(Request { group, rpc: Rpc::SnapshotPart { vote, meta, offset, total, data } })
+                if group == serving.group =>
+            {
+                let part = Part { vote, meta, offset, total, data };
+                snapshot_part(&serving, &mut parts, part).await
+            }
             Ok(request) => dispatch(&serving, request).await,
             Err(e) => Err(e),
         };
@@ -382,6 +391,76 @@ async fn serve_connection<SM>(
             return;
         }
     }
+}
+
+/// The largest snapshot a node gathers from parts.
+const MAX_SNAPSHOT_BYTES: u64 = 64 << 30;
+
+/// One part of a snapshot, as [`Rpc::SnapshotPart`] carries it.
+struct Part {
+    vote: Vote,
+    meta: SnapshotMeta,
+    offset: u64,
+    total: u64,
+    data: Vec<u8>,
+}
+
+/// A snapshot gathered so far from its parts.
+struct Parts {
+    vote: Vote,
+    meta: SnapshotMeta,
+    total: u64,
+    data: Vec<u8>,
+}
+
+/// Takes one part of a snapshot sent in parts (see [`Rpc::SnapshotPart`]); installs the
+/// snapshot with the part that completes it. A part out of order drops what was gathered: the
+/// leader sends the whole snapshot again.
+async fn snapshot_part<SM>(
+    serving: &Serving<SM>,
+    parts: &mut Option<Parts>,
+    part: Part,
+) -> io::Result<Vec<u8>>
+where
+    SM: RaftStateMachine<TypeConfig, SnapshotData = Cursor<Vec<u8>>>,
+{
+    type PartReply = Reply<Option<SnapshotResponse<TypeConfig>>>;
+    if part.offset == 0 {
+        if part.total > MAX_SNAPSHOT_BYTES {
+            *parts = None;
+            let refusal: PartReply =
+                Err(format!("a snapshot of {} bytes is too large", part.total));
+            return message::encode(&refusal);
+        }
+        let capacity = usize::try_from(part.total.min(1 << 30)).unwrap_or(0);
+        *parts = Some(Parts {
+            vote: part.vote,
+            meta: part.meta.clone(),
+            total: part.total,
+            data: Vec::with_capacity(capacity),
+        });
+    }
+    let fits = parts.as_ref().is_some_and(|p| {
+        p.meta == part.meta
+            && p.vote == part.vote
+            && p.total == part.total
+            && p.data.len() as u64 == part.offset
+            && part.offset + part.data.len() as u64 <= p.total
+    });
+    if !fits {
+        *parts = None;
+        let refusal: PartReply = Err("a snapshot part out of order".into());
+        return message::encode(&refusal);
+    }
+    let gathered = parts.as_mut().expect("checked above");
+    gathered.data.extend_from_slice(&part.data);
+    if (gathered.data.len() as u64) < gathered.total {
+        return message::encode(&PartReply::Ok(None));
+    }
+    let Parts { vote, meta, data, .. } = parts.take().expect("checked above");
+    let snapshot = SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> { meta, snapshot: Cursor::new(data) };
+    let installed = serving.raft.install_full_snapshot(vote, snapshot).await;
+    message::encode(&installed.map(Some).map_err(|e| e.to_string()))
 }
 
 /// Answers one request with the local Raft: the encoded [`Reply`] of its RPC.
@@ -401,6 +480,10 @@ where
         }
         Rpc::Vote(rpc) => message::encode(&raft.vote(rpc).await.map_err(|e| e.to_string())),
         Rpc::PreVote(rpc) => message::encode(&raft.pre_vote(rpc).await.map_err(|e| e.to_string())),
+        Rpc::SnapshotPart { .. } => {
+            let refusal: Reply<()> = Err("a snapshot part for another group".into());
+            message::encode(&refusal)
+        }
         Rpc::Snapshot { vote, meta, data } => {
             let snapshot =
                 SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> { meta, snapshot: Cursor::new(data) };
