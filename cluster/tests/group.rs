@@ -273,3 +273,41 @@ async fn a_snapshot_over_the_frame_cap_is_sent_in_parts() {
     second.stop().await;
     first.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_forwards_opens_no_more_connections_than_the_leader_takes_at_once() {
+    use std::sync::Arc;
+
+    use cluster::net::{Forwarded, ForwardedReply, Forwarder};
+
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let leader = Node::start(1, dirs[0].path(), "127.0.0.1:0".parse().unwrap()).await;
+    let follower = Node::start(2, dirs[1].path(), "127.0.0.2:0".parse().unwrap()).await;
+    // Each forwarded request takes a while, so the burst's requests overlap: each needs a
+    // connection of its own.
+    let answer: Forwarder = Arc::new(|request: Forwarded| {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            ForwardedReply { status: 200, headers: Vec::new(), body: request.body }
+        })
+    });
+    leader.link.set_forwarder(answer);
+    let addr = leader.addr.to_string();
+    let burst = (0..32u8).map(|n| {
+        let request = Forwarded {
+            from: 2,
+            method: "GET".into(),
+            path: "/".into(),
+            headers: Vec::new(),
+            body: vec![n],
+        };
+        follower.link.forward(1, &addr, DEFAULT_GROUP, request, Duration::from_secs(10))
+    });
+    let replies = within(30, "the burst", futures_util::future::join_all(burst)).await;
+    for (n, reply) in replies.into_iter().enumerate() {
+        let reply = reply.unwrap_or_else(|e| panic!("forward {n}: {e}"));
+        assert_eq!((reply.status, reply.body), (200, vec![n as u8]));
+    }
+    follower.stop().await;
+    leader.stop().await;
+}

@@ -181,11 +181,22 @@ pub(crate) async fn forward(
         let mut channel = match pooled(&on_link, target) {
             Some(channel) => channel,
             None => {
-                let by = deadline.min(Instant::now() + on_link.config.handshake_timeout);
-                match timeout_at(by, connect(&on_link, target, &addr)).await {
-                    Ok(Ok(channel)) => channel,
-                    Ok(Err(e)) => return Err(not_sent(e.to_string())),
-                    Err(_) => return Err(not_sent("no handshake in time".into())),
+                // A few handshakes at a time; one kept meanwhile by another forward is taken.
+                let handshakes = Arc::clone(&on_link.forward_handshakes);
+                let Ok(Ok(_handshake)) = timeout_at(deadline, handshakes.acquire_owned()).await
+                else {
+                    return Err(not_sent("no connection to the leader in time".into()));
+                };
+                match pooled(&on_link, target) {
+                    Some(channel) => channel,
+                    None => {
+                        let by = deadline.min(Instant::now() + on_link.config.handshake_timeout);
+                        match timeout_at(by, connect(&on_link, target, &addr)).await {
+                            Ok(Ok(channel)) => channel,
+                            Ok(Err(e)) => return Err(not_sent(e.to_string())),
+                            Err(_) => return Err(not_sent("no handshake in time".into())),
+                        }
+                    }
                 }
             }
         };
@@ -225,6 +236,10 @@ const POOL_IDLE: Duration = Duration::from_secs(20);
 
 /// Connections kept per target, at most.
 const POOL_MAX: usize = 32;
+
+/// Forwarding connections this node opens at once, at most: well under a peer's
+/// `LinkConfig::max_handshakes` (16), which leaves room for Raft's own connections.
+pub(crate) const FORWARD_HANDSHAKES: usize = 4;
 
 /// Forwards from this node under way at once, at most; more wait their turn.
 pub(crate) const FORWARDS_AT_ONCE: usize = 32;

@@ -49,6 +49,10 @@ pub(crate) struct LinkShared {
     /// Forwards under way at once, at most (`super::client::FORWARDS_AT_ONCE`): with the pool's
     /// cap, what keeps forwarding from taking the connections a peer keeps for Raft.
     pub(crate) forwards: Arc<Semaphore>,
+    /// Forwarding connections in their handshake at once, at most
+    /// (`super::client::FORWARD_HANDSHAKES`): a burst of forwards must not open more than a
+    /// peer takes at once (`LinkConfig::max_handshakes`), which it would refuse.
+    pub(crate) forward_handshakes: Arc<Semaphore>,
 }
 
 impl fmt::Debug for LinkShared {
@@ -146,6 +150,7 @@ impl ClusterLink {
                 forwarder: std::sync::OnceLock::new(),
                 forward_pool: Mutex::default(),
                 forwards: Arc::new(Semaphore::new(super::client::FORWARDS_AT_ONCE)),
+                forward_handshakes: Arc::new(Semaphore::new(super::client::FORWARD_HANDSHAKES)),
             }),
             local_addr,
             listener: Mutex::new(Some(listener)),
