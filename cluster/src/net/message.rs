@@ -77,6 +77,7 @@ pub struct Forwarded {
     /// The end-to-end headers, as received.
     pub headers: Vec<(String, Vec<u8>)>,
     /// The body, as received (still compressed if it came so).
+    #[serde(with = "serde_bytes")]
     pub body: Vec<u8>,
 }
 
@@ -88,6 +89,7 @@ pub struct ForwardedReply {
     /// The end-to-end headers.
     pub headers: Vec<(String, Vec<u8>)>,
     /// The body.
+    #[serde(with = "serde_bytes")]
     pub body: Vec<u8>,
 }
 
