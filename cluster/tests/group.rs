@@ -187,31 +187,15 @@ async fn a_new_member_catches_up_by_a_snapshot_sent_over_the_link() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backlog_over_the_frame_cap_is_replicated_in_parts() {
-    use cluster::net::LinkConfig;
-
     // 8 KiB frames; 60 records of 1 KiB of hex that zstd cannot squeeze below that together.
-    let small = |id| {
-        let mut config = LinkConfig::new(id, common::secret());
-        config.max_frame_bytes = 8 << 10;
-        config
-    };
+    let small = small_frames;
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let first = Node::start_with(small(1), dirs[0].path(), "127.0.0.1:0".parse().unwrap()).await;
     let member = |n: &Node| ClusterNode { raft_addr: n.addr.to_string(), api_addr: String::new() };
     let members = BTreeMap::from([(first.id, member(&first))]);
     within(10, "initialize", first.raft.initialize(members)).await.unwrap();
     leader_of(&[&first]).await;
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut noise = move || {
-        (0..1024)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                char::from_digit((seed % 16) as u32, 16).unwrap()
-            })
-            .collect::<String>()
-    };
+    let mut noise = noise(0x2545_f491_4f6c_dd1d);
     let payloads: Vec<String> = (0..60).map(|i| format!("{i} {}", noise())).collect();
     let acked = write(&[&first], payloads).await;
     let last = acked.last().unwrap().0;
@@ -228,31 +212,15 @@ async fn a_backlog_over_the_frame_cap_is_replicated_in_parts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_over_the_frame_cap_is_sent_in_parts() {
-    use cluster::net::LinkConfig;
-
     // 8 KiB frames; a snapshot of 40 records of 1 KiB of hex is several frames long.
-    let small = |id| {
-        let mut config = LinkConfig::new(id, common::secret());
-        config.max_frame_bytes = 8 << 10;
-        config
-    };
+    let small = small_frames;
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let first = Node::start_with(small(1), dirs[0].path(), "127.0.0.1:0".parse().unwrap()).await;
     let member = |n: &Node| ClusterNode { raft_addr: n.addr.to_string(), api_addr: String::new() };
     let members = BTreeMap::from([(first.id, member(&first))]);
     within(10, "initialize", first.raft.initialize(members)).await.unwrap();
     leader_of(&[&first]).await;
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut noise = move || {
-        (0..1024)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                char::from_digit((seed % 16) as u32, 16).unwrap()
-            })
-            .collect::<String>()
-    };
+    let mut noise = noise(0x9e37_79b9_7f4a_7c15);
     let payloads: Vec<String> = (0..40).map(|i| format!("{i} {}", noise())).collect();
     let acked = write(&[&first], payloads).await;
     let last = acked.last().unwrap().0;
@@ -310,4 +278,25 @@ async fn a_burst_of_forwards_opens_no_more_connections_than_the_leader_takes_at_
     }
     follower.stop().await;
     leader.stop().await;
+}
+
+/// A link of node `id` whose frames are at most 8 KiB.
+fn small_frames(id: NodeId) -> cluster::net::LinkConfig {
+    let mut config = cluster::net::LinkConfig::new(id, common::secret());
+    config.max_frame_bytes = 8 << 10;
+    config
+}
+
+/// 1 KiB strings of hex from a xorshift generator seeded with `seed`: zstd cannot squeeze them.
+fn noise(mut seed: u64) -> impl FnMut() -> String {
+    move || {
+        (0..1024)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                char::from_digit((seed % 16) as u32, 16).unwrap()
+            })
+            .collect::<String>()
+    }
 }
