@@ -294,6 +294,11 @@ fn cluster_gauges(e: &mut Exposition, status: &actors::replica::Status) {
         status.snapshots.built as f64,
     );
     e.counter(
+        "sheetd_cluster_snapshots_sent_total",
+        "Raft snapshots this node sent to a peer that installed them since it started.",
+        status.snapshots.sent as f64,
+    );
+    e.counter(
         "sheetd_cluster_snapshots_installed_total",
         "Raft snapshots this node installed from a leader since it started.",
         status.snapshots.installed as f64,

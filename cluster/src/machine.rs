@@ -157,13 +157,15 @@ pub struct Machine<A: Apply> {
     counts: Arc<Counters>,
 }
 
-/// Snapshots a machine built and installed since it started.
+/// Snapshots a node built, installed and sent since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SnapshotCounts {
     /// Built from this node's own state.
     pub built: u64,
     /// Installed from another node's.
     pub installed: u64,
+    /// Sent to a peer that installed them (counted by the link).
+    pub sent: u64,
 }
 
 #[derive(Default)]
@@ -286,6 +288,7 @@ impl<A: Apply> Machine<A> {
         SnapshotCounts {
             built: self.counts.built.load(Relaxed),
             installed: self.counts.installed.load(Relaxed),
+            sent: 0,
         }
     }
 

@@ -473,7 +473,7 @@ impl<A: Apply> GroupNode<A> {
             forwarded: self.forwarded.load(std::sync::atomic::Ordering::Relaxed),
             snapshot_index: m.snapshot.map(|l| l.index),
             purged_index: m.purged.map(|l| l.index),
-            snapshots: self.machine.counts(),
+            snapshots: cluster_counts(self.machine.counts(), self.link.snapshots_sent()),
         }
     }
 
@@ -491,6 +491,14 @@ impl<A: Apply> GroupNode<A> {
             .map_err(io::Error::other)?
             .map_err(io::Error::other)
     }
+}
+
+/// The machine's counts with the link's count of snapshots sent.
+fn cluster_counts(
+    machine: crate::machine::SnapshotCounts,
+    sent: u64,
+) -> crate::machine::SnapshotCounts {
+    crate::machine::SnapshotCounts { sent, ..machine }
 }
 
 /// How long a snapshot's send may take.

@@ -1182,6 +1182,11 @@ async fn a_wiped_follower_added_back_under_a_new_id_catches_up_by_snapshot() {
         "node 5 caught up by snapshot: {}",
         tail_of_log(&nodes[fresh])
     );
+    let mut sent = 0.0;
+    for node in &nodes[..fresh] {
+        sent += metric(node, "sheetd_cluster_snapshots_sent_total").await;
+    }
+    assert!(sent >= 1.0, "a leader sent node 5 its snapshot");
 
     // Node 5 serves what the leader served: the same rows, and the same feed, read back from
     // the records its snapshot carried. It serves from its own state only as leader, so the

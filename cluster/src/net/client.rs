@@ -424,7 +424,9 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 closed = cancel => return Err(StreamingError::Closed(closed)),
                 reply = self.call(rpc, ttl) => reply,
             };
-            return reply.map_err(|f| self.rpc_error(f, RPCTypes::InstallSnapshot, ttl).into());
+            let installed = reply.map_err(|f| self.rpc_error(f, RPCTypes::InstallSnapshot, ttl))?;
+            self.shared.snapshots_sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Ok(installed);
         }
         // In parts, one at a time on this client's one connection: the receiver gathers them
         // on that connection and installs the whole.
@@ -444,7 +446,10 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 reply = self.call(rpc, ttl) => reply,
             };
             match reply {
-                Ok(Some(installed)) => return Ok(installed),
+                Ok(Some(installed)) => {
+                    self.shared.snapshots_sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(installed);
+                }
                 Ok(None) => {}
                 Err(f) => return Err(self.rpc_error(f, RPCTypes::InstallSnapshot, ttl).into()),
             }

@@ -53,6 +53,8 @@ pub(crate) struct LinkShared {
     /// (`super::client::FORWARD_HANDSHAKES`): a burst of forwards must not open more than a
     /// peer takes at once (`LinkConfig::max_handshakes`), which it would refuse.
     pub(crate) forward_handshakes: Arc<Semaphore>,
+    /// Snapshots this node sent whole to a peer that installed them.
+    pub(crate) snapshots_sent: std::sync::atomic::AtomicU64,
 }
 
 impl fmt::Debug for LinkShared {
@@ -151,6 +153,7 @@ impl ClusterLink {
                 forward_pool: Mutex::default(),
                 forwards: Arc::new(Semaphore::new(super::client::FORWARDS_AT_ONCE)),
                 forward_handshakes: Arc::new(Semaphore::new(super::client::FORWARD_HANDSHAKES)),
+                snapshots_sent: Default::default(),
             }),
             local_addr,
             listener: Mutex::new(Some(listener)),
@@ -200,6 +203,11 @@ impl ClusterLink {
         });
         self.shared.handle.spawn(accept_loop(listener, serving));
         Ok(())
+    }
+
+    /// Snapshots this node sent to a peer that installed them, since it started.
+    pub fn snapshots_sent(&self) -> u64 {
+        self.shared.snapshots_sent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Sets what answers requests forwarded to this node (once; later calls change nothing).
