@@ -183,43 +183,18 @@ fn build(dir: &Path, node_id: NodeId, node: Peer, retention: Retention) -> Resul
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
-    use crate::directory::Import;
-    use crate::sheet::BulkAdd;
-    use crate::ServiceConfig;
+    use crate::test_support::{add, config, open_with_one_sheet};
 
     /// A single node's data dir: a fixture, writes, a checkpoint, more writes, then closed.
     async fn single_node(dir: &Path) {
-        let config = ServiceConfig {
-            data_dir: dir.to_owned(),
-            sheet_threads: 1,
-            clock: Default::default(),
-            min_free_bytes: None,
-            retention: Default::default(),
-            archive: None,
-        };
-        let (service, _) = Service::open(config).unwrap();
-        let fixture = serde_json::from_value(json!({
-            "users": [{"id": 1, "name": "ada", "plan": "paid"}],
-            "projects": [{"id": 1, "name": "P", "ownerId": 1}],
-            "sheets": [{"id": 10, "projectId": 1, "name": "A"}],
-            "columns": [{"id": 100, "sheetId": 10, "name": "N", "type": "number", "position": 0}],
-        }))
-        .unwrap();
-        service.directory_actor().send(Import(fixture)).await.unwrap().unwrap();
-        let add = |n: u64| {
-            let addr = service.sheet(10).unwrap();
-            let cells = json!({"100": n}).as_object().unwrap().clone();
-            async move { addr.send(BulkAdd { items: vec![cells], cap: 1000, idem: None }).await }
-        };
+        let service = open_with_one_sheet(config(dir)).await;
         for n in 1..=5 {
-            add(n).await.unwrap().result.unwrap();
+            add(&service, n).await;
         }
         service.checkpoint().await.unwrap();
         for n in 6..=8 {
-            add(n).await.unwrap().result.unwrap();
+            add(&service, n).await;
         }
         service.close().unwrap();
     }

@@ -881,36 +881,14 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::directory::Import;
-    use crate::sheet::BulkAdd;
+    use crate::test_support::add;
     use crate::{Service, ServiceConfig};
 
     async fn service(dir: &Path) -> Service {
-        let config = ServiceConfig {
-            data_dir: dir.to_owned(),
-            sheet_threads: 1,
-            clock: Default::default(),
-            min_free_bytes: None,
-            // The feed keeps nothing: only the archive's hold keeps records from truncation.
-            retention: crate::shared::Retention { days: 0, min_changes: 0 },
-            archive: None,
-        };
-        let (service, _) = Service::open(config).unwrap();
-        let fixture = serde_json::from_value(json!({
-            "users": [{"id": 1, "name": "ada", "plan": "paid"}],
-            "projects": [{"id": 1, "name": "P", "ownerId": 1}],
-            "sheets": [{"id": 10, "projectId": 1, "name": "A"}],
-            "columns": [{"id": 100, "sheetId": 10, "name": "N", "type": "number", "position": 0}]
-        }))
-        .unwrap();
-        service.directory_actor().send(Import(fixture)).await.unwrap().unwrap();
-        service
-    }
-
-    async fn add(service: &Service, n: u64) {
-        let cells = json!({"100": n}).as_object().unwrap().clone();
-        let msg = BulkAdd { items: vec![cells], cap: 1000, idem: None };
-        service.sheet(10).unwrap().send(msg).await.unwrap().result.unwrap();
+        let mut config = crate::test_support::config(dir);
+        // The feed keeps nothing: only the archive's hold keeps records from truncation.
+        config.retention = crate::shared::Retention { days: 0, min_changes: 0 };
+        crate::test_support::open_with_one_sheet(config).await
     }
 
     async fn archived_up_to(service: &Service, lsn: Lsn) -> ArchiveStatus {

@@ -987,26 +987,7 @@ mod tests {
 
     use super::*;
     use crate::directory::Import;
-    use crate::sheet::BulkAdd;
-    use crate::ServiceConfig;
-
-    fn config(dir: &Path) -> ServiceConfig {
-        ServiceConfig {
-            data_dir: dir.to_owned(),
-            sheet_threads: 1,
-            clock: Default::default(),
-            min_free_bytes: None,
-            retention: Default::default(),
-            archive: None,
-        }
-    }
-
-    async fn add(service: &Service, n: u64) {
-        let addr = service.sheet(10).unwrap();
-        let cells = json!({"100": n}).as_object().unwrap().clone();
-        let reply = addr.send(BulkAdd { items: vec![cells], cap: 1000, idem: None }).await.unwrap();
-        reply.result.unwrap();
-    }
+    use crate::test_support::{add, config};
 
     fn changes(service: &Service) -> Vec<(u64, u64, u64)> {
         let snapshot = service.sheet_snapshot(10).unwrap();

@@ -67,6 +67,9 @@ pub mod shared;
 pub mod sheet;
 pub mod webhook;
 
+#[cfg(test)]
+mod test_support;
+
 pub use directory::{DirectoryActor, DirectoryState, Target};
 pub use error::{Error, Result};
 pub use log::{Lsn, RecoveryReport, WalStats, FLUSH_LATENCY_BUCKETS_SECONDS};

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use cluster::net::LinkConfig;
 use cluster::{ClusterNode, NodeId, Record, DEFAULT_GROUP};
 use common::{within, Node};
 use openraft::async_runtime::WatchReceiver;
@@ -152,22 +153,14 @@ async fn three_nodes_elect_replicate_fail_over_and_catch_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_member_catches_up_by_a_snapshot_sent_over_the_link() {
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-    let first = Node::start(1, dirs[0].path(), "127.0.0.1:0".parse().unwrap()).await;
-    let member = |n: &Node| ClusterNode { raft_addr: n.addr.to_string(), api_addr: String::new() };
-    let members = BTreeMap::from([(first.id, member(&first))]);
-    within(10, "initialize", first.raft.initialize(members)).await.unwrap();
-    leader_of(&[&first]).await;
+    let first =
+        lone_leader(LinkConfig::new(1, common::secret()), dirs[0].path(), "127.0.0.1:0").await;
     let mut acked = write(&[&first], (0..30).map(|i| format!("before the snapshot {i}"))).await;
     let last = acked.last().unwrap().0;
 
     // A snapshot at the last write, and the log purged through it: a new member can only be
     // caught up by the snapshot.
-    first.raft.trigger().snapshot().await.unwrap();
-    let wait = first.raft.wait(Some(Duration::from_secs(10)));
-    wait.metrics(|m| m.snapshot.is_some_and(|s| s.index >= last), "snapshot").await.unwrap();
-    first.raft.trigger().purge_log(last).await.unwrap();
-    let wait = first.raft.wait(Some(Duration::from_secs(10)));
-    wait.metrics(|m| m.purged.is_some_and(|p| p.index >= last), "purge").await.unwrap();
+    snapshot_and_purge(&first, last).await;
 
     let second = Node::start(2, dirs[1].path(), "127.0.0.2:0".parse().unwrap()).await;
     let added = first.raft.add_learner(second.id, member(&second), true);
@@ -190,11 +183,7 @@ async fn a_backlog_over_the_frame_cap_is_replicated_in_parts() {
     // 8 KiB frames; 60 records of 1 KiB of hex that zstd cannot squeeze below that together.
     let small = small_frames;
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-    let first = Node::start_with(small(1), dirs[0].path(), "127.0.0.1:0".parse().unwrap()).await;
-    let member = |n: &Node| ClusterNode { raft_addr: n.addr.to_string(), api_addr: String::new() };
-    let members = BTreeMap::from([(first.id, member(&first))]);
-    within(10, "initialize", first.raft.initialize(members)).await.unwrap();
-    leader_of(&[&first]).await;
+    let first = lone_leader(small(1), dirs[0].path(), "127.0.0.1:0").await;
     let mut noise = noise(0x2545_f491_4f6c_dd1d);
     let payloads: Vec<String> = (0..60).map(|i| format!("{i} {}", noise())).collect();
     let acked = write(&[&first], payloads).await;
@@ -215,21 +204,12 @@ async fn a_snapshot_over_the_frame_cap_is_sent_in_parts() {
     // 8 KiB frames; a snapshot of 40 records of 1 KiB of hex is several frames long.
     let small = small_frames;
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-    let first = Node::start_with(small(1), dirs[0].path(), "127.0.0.1:0".parse().unwrap()).await;
-    let member = |n: &Node| ClusterNode { raft_addr: n.addr.to_string(), api_addr: String::new() };
-    let members = BTreeMap::from([(first.id, member(&first))]);
-    within(10, "initialize", first.raft.initialize(members)).await.unwrap();
-    leader_of(&[&first]).await;
+    let first = lone_leader(small(1), dirs[0].path(), "127.0.0.1:0").await;
     let mut noise = noise(0x9e37_79b9_7f4a_7c15);
     let payloads: Vec<String> = (0..40).map(|i| format!("{i} {}", noise())).collect();
     let acked = write(&[&first], payloads).await;
     let last = acked.last().unwrap().0;
-    first.raft.trigger().snapshot().await.unwrap();
-    let wait = first.raft.wait(Some(Duration::from_secs(10)));
-    wait.metrics(|m| m.snapshot.is_some_and(|s| s.index >= last), "snapshot").await.unwrap();
-    first.raft.trigger().purge_log(last).await.unwrap();
-    let wait = first.raft.wait(Some(Duration::from_secs(10)));
-    wait.metrics(|m| m.purged.is_some_and(|p| p.index >= last), "purge").await.unwrap();
+    snapshot_and_purge(&first, last).await;
 
     let second = Node::start_with(small(2), dirs[1].path(), "127.0.0.2:0".parse().unwrap()).await;
     let added = first.raft.add_learner(second.id, member(&second), true);
@@ -280,9 +260,14 @@ async fn a_burst_of_forwards_opens_no_more_connections_than_the_leader_takes_at_
     leader.stop().await;
 }
 
+/// How `node` is named in a membership.
+fn member(node: &Node) -> ClusterNode {
+    ClusterNode { raft_addr: node.addr.to_string(), api_addr: String::new() }
+}
+
 /// A link of node `id` whose frames are at most 8 KiB.
-fn small_frames(id: NodeId) -> cluster::net::LinkConfig {
-    let mut config = cluster::net::LinkConfig::new(id, common::secret());
+fn small_frames(id: NodeId) -> LinkConfig {
+    let mut config = LinkConfig::new(id, common::secret());
     config.max_frame_bytes = 8 << 10;
     config
 }
@@ -299,4 +284,24 @@ fn noise(mut seed: u64) -> impl FnMut() -> String {
             })
             .collect::<String>()
     }
+}
+
+/// Starts node `config.node_id` on `dir` at `addr` as the one voter of a new group, leading.
+async fn lone_leader(config: LinkConfig, dir: &std::path::Path, addr: &str) -> Node {
+    let node = Node::start_with(config, dir, addr.parse().unwrap()).await;
+    let me = BTreeMap::from([(node.id, member(&node))]);
+    within(10, "initialize", node.raft.initialize(me)).await.unwrap();
+    leader_of(&[&node]).await;
+    node
+}
+
+/// Has `node` build a snapshot at `last` or later and purge its log through `last`: a member
+/// added then can only be caught up by the snapshot.
+async fn snapshot_and_purge(node: &Node, last: u64) {
+    node.raft.trigger().snapshot().await.unwrap();
+    let wait = node.raft.wait(Some(Duration::from_secs(10)));
+    wait.metrics(|m| m.snapshot.is_some_and(|s| s.index >= last), "snapshot").await.unwrap();
+    node.raft.trigger().purge_log(last).await.unwrap();
+    let wait = node.raft.wait(Some(Duration::from_secs(10)));
+    wait.metrics(|m| m.purged.is_some_and(|p| p.index >= last), "purge").await.unwrap();
 }
