@@ -7,7 +7,8 @@
 set -euo pipefail
 BIN=$(realpath "$1"); DUR=${2:-5s}
 WORK=$(mktemp -d /tmp/sheetd-cluster-bench.XXXX)
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+# The nodes' data dirs hold about 150 MB after a run; KEEP=1 keeps them to look at.
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$WORK"' EXIT
 
 bench() { # url key admin label
   for w in "patch 64" "read-page 32"; do

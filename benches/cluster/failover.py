@@ -8,7 +8,7 @@ same flags and waits until it has caught up. Prints each kill's time and the med
 
     python3 benches/cluster/failover.py target/release/sheetd [kills=20]
 """
-import json, os, signal, statistics, subprocess, sys, tempfile, time, urllib.request, uuid
+import json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request, uuid
 
 BIN = sys.argv[1]
 KILLS = int(sys.argv[2]) if len(sys.argv) > 2 else 20
@@ -91,6 +91,7 @@ def main():
     up.wait(timeout=30)
     for pid, _ in pids().values():
         os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":
