@@ -87,7 +87,14 @@ pub struct Caller {
     pub directory: Arc<DirectoryState>,
     /// The request's id (`X-Request-Id`), for error bodies and log lines.
     pub request_id: String,
+    /// Whether the request is a local read ([`LocalRead`]): its handler reads with
+    /// `AppState::reads_of(caller.local)`.
+    pub local: bool,
 }
+
+/// Marks a request the middleware answers as a local read (`Sheetd-Consistency: local`).
+#[derive(Clone, Copy, Debug)]
+pub struct LocalRead;
 
 impl Caller {
     /// The effective role on `target`, or 404 / 403 as the contract says. `what` names the
@@ -107,7 +114,8 @@ impl Caller {
     /// revoked, expired or gone. A long-running response (a change stream) re-checks access
     /// with it, as a new request would.
     pub fn refreshed(&self, directory: Arc<DirectoryState>, now: Millis) -> Option<Caller> {
-        Caller::of_key(self.key.id, directory, self.request_id.clone(), now)
+        let caller = Caller::of_key(self.key.id, directory, self.request_id.clone(), now)?;
+        Some(Caller { local: self.local, ..caller })
     }
 
     /// The caller of key `key_id` deciding by `directory` at `now`: `None` when the key is
@@ -124,6 +132,7 @@ impl Caller {
             key: key.clone(),
             directory: directory.clone(),
             request_id,
+            local: false,
         })
     }
 
@@ -141,9 +150,12 @@ impl FromRequest for Caller {
         let ext = req.extensions();
         let request_id = ext.get::<RequestId>().map(|r| r.0.clone()).unwrap_or_default();
         ready(match ext.get::<Authn>() {
-            Some(Authn { key: Some(key), directory }) => {
-                Ok(Caller { key: key.clone(), directory: directory.clone(), request_id })
-            }
+            Some(Authn { key: Some(key), directory }) => Ok(Caller {
+                key: key.clone(),
+                directory: directory.clone(),
+                request_id,
+                local: ext.get::<LocalRead>().is_some(),
+            }),
             _ => Err(ApiError::unauthorized()),
         })
     }

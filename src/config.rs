@@ -236,6 +236,32 @@ pub struct ServeArgs {
     /// authenticates node-to-node traffic and keys the cursors, so a cursor works on any node.
     #[arg(long, env = "SHEETD_CLUSTER_SECRET_FILE", requires = "node_id")]
     pub cluster_secret_file: Option<PathBuf>,
+    /// A cluster node answers a read sent with `Sheetd-Consistency: local` from its own
+    /// applied state while that state is at most this old (`5s`, `800ms`; measured from the
+    /// last time it heard from a leader): older, it sends the read to the leader instead.
+    #[arg(long, env = "SHEETD_MAX_LOCAL_STALENESS", default_value = "5s",
+          value_parser = parse_staleness)]
+    pub max_local_staleness: std::time::Duration,
+}
+
+/// `--max-local-staleness`: whole milliseconds (`800ms`) or seconds (`5s`, or a bare number),
+/// at most an hour.
+pub fn parse_staleness(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let (number, unit_ms) = if let Some(ms) = text.strip_suffix("ms") {
+        (ms, 1)
+    } else {
+        (text.strip_suffix('s').unwrap_or(text), 1000)
+    };
+    let amount: u64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration such as `5s` or `800ms`"))?;
+    let ms = amount.saturating_mul(unit_ms);
+    if ms > 3_600_000 {
+        return Err(format!("`{text}` is longer than an hour"));
+    }
+    Ok(std::time::Duration::from_millis(ms))
 }
 
 /// `--initial-cluster`: `ID=HOST:PORT` pairs, comma-separated, each id once.
@@ -306,6 +332,18 @@ mod tests {
         assert!(a.no_demo);
         assert_eq!(a.admin_token.as_deref(), Some("t"));
         assert!(ServeArgs::parse_flags(["--no-such-flag"]).is_err());
+    }
+
+    #[test]
+    fn a_staleness_is_seconds_or_milliseconds_up_to_an_hour() {
+        use std::time::Duration;
+        assert_eq!(parse_staleness("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_staleness("7"), Ok(Duration::from_secs(7)));
+        assert_eq!(parse_staleness(" 800ms "), Ok(Duration::from_millis(800)));
+        assert_eq!(parse_staleness("0s"), Ok(Duration::ZERO));
+        for bad in ["", "s", "5m", "-1s", "1.5s", "3601s", "99999999999999999999s"] {
+            assert!(parse_staleness(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

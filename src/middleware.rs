@@ -1,7 +1,8 @@
 //! The request middleware: one place for what every request gets.
 //!
-//! In order: a request id; on the public API, the caller's key resolved once and the rate
-//! limit checked (429 before any handler runs); the handler, with a panic caught and turned into
+//! In order: a request id; on the public API, where it is answered from (on a cluster node:
+//! this node's state, a local read's applied state, or the leader it is forwarded to), the
+//! caller's key resolved once and the rate limit checked (429 before any handler runs); the handler, with a panic caught and turned into
 //! a 500 envelope; every error response rendered as the envelope with the request id; the
 //! `X-Request-Id` and rate-limit headers; one log line with request id, key id (never the
 //! secret), route, status and latency.
@@ -12,14 +13,14 @@ use std::time::Instant;
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
-use actix_web::http::StatusCode;
+use actix_web::http::{Method, StatusCode};
 use actix_web::middleware::Next;
 use actix_web::{web, HttpMessage};
 use futures_util::FutureExt;
 use rand::Rng;
 use serde_json::json;
 
-use crate::auth::{resolve_key, Authn, RequestId};
+use crate::auth::{resolve_key, Authn, LocalRead, RequestId};
 use crate::error::{ApiError, Code};
 use crate::rate_limit::{Decision, Subject};
 use crate::state::AppState;
@@ -89,6 +90,36 @@ pub async fn catch_panic(
     }
 }
 
+/// The header a client asks for a local read with (docs/spec/cluster.md, "Local reads").
+pub const CONSISTENCY: &str = "sheetd-consistency";
+
+/// The header of a local read's answer: the Raft index of the state it was read from.
+pub const APPLIED_INDEX: &str = "sheetd-applied-index";
+
+/// Whether the request is a read to answer locally: `Sheetd-Consistency: local` on a `GET` or
+/// `HEAD`, except webhooks (their delivery state is the leader's). `linearizable`, the default,
+/// or `local` on a write (which always runs on the leader) is not.
+///
+/// # Errors
+/// Any other value of the header: 422.
+fn local_read(req: &ServiceRequest) -> Result<bool, ApiError> {
+    let Some(value) = req.headers().get(CONSISTENCY) else { return Ok(false) };
+    let value = value.to_str().unwrap_or_default().trim();
+    let local = if value.eq_ignore_ascii_case("local") {
+        true
+    } else if value.eq_ignore_ascii_case("linearizable") {
+        false
+    } else {
+        return Err(ApiError::validation(
+            vec![json!("header"), json!("Sheetd-Consistency")],
+            format!("`Sheetd-Consistency` is `local` or `linearizable`, got `{value}`"),
+            "value_error",
+        ));
+    };
+    let read = matches!(*req.method(), Method::GET | Method::HEAD);
+    Ok(local && read && !req.path().starts_with("/api/v1/webhooks"))
+}
+
 /// The request middleware. Requests under `/api/` are keyed and rate limited; the admin
 /// listener's are not.
 pub async fn request_context(
@@ -103,20 +134,34 @@ pub async fn request_context(
     let mut decision = None;
     let mut key_id = None;
     let mut refused = None;
+    let mut invalid = None;
+    let mut applied_index = None;
     // A cluster node that does not serve from its own state answers every public request so.
-    let service = match (&state, public) {
-        (Some(state), true) => match state.confirmed_service().await {
-            Some(service) => Some(service),
-            None => {
-                refused = Some(state.not_serving());
+    let reads = match (&state, public) {
+        (Some(state), true) => match local_read(&req) {
+            Err(e) => {
+                invalid = Some(e);
                 None
             }
+            Ok(local) => match state.answer_from(local).await {
+                Some((reads, applied)) => {
+                    if local {
+                        req.extensions_mut().insert(LocalRead);
+                        applied_index = applied;
+                    }
+                    Some(reads)
+                }
+                None => {
+                    refused = Some(state.not_serving());
+                    None
+                }
+            },
         },
         _ => None,
     };
-    if let (Some(state), Some(service)) = (&state, service) {
-        let now = service.now();
-        let directory = service.directory();
+    if let (Some(state), Some(reads)) = (&state, reads) {
+        let now = reads.now();
+        let directory = reads.directory();
         let header = req.headers().get("authorization").and_then(|v| v.to_str().ok());
         let key = resolve_key(header, &directory, now);
         key_id = key.as_ref().map(|k| k.id);
@@ -132,6 +177,9 @@ pub async fn request_context(
         req.extensions_mut().insert(Authn { key, directory });
     }
     let mut res = match (refused, decision) {
+        _ if invalid.is_some() => {
+            req.into_response(invalid.take().expect("checked").response(&request_id))
+        }
         (Some(e), _) => {
             // A cluster node that does not serve sends the request on to the leader, once (a
             // removed node, no longer a member, says so instead).
@@ -160,6 +208,9 @@ pub async fn request_context(
     let headers = res.headers_mut();
     if let Some(node) = node {
         headers.insert(HeaderName::from_static("sheetd-node"), HeaderValue::from(node));
+    }
+    if let Some(index) = applied_index {
+        headers.insert(HeaderName::from_static(APPLIED_INDEX), HeaderValue::from(index));
     }
     if !headers.contains_key("x-request-id") {
         if let Ok(v) = HeaderValue::from_str(&request_id) {

@@ -190,6 +190,13 @@ fn always_headers() -> Map<String, Value> {
         optional("On a cluster node: the id of the node that answered the client."),
     );
     all.insert(
+        "Sheetd-Applied-Index".into(),
+        optional(
+            "On a cluster node, a read sent with `Sheetd-Consistency: local`: the Raft \
+                  index of the state it was answered from.",
+        ),
+    );
+    all.insert(
         "Sheetd-Served-By".into(),
         optional("On a cluster node that forwarded the request: the leader that served it."),
     );
@@ -276,6 +283,26 @@ fn unbound_limit(parameters: &mut Value) {
     }
 }
 
+/// The `Sheetd-Consistency` request header of a read a cluster node may answer locally
+/// (docs/spec/cluster.md, "Local reads"; `crate::middleware`).
+fn add_consistency(op: &mut Value) {
+    let parameter = json!({
+        "name": "Sheetd-Consistency",
+        "in": "header",
+        "required": false,
+        "description": "On a cluster node: `local` answers from the receiving node's applied \
+            state without contacting the leader (possibly stale, by at most the node's \
+            `--max-local-staleness`; never ahead of what was acknowledged, never torn), with \
+            `Sheetd-Applied-Index`. `linearizable`, the default, answers from the leader. A \
+            single node answers alike either way.",
+        "schema": {"type": "string", "enum": ["local", "linearizable"]},
+    });
+    match op.get_mut("parameters").and_then(Value::as_array_mut) {
+        Some(parameters) => parameters.push(parameter),
+        None => op["parameters"] = json!([parameter]),
+    }
+}
+
 /// The row writes: they take `Idempotency-Key` and may answer with a replay.
 pub const WRITES: [&str; 5] =
     ["bulkAddRows", "bulkUpdateRows", "bulkUpsertRows", "patchRow", "deleteRow"];
@@ -345,8 +372,13 @@ pub fn document() -> &'static Value {
     DOC.get_or_init(|| {
         let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
         if let Some(paths) = doc["paths"].as_object_mut() {
-            for item in paths.values_mut().filter_map(Value::as_object_mut) {
-                for op in item.values_mut() {
+            for (path, item) in paths.iter_mut() {
+                let Some(item) = item.as_object_mut() else { continue };
+                let local_reads = !path.starts_with("/webhooks");
+                for (method, op) in item.iter_mut() {
+                    if method == "get" && local_reads {
+                        add_consistency(op);
+                    }
                     let id = op["operationId"].as_str().unwrap_or_default();
                     let write = WRITES.contains(&id);
                     let conditional = CONDITIONAL_READS.contains(&id);

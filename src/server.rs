@@ -241,9 +241,11 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         Some((node, key)) => {
             let cursors = CursorCodec::new(key);
             adopt_if_single_node(&node, service_config(&opts).retention).await?;
-            let domain = actors::replica::ClusterDomain::start(node).await.with_context(|| {
-                format!("cannot start the cluster node in {}", args.data_dir.display())
-            })?;
+            let domain = actors::replica::ClusterDomain::start(node, opts.clock.clone())
+                .await
+                .with_context(|| {
+                    format!("cannot start the cluster node in {}", args.data_dir.display())
+                })?;
             (None, Some(domain), cursors)
         }
     };
@@ -270,6 +272,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         stopping: tokio::sync::watch::channel(false).0,
         webhooks: crate::webhooks::WebhookSettings::from_args(args),
         background_cpu_percent: args.background_cpu_percent,
+        max_local_staleness: args.max_local_staleness,
     };
     let state = web::Data::new(AppState::new(service, cluster, parts));
     if state.cluster.is_some() {

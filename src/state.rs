@@ -6,6 +6,7 @@
 use std::sync::OnceLock;
 
 use actors::error::ClusterOutcome;
+use actors::reads::Reads;
 use actors::replica::ClusterDomain;
 use actors::Service;
 
@@ -43,6 +44,9 @@ pub struct AppState {
     /// The share of one core (percent) a background checkpoint or a streamed backup may use
     /// while requests are served.
     pub background_cpu_percent: u8,
+    /// How old a cluster node's state may be to answer a local read
+    /// (`--max-local-staleness`).
+    pub max_local_staleness: std::time::Duration,
 }
 
 impl AppState {
@@ -64,7 +68,45 @@ impl AppState {
             stopping: parts.stopping,
             webhooks: parts.webhooks,
             background_cpu_percent: parts.background_cpu_percent,
+            max_local_staleness: parts.max_local_staleness,
         }
+    }
+
+    /// What the middleware answers a public request from, with the Raft index it reflects
+    /// when it is a local read; `None` when this node does not answer it (it is forwarded).
+    ///
+    /// A local read (`local`) on a cluster node is answered without contacting the leader: by
+    /// a leader a quorum acknowledged within `--max-local-staleness`, from its actors; by a
+    /// follower whose applied state is at most that old, from that state. Anything else is
+    /// answered only by a leader a quorum confirms ([`AppState::confirmed_service`]).
+    pub async fn answer_from(&self, local: bool) -> Option<(Reads<'_>, Option<u64>)> {
+        if let (true, Some(cluster)) = (local, &self.cluster) {
+            if cluster.leads_within(self.max_local_staleness) {
+                if let Some(service) = self.service.get() {
+                    return Some((Reads::Own(service), cluster.applied_index()));
+                }
+            }
+            if let Some(reads) = cluster.local_reads(self.max_local_staleness) {
+                let applied = reads.view().applied().checked_sub(1);
+                return Some((Reads::Local(reads), applied));
+            }
+        }
+        self.confirmed_service().await.map(|service| (Reads::Own(service), None))
+    }
+
+    /// What a read handler reads from: for a local read (`Caller::local`) a follower's
+    /// applied state while it is fresh enough, else this node's domain (or the 503 of a node
+    /// that does not serve, such as a follower whose state grew too old since the request came
+    /// in). A long poll or a change stream asks again at every turn, so a follower cut off
+    /// meanwhile stops answering.
+    pub fn reads_of(&self, local: bool) -> Result<Reads<'_>, ApiError> {
+        if local {
+            let cluster = self.cluster.as_ref();
+            if let Some(reads) = cluster.and_then(|c| c.local_reads(self.max_local_staleness)) {
+                return Ok(Reads::Local(reads));
+            }
+        }
+        self.service().map(Reads::Own)
     }
 
     /// The domain, or the `503 cluster_unavailable` of a cluster node that does not serve
@@ -138,4 +180,6 @@ pub struct Parts {
     pub webhooks: crate::webhooks::WebhookSettings,
     /// See [`AppState::background_cpu_percent`].
     pub background_cpu_percent: u8,
+    /// See [`AppState::max_local_staleness`].
+    pub max_local_staleness: std::time::Duration,
 }

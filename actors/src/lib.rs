@@ -24,6 +24,7 @@
 //! - [`digest`]: the state's digest, one hash of everything a recovery rebuilds.
 //! - [`archive`]: the log archive: segment files of every durable record, the thread that
 //!   writes them behind the log, and reading them back for a restore to a point in time.
+//! - [`local`]: a follower's applied state, published for local reads.
 //! - [`service`]: recovery, actor start-up, checkpoints and a backup's consistent copies; the
 //!   one way in from above.
 //! - [`backup`]: the backup file: writing one from the service's copies, verifying one,
@@ -31,6 +32,8 @@
 //! - [`replica`]: a cluster node's domain: committed records applied on a follower, the
 //!   actors started when it leads, and the log seam over the Raft group (`cluster` crate).
 //! - [`adopt`]: a single node's data dir becoming a cluster of one.
+//! - [`reads`]: where a read is answered from: this node's [`Service`], or a follower's applied
+//!   state ([`replica::LocalReads`]).
 //!
 //! The log is this crate's alone, and inside it every append, read and checkpoint goes through
 //! [`log::RecordLog`]: the server and the CLI reach the log only through [`Service`], whose
@@ -55,9 +58,11 @@ pub mod coerce;
 pub mod digest;
 pub mod directory;
 pub mod error;
+pub mod local;
 pub mod log;
 pub mod model;
 pub mod publish;
+pub mod reads;
 pub mod record;
 pub mod registry;
 pub mod replica;

@@ -47,11 +47,14 @@ use cluster::{GroupNode, ProposeError};
 
 use crate::digest::StateDigest;
 use crate::error::{ClusterOutcome, Error, Result};
+use crate::local::{LocalView, Touched};
 use crate::log::{codec, AppendOptions, Appended, Lsn, RecordLog, WalStats};
 use crate::model::Millis;
 use crate::record::Record;
 use crate::service::{fresh_rebuild, CheckpointFile, Rebuild, Service, ServiceConfig};
-use crate::shared::Retention;
+use crate::service::{ChangeSource, ChangesError};
+use crate::shared::{Clock, Retention};
+use crate::sheet::{Change, SheetSnapshot, SpanCache};
 
 /// How long a write waits for its commit before it is answered `unknown`.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -61,6 +64,10 @@ pub struct Replica {
     role: Role,
     /// The checkpoint a leader's maintenance handed over, not yet taken for a snapshot.
     prepared: Option<Prepared>,
+    /// The applied state as local reads see it, while following.
+    view: Arc<LocalView>,
+    /// What the records applied since the last publication to `view` touched.
+    touched: Touched,
 }
 
 /// A leader's checkpoint, as its snapshot.
@@ -103,7 +110,12 @@ impl Replica {
     /// (judged against the earliest time there is), so what a node holds depends on the log
     /// alone; answers past their window are dropped by the leader's housekeeping.
     pub fn new() -> Replica {
-        Replica { role: Role::Following(Box::new(fresh_rebuild(Millis::MIN))), prepared: None }
+        Replica {
+            role: Role::Following(Box::new(fresh_rebuild(Millis::MIN))),
+            prepared: None,
+            view: Arc::default(),
+            touched: Touched::default(),
+        }
     }
 }
 
@@ -118,12 +130,39 @@ impl cluster::Apply for Replica {
         match &mut self.role {
             Role::Following(rebuild) => {
                 let record: Record = codec::decode(payload).map_err(io::Error::other)?;
+                match &record {
+                    Record::Import(batch) => {
+                        self.touched.directory = true;
+                        self.touched.sheets.extend(batch.sheets.iter().map(|s| s.meta.id));
+                    }
+                    Record::Directory(_) => self.touched.directory = true,
+                    Record::Sheet(write) => {
+                        self.touched.sheets.insert(write.sheet_id);
+                    }
+                    _ => {}
+                }
                 rebuild.apply(index + 1, record);
             }
             // Its actors applied it when they decided it.
             Role::Leading => {}
         }
         Ok(())
+    }
+
+    fn applied(&mut self, index: u64) {
+        let Role::Following(rebuild) = &self.role else { return };
+        let touched = std::mem::take(&mut self.touched);
+        // Sheets before the directory: a reader that finds a new sheet in the directory finds
+        // its state too.
+        for id in touched.sheets {
+            if let Some((state, lsn)) = rebuild.sheet(id) {
+                self.view.publish_sheet(state, lsn);
+            }
+        }
+        if touched.directory {
+            self.view.publish_directory(rebuild.directory());
+        }
+        self.view.set_applied(index + 1);
     }
 
     fn snapshot(&mut self, last_applied: u64) -> io::Result<Option<cluster::DomainSnapshot>> {
@@ -159,6 +198,8 @@ impl cluster::Apply for Replica {
         let checkpoint = CheckpointFile::decode(snapshot).map_err(io::Error::other)?;
         let mut rebuild = fresh_rebuild(Millis::MIN);
         rebuild.load_snapshot(index + 1, checkpoint, retention);
+        self.view.replace(rebuild.directory(), rebuild.all_sheets(), index + 1);
+        self.touched = Touched::default();
         self.role = Role::Following(Box::new(rebuild));
         self.prepared = None;
         Ok(())
@@ -170,6 +211,58 @@ impl cluster::Apply for Replica {
 pub struct ClusterDomain {
     node: Arc<GroupNode<Replica>>,
     guard: Arc<LeaderGuard>,
+    local: LocalReads,
+}
+
+/// A follower's local reads (docs/spec/cluster.md, "Local reads"): its applied state, and its
+/// copy of the log for the change feed (the same records at the same positions as the
+/// leader's).
+#[derive(Clone)]
+pub struct LocalReads {
+    view: Arc<LocalView>,
+    node: Arc<GroupNode<Replica>>,
+    spans: Arc<SpanCache>,
+    clock: Clock,
+}
+
+impl LocalReads {
+    /// The applied state.
+    pub fn view(&self) -> &LocalView {
+        &self.view
+    }
+
+    /// The time keys and caps are judged at: this node's clock.
+    pub fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    /// As [`Service::read_changes`], from the applied state and the local log.
+    ///
+    /// # Errors
+    /// As [`Service::read_changes`].
+    pub fn read_changes(
+        &self,
+        snapshot: &SheetSnapshot,
+        seq: Option<u64>,
+        limit: usize,
+    ) -> std::result::Result<Vec<Change>, ChangesError> {
+        let source = ChangeSource {
+            spans: &self.spans,
+            read: &|lsn| read_local(&self.node, lsn),
+            latest: &|id| self.view.sheet_snapshot(id),
+        };
+        source.read_changes(snapshot, seq, limit)
+    }
+}
+
+/// The record at `lsn` in this node's copy of the log.
+fn read_local(node: &GroupNode<Replica>, lsn: Lsn) -> Result<Option<Record>> {
+    let Some(index) = lsn.checked_sub(1) else { return Ok(None) };
+    let stored = node.store().read_record(index).map_err(|e| Error::Inconsistent(e.to_string()))?;
+    match stored {
+        Some(record) => Ok(Some(codec::decode(&record.payload)?)),
+        None => Ok(None),
+    }
 }
 
 /// Whether the actors of a leader may still answer from their state.
@@ -203,20 +296,46 @@ impl LeaderGuard {
 }
 
 impl ClusterDomain {
-    /// Starts the node: its data dir's log and its part of the group.
+    /// Starts the node: its data dir's log and its part of the group. Its local reads judge
+    /// keys and caps at `clock`.
     ///
     /// # Errors
     /// As [`GroupNode::start`].
-    pub async fn start(config: NodeConfig) -> Result<ClusterDomain> {
-        let node = GroupNode::start(config, Replica::new())
-            .await
-            .map_err(|e| Error::Cluster(e.to_string()))?;
+    pub async fn start(config: NodeConfig, clock: Clock) -> Result<ClusterDomain> {
+        let replica = Replica::new();
+        let view = Arc::clone(&replica.view);
+        let node =
+            GroupNode::start(config, replica).await.map_err(|e| Error::Cluster(e.to_string()))?;
         let guard = Arc::new(LeaderGuard {
             term: Default::default(),
             tainted: Default::default(),
             tainted_now: tokio::sync::Notify::new(),
         });
-        Ok(ClusterDomain { node, guard })
+        let local = LocalReads { view, node: Arc::clone(&node), spans: Arc::default(), clock };
+        Ok(ClusterDomain { node, guard, local })
+    }
+
+    /// Where a read sent with `Sheetd-Consistency: local` is answered from on this follower:
+    /// its applied state, while it follows and that state is at most `max_staleness` old
+    /// (docs/spec/cluster.md, "Local reads"); `None` otherwise (the read goes to the leader).
+    pub fn local_reads(&self, max_staleness: Duration) -> Option<&LocalReads> {
+        let view = &self.local.view;
+        if !view.serving() {
+            return None;
+        }
+        let age = self.node.follower_state_age(view.applied().checked_sub(1))?;
+        (age <= max_staleness).then_some(&self.local)
+    }
+
+    /// Whether this leader may answer a local read from its actors: it serves, and a quorum
+    /// acknowledged it within `max_staleness` (a leader cut off from the majority stops).
+    pub fn leads_within(&self, max_staleness: Duration) -> bool {
+        self.serving() && self.node.quorum_ack_age().is_some_and(|age| age <= max_staleness)
+    }
+
+    /// The Raft index this node applied through.
+    pub fn applied_index(&self) -> Option<u64> {
+        self.node.applied_index()
     }
 
     /// Sets what answers requests other nodes forward to this one.
@@ -328,6 +447,7 @@ impl ClusterDomain {
                 Role::Leading => Err(Error::Inconsistent("promoted twice".into())),
             }
         })?;
+        self.local.view.retire();
         let mut rebuild = *rebuild;
         let mut last_lsn = last.map_or(0, |l| l.index + 1);
         let term = self.node.proposer().leadership_now().term;

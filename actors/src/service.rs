@@ -316,6 +316,21 @@ impl Rebuild {
         }
     }
 
+    /// The directory as rebuilt so far.
+    pub(crate) fn directory(&self) -> &DirectoryState {
+        &self.directory
+    }
+
+    /// A sheet as rebuilt so far, with the position of the newest record in it.
+    pub(crate) fn sheet(&self, id: SheetId) -> Option<(&SheetState, Lsn)> {
+        self.sheets.get(&id).map(|(state, copy_lsn, applied)| (state, (*copy_lsn).max(*applied)))
+    }
+
+    /// Every sheet as rebuilt so far, with the position of the newest record in it.
+    pub(crate) fn all_sheets(&self) -> impl Iterator<Item = (&SheetState, Lsn)> {
+        self.sheets.values().map(|(state, copy_lsn, applied)| (state, (*copy_lsn).max(*applied)))
+    }
+
     /// The state rebuilt so far as a checkpoint at `lsn` (every record at or below it
     /// applied: a part whose tag is newer keeps its tag), and the records at or below `lsn`
     /// its change feeds retain. The parts are shared, not copied (persistent structures).
@@ -408,6 +423,79 @@ pub struct ServiceConfig {
     /// keeps the log's records it has not taken, where a crash between a checkpoint and its
     /// truncation leaves the start to decide which records below the checkpoint to keep.
     pub archive: Option<ArchiveConfig>,
+}
+
+/// Where a page of a change feed is read from: the record log holding the changes, and the
+/// sheet's latest state (to tell a pruned record from a lost one). A leader reads its own
+/// service's; a follower answering a local read reads its applied state's and its copy of the
+/// log, which holds the same records at the same positions.
+pub(crate) struct ChangeSource<'a> {
+    /// The decoded large records kept for the pages that follow.
+    pub(crate) spans: &'a SpanCache,
+    /// The record at a position, if the log still holds it.
+    pub(crate) read: &'a dyn Fn(Lsn) -> Result<Option<Record>>,
+    /// A sheet's latest published state.
+    pub(crate) latest: &'a dyn Fn(SheetId) -> Option<Arc<SheetSnapshot>>,
+}
+
+impl ChangeSource<'_> {
+    /// See [`Service::read_changes`].
+    pub(crate) fn read_changes(
+        &self,
+        snapshot: &SheetSnapshot,
+        seq: Option<u64>,
+        limit: usize,
+    ) -> std::result::Result<Vec<Change>, ChangesError> {
+        let log = &snapshot.state.changes;
+        let from = seq.unwrap_or_else(|| log.oldest_seq());
+        if from < log.oldest_seq() {
+            return Err(ChangesError::Expired { oldest: log.oldest_seq() });
+        }
+        let current = |id: RowId| snapshot.state.rows.get(&id).cloned();
+        let mut out = Vec::new();
+        for span in log.spans_from(from) {
+            if out.len() >= limit {
+                break;
+            }
+            let sheet_id = snapshot.state.id;
+            // Only a page that starts inside a record can follow one that ended there.
+            let skipped = from.saturating_sub(span.first_seq) as usize;
+            let kept = (skipped > 0).then(|| self.spans.get(sheet_id, span.lsn)).flatten();
+            let changes = match kept {
+                Some(changes) => changes,
+                None => self.span_changes(snapshot, span, &current)?,
+            };
+            let room = limit - out.len();
+            if changes.len().saturating_sub(skipped) > room {
+                // The page ends inside this record: the next one starts there.
+                self.spans.put(sheet_id, span.lsn, Arc::clone(&changes));
+            }
+            out.extend(changes.iter().filter(|c| c.seq >= from).take(room).cloned());
+        }
+        Ok(out)
+    }
+
+    /// `snapshot`'s sheet's changes in `span`, read back from its record.
+    fn span_changes(
+        &self,
+        snapshot: &SheetSnapshot,
+        span: &ChangeSpan,
+        current: &impl Fn(RowId) -> Option<Arc<Row>>,
+    ) -> std::result::Result<Arc<[Change]>, ChangesError> {
+        let Some(record) = (self.read)(span.lsn)? else {
+            // Pruned and truncated by a checkpoint since `snapshot` was published.
+            let oldest = (self.latest)(snapshot.state.id).map(|s| s.state.changes.oldest_seq());
+            return Err(match oldest {
+                Some(oldest) if oldest > span.first_seq => ChangesError::Expired { oldest },
+                _ => Error::Inconsistent(format!(
+                    "the log no longer holds record {} of sheet {}'s retained changes",
+                    span.lsn, snapshot.state.id
+                ))
+                .into(),
+            });
+        };
+        Ok(extract(record, snapshot.state.id, span, current)?.into())
+    }
 }
 
 /// Why [`Service::read_changes`] returned no page.
@@ -727,56 +815,12 @@ impl Service {
         seq: Option<u64>,
         limit: usize,
     ) -> std::result::Result<Vec<Change>, ChangesError> {
-        let log = &snapshot.state.changes;
-        let from = seq.unwrap_or_else(|| log.oldest_seq());
-        if from < log.oldest_seq() {
-            return Err(ChangesError::Expired { oldest: log.oldest_seq() });
-        }
-        let current = |id: RowId| snapshot.state.rows.get(&id).cloned();
-        let mut out = Vec::new();
-        for span in log.spans_from(from) {
-            if out.len() >= limit {
-                break;
-            }
-            let sheet_id = snapshot.state.id;
-            // Only a page that starts inside a record can follow one that ended there.
-            let skipped = from.saturating_sub(span.first_seq) as usize;
-            let kept = (skipped > 0).then(|| self.spans.get(sheet_id, span.lsn)).flatten();
-            let changes = match kept {
-                Some(changes) => changes,
-                None => self.span_changes(snapshot, span, &current)?,
-            };
-            let room = limit - out.len();
-            if changes.len().saturating_sub(skipped) > room {
-                // The page ends inside this record: the next one starts there.
-                self.spans.put(sheet_id, span.lsn, Arc::clone(&changes));
-            }
-            out.extend(changes.iter().filter(|c| c.seq >= from).take(room).cloned());
-        }
-        Ok(out)
-    }
-
-    /// `snapshot`'s sheet's changes in `span`, read back from its record.
-    fn span_changes(
-        &self,
-        snapshot: &SheetSnapshot,
-        span: &ChangeSpan,
-        current: &impl Fn(RowId) -> Option<Arc<Row>>,
-    ) -> std::result::Result<Arc<[Change]>, ChangesError> {
-        let Some(record) = self.shared.log.read(span.lsn)? else {
-            // Pruned and truncated by a checkpoint since `snapshot` was published.
-            let oldest =
-                self.sheets.snapshot(snapshot.state.id).map(|s| s.state.changes.oldest_seq());
-            return Err(match oldest {
-                Some(oldest) if oldest > span.first_seq => ChangesError::Expired { oldest },
-                _ => Error::Inconsistent(format!(
-                    "the log no longer holds record {} of sheet {}'s retained changes",
-                    span.lsn, snapshot.state.id
-                ))
-                .into(),
-            });
+        let source = ChangeSource {
+            spans: &self.spans,
+            read: &|lsn| self.shared.log.read(lsn),
+            latest: &|id| self.sheets.snapshot(id),
         };
-        Ok(extract(record, snapshot.state.id, span, current)?.into())
+        source.read_changes(snapshot, seq, limit)
     }
 
     /// Wait until `lsn` is durable (before revealing anything read at it).

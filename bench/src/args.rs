@@ -93,6 +93,10 @@ pub struct BenchArgs {
     /// spread (`bench compare` tells a change from that noise).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), help_heading = "Load")]
     pub repeat: u32,
+    /// A header every load request carries, as `Name: value` (repeatable): e.g.
+    /// `Sheetd-Consistency: local` to read from a cluster follower's own state.
+    #[arg(long, value_parser = parse_header, help_heading = "Load")]
+    pub header: Vec<(String, String)>,
     /// Threads the clients run on (default: the cores, or half of them with the own server,
     /// which needs the rest).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256), help_heading = "Load")]
@@ -163,6 +167,18 @@ impl BenchArgs {
     }
 }
 
+/// A header as `Name: value`.
+pub fn parse_header(text: &str) -> Result<(String, String), String> {
+    let (name, value) =
+        text.split_once(':').ok_or_else(|| format!("`{text}` is not `Name: value`"))?;
+    let name = name.trim();
+    let valid = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if !valid {
+        return Err(format!("`{name}` is not a header name"));
+    }
+    Ok((name.to_owned(), value.trim().to_owned()))
+}
+
 /// A duration as `10s`, `500ms`, `2m`, `1.5s` or plain seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -214,6 +230,16 @@ mod tests {
         assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("10x").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn headers_are_a_name_and_a_value() {
+        let local = ("Sheetd-Consistency".to_owned(), "local".to_owned());
+        assert_eq!(parse_header("Sheetd-Consistency: local"), Ok(local));
+        assert_eq!(parse_header("X-A:b:c"), Ok(("X-A".to_owned(), "b:c".to_owned())));
+        for bad in ["no colon", ": value", "bad name: x"] {
+            assert!(parse_header(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub struct Http {
     client: awc::Client,
     base: String,
     auth: String,
+    /// Headers every request carries besides the key.
+    headers: Vec<(String, String)>,
 }
 
 /// One request's answer.
@@ -79,7 +81,14 @@ impl Http {
             client,
             base: base.trim_end_matches('/').to_owned(),
             auth: format!("Bearer {token}"),
+            headers: Vec::new(),
         }
+    }
+
+    /// This client, sending `headers` with every request too.
+    pub fn with_headers(mut self, headers: &[(String, String)]) -> Self {
+        self.headers = headers.to_vec();
+        self
     }
 
     /// The base URL.
@@ -89,10 +98,13 @@ impl Http {
 
     /// Send one request to `base + path`; `body` is JSON.
     pub async fn send(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> Answer {
-        let req = self
+        let mut req = self
             .client
             .request(method, format!("{}{path}", self.base))
             .insert_header(("Authorization", self.auth.as_str()));
+        for (name, value) in &self.headers {
+            req = req.insert_header((name.as_str(), value.as_str()));
+        }
         let sent = match body {
             Some(b) => req.insert_header(("Content-Type", "application/json")).send_body(b).await,
             None => req.send().await,

@@ -152,7 +152,7 @@ impl Driver {
         self.ensure_users(1).await?;
         let (sheet, row) =
             self.users[0].some_row(&self.settings).context("the first client made no rows")?;
-        let http = Http::new(&self.base, &self.key);
+        let http = Http::new(&self.base, &self.key).with_headers(&self.settings.headers);
         let path = format!("/sheets/{sheet}/rows/{row}");
         if http.send(awc::http::Method::GET, &path, None).await.status == 404 {
             anyhow::bail!(
@@ -177,7 +177,7 @@ impl Driver {
         for (i, mut vu) in self.users.drain(..n).enumerate() {
             let (s, base, key) = (self.settings.clone(), self.base.clone(), self.key.clone());
             pending.push(on_thread(&self.threads[i % self.threads.len()], move || async move {
-                let http = Http::new(&base, &key);
+                let http = Http::new(&base, &key).with_headers(&s.headers);
                 let r = vu.prepare(&http, &s, deletes).await;
                 (vu, r)
             }));
@@ -242,7 +242,7 @@ impl Driver {
             let (s, base, key) = (self.settings.clone(), self.base.clone(), self.key.clone());
             let (done, failed) = (done.clone(), failed.clone());
             pending.push(on_thread(&self.threads[i % self.threads.len()], move || async move {
-                let http = Http::new(&base, &key);
+                let http = Http::new(&base, &key).with_headers(&s.headers);
                 run_user(vu, http, s, schedule, done, failed).await
             }));
         }

@@ -248,6 +248,7 @@ pub async fn run(args: &BenchArgs, target: &Target) -> anyhow::Result<Run> {
         conflict_rate: args.conflict_rate,
         rows_per_client: args.rows_per_client,
         track_cells: args.verify,
+        headers: args.header.clone(),
     };
     let mut driver = Driver::new(target, settings, threads);
     let result = levels(args, target, &mut driver).await;

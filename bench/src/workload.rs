@@ -173,6 +173,8 @@ pub struct Settings {
     pub rows_per_client: u64,
     /// Keep acknowledged cells for `--verify` (versions are kept anyway).
     pub track_cells: bool,
+    /// Headers every load request carries besides the key (`--header`).
+    pub headers: Vec<(String, String)>,
 }
 
 impl Settings {

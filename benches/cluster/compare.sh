@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One node against a 3-node cluster on this machine, in one run: durable single-row patches at
 # 64 connections and pages of 100 rows at 32 connections, through `sheetd bench --url`.
-# The cluster is measured through its leader and through a follower (which forwards).
+# The cluster is measured through its leader and through a follower (which forwards), then
+# pages read with `Sheetd-Consistency: local` from a follower's and the leader's own state.
 #
 #   bash benches/cluster/compare.sh target/release/sheetd [duration=5s]
 set -euo pipefail
@@ -17,6 +18,12 @@ bench() { # url key admin label
     "$BIN" bench --url "$1" --key "$2" --sheet-ids 10,11 --workload "$5" --concurrency "$6" \
       --duration "$DUR" --warmup 1s 2>&1 | grep -E "^ *[0-9]+ |conc|req/s" | head -4
   done
+}
+local_reads() { # url key label: pages read from the receiving node's own state
+  echo "== $3: read-page at 32 connections, Sheetd-Consistency: local"
+  "$BIN" bench --url "$1" --key "$2" --sheet-ids 10,11 --workload read-page --concurrency 32 \
+    --duration "$DUR" --warmup 1s --header "Sheetd-Consistency: local" 2>&1 \
+    | grep -E "^ *[0-9]+ |conc|req/s" | head -4
 }
 key_of() { awk '$3=="ada-write" {print $4}' "$1"; }
 
@@ -40,6 +47,8 @@ TOKEN=$(cat "$WORK/cluster/admin-token")
 sleep 1
 bench "http://127.0.0.$LEADER:28080/api/v1" "$(key_of "$KEYS")" x "cluster leader (node $LEADER)"
 bench "http://127.0.0.$FOLLOWER:28080/api/v1" "$(key_of "$KEYS")" x "cluster follower (node $FOLLOWER)"
+local_reads "http://127.0.0.$FOLLOWER:28080/api/v1" "$(key_of "$KEYS")" "cluster follower (node $FOLLOWER)"
+local_reads "http://127.0.0.$LEADER:28080/api/v1" "$(key_of "$KEYS")" "cluster leader (node $LEADER)"
 kill -TERM $UP
 # A build whose leader started itself again on SIGTERM would hold the run: 10 s, then kill.
 for _ in $(seq 100); do kill -0 $UP 2>/dev/null || break; sleep 0.1; done

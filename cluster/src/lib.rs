@@ -15,6 +15,8 @@
 //! Crate map, one line per module; each uses only those listed after it:
 //! - `net/`: the cluster link: [`net::ClusterLink`] (listener, runtime, dispatch to the local
 //!   Raft), [`net::Network`] (openraft's network), the handshake and authenticated frames.
+//! - `contact.rs`: [`Contact`], how old a follower's applied state is (when it last heard
+//!   from a leader, and how far that leader had committed).
 //! - `adopt.rs`: [`begin_with_state`], a new group's first state from a single node's data.
 //! - `machine.rs`: [`Machine`], openraft's state machine over a domain behind [`Apply`], and
 //!   the durable copy of its last snapshot.
@@ -42,6 +44,7 @@
 #![warn(missing_docs)]
 
 mod adopt;
+mod contact;
 mod error;
 mod log_store;
 mod machine;
@@ -53,6 +56,7 @@ mod state_machine;
 mod types;
 
 pub use adopt::{begin_with_state, holds_group};
+pub use contact::Contact;
 pub use error::{Error, Result};
 pub use log_store::{RaftState, WalLogStore};
 pub use machine::{Apply, DomainSnapshot, Machine, SnapshotCounts, WriteState};

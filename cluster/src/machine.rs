@@ -47,6 +47,11 @@ pub trait Apply: Send + 'static {
     /// and openraft stops with it.
     fn apply(&mut self, index: u64, payload: &[u8]) -> io::Result<()>;
 
+    /// After a run of entries was applied (records, and entries the domain does not see:
+    /// blanks, membership changes): everything through `index` is applied. The domain may
+    /// publish what the run changed.
+    fn applied(&mut self, _index: u64) {}
+
     /// The state to snapshot now, having applied everything through `last_applied`; `None`
     /// when the domain has none to give (openraft then builds no snapshot this time). Called
     /// while nothing is applied; the bytes are written after, outside that exclusion.
@@ -442,6 +447,7 @@ impl<A: Apply> RaftStateMachine<TypeConfig> for Machine<A> {
     where
         Strm: Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + OptionalSend,
     {
+        let mut last = None;
         while let Some((entry, responder)) = entries.try_next().await? {
             let index = entry.log_id.index;
             let mut accepted = true;
@@ -464,6 +470,10 @@ impl<A: Apply> RaftStateMachine<TypeConfig> for Machine<A> {
             if let Some(responder) = responder {
                 responder.send(Applied { index, accepted });
             }
+            last = Some(index);
+        }
+        if let Some(index) = last {
+            self.lock().domain.applied(index);
         }
         Ok(())
     }

@@ -22,6 +22,7 @@ use std::time::Duration;
 use openraft::async_runtime::WatchReceiver;
 use openraft::{Config, Raft, ReadPolicy, ServerState, SnapshotPolicy};
 
+use crate::contact::Contact;
 use crate::machine::{Apply, Machine};
 use crate::membership::{self, Action, ChangeError, ChangeSlot, MembershipChange};
 use crate::net::{
@@ -127,6 +128,8 @@ pub struct GroupNode<A: Apply> {
     change: ChangeSlot,
     /// Requests forwarded to a leader.
     forwarded: std::sync::atomic::AtomicU64,
+    /// This node's contacts with its leader, while it follows.
+    contact: Arc<Contact>,
 }
 
 impl<A: Apply> GroupNode<A> {
@@ -201,7 +204,8 @@ impl<A: Apply> GroupNode<A> {
             .await
             .map_err(io::Error::other)?
             .map_err(io::Error::other)?;
-        link.serve(config.group, raft.clone())?;
+        let contact = Arc::new(Contact::default());
+        link.serve(config.group, raft.clone(), Arc::clone(&contact))?;
         let proposer = Proposer::start(config.group, raft.clone(), link.runtime());
         if let (true, Some(initial)) = (pristine, &config.initial) {
             let members = initial.clone();
@@ -216,8 +220,17 @@ impl<A: Apply> GroupNode<A> {
         }
         let change = ChangeSlot::default();
         let forwarded = Default::default();
-        let node =
-            Arc::new(GroupNode { config, raft, machine, store, link, proposer, change, forwarded });
+        let node = Arc::new(GroupNode {
+            config,
+            raft,
+            machine,
+            store,
+            link,
+            proposer,
+            change,
+            forwarded,
+            contact,
+        });
         node.link.runtime().spawn(snapshot_when_due(Arc::downgrade(&node)));
         Ok(node)
     }
@@ -339,6 +352,19 @@ impl<A: Apply> GroupNode<A> {
     /// See [`Proposer::lease_fresh`].
     pub fn lease_fresh(&self) -> bool {
         self.proposer.lease_fresh()
+    }
+
+    /// How old a follower's state that applied everything through `applied` is (cluster.md,
+    /// "Local reads"): the time since the latest contact with a leader whose committed index
+    /// it holds; `None` when it cannot tell (never heard from a leader, or far behind).
+    pub fn follower_state_age(&self, applied: Option<u64>) -> Option<Duration> {
+        self.contact.age_of(applied)
+    }
+
+    /// How long ago a quorum last acknowledged this node as its leader; `None` while it does
+    /// not lead.
+    pub fn quorum_ack_age(&self) -> Option<Duration> {
+        self.proposer.quorum_ack_age()
     }
 
     /// Confirms this node's leadership with a quorum round trip (openraft's read index) when

@@ -264,6 +264,21 @@ impl<SM: RaftStateMachine<TypeConfig>> Proposer<SM> {
         until > 0 && (self.shared.started.elapsed().as_micros() as u64) < until
     }
 
+    /// How long ago a quorum last acknowledged this node as its leader; `None` while it does
+    /// not lead (a group of one is acknowledged always).
+    pub fn quorum_ack_age(&self) -> Option<Duration> {
+        let until = self.shared.lease_until_us.load(std::sync::atomic::Ordering::Acquire);
+        if until == 0 {
+            return None;
+        }
+        if until == u64::MAX {
+            return Some(Duration::ZERO);
+        }
+        let acked = until.saturating_sub(self.shared.lease.as_micros() as u64);
+        let now = self.shared.started.elapsed().as_micros() as u64;
+        Some(Duration::from_micros(now.saturating_sub(acked)))
+    }
+
     /// How often this node saw a new leader, and a newer term, since it started.
     pub fn changes_seen(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;

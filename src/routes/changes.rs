@@ -85,7 +85,7 @@ pub async fn list_changes(
     let resume = if stream { last_event_id(&req, &state.cursors, sheet_id)? } else { None };
     let snapshot = sheet_snapshot(&state, &caller, sheet_id)?;
     let published = state
-        .service()?
+        .reads_of(caller.local)?
         .sheet_published(sheet_id)
         .ok_or_else(|| ApiError::not_found(format!("Sheet {sheet_id}")))?;
     let from = resume.or(page.after).unwrap_or_else(|| snapshot.state.changes.oldest_seq());
@@ -103,7 +103,7 @@ pub async fn list_changes(
     loop {
         published_rx.borrow_and_update();
         let snapshot = published.load_full();
-        let changes = read(&state, snapshot, sheet_id, from, page.limit).await?;
+        let changes = read(&state, caller.local, snapshot, sheet_id, from, page.limit).await?;
         let waited_out = Instant::now() >= deadline || *stopping.borrow();
         if !changes.is_empty() || waited_out {
             let next = changes.last().map_or(from, |c| c.seq + 1);
@@ -192,14 +192,16 @@ pub(crate) fn expired(cursors: &CursorCodec, sheet_id: u64, oldest: u64) -> ApiE
 
 /// The caller as it stands now, if it may still read the sheet.
 fn still_reading(state: &AppState, caller: &Caller, sheet_id: u64) -> Option<Caller> {
-    let service = state.try_service()?;
-    let caller = caller.refreshed(service.directory(), service.now())?;
+    let reads = state.reads_of(caller.local).ok()?;
+    let caller = caller.refreshed(reads.directory(), reads.now())?;
     caller.can_read(Target::Sheet(sheet_id)).then_some(caller)
 }
 
-/// Up to `limit` changes from `from` on, read off the worker (the log may reach the disk).
+/// Up to `limit` changes from `from` on, read off the worker (the log may reach the disk);
+/// `local`: for a local read.
 async fn read(
     state: &AppState,
+    local: bool,
     snapshot: Arc<SheetSnapshot>,
     sheet_id: u64,
     from: u64,
@@ -208,8 +210,8 @@ async fn read(
     if from >= snapshot.state.changes.next_seq() {
         return Ok(Vec::new());
     }
-    let service = state.service()?.clone();
-    let read = web::block(move || service.read_changes(&snapshot, Some(from), limit))
+    let reads = state.reads_of(local)?.to_owned();
+    let read = web::block(move || reads.read_changes(&snapshot, Some(from), limit))
         .await
         .map_err(|e| ApiError::internal(format!("reading changes: {e}")))?;
     read.map_err(|e| match e {
@@ -284,7 +286,8 @@ async fn next_event(mut f: Follow) -> Option<(Bytes, Follow)> {
         }
         f.published_rx.borrow_and_update();
         let snapshot = f.published.load_full();
-        match read(&f.state, snapshot, f.sheet_id, f.next, STREAM_BATCH).await {
+        let local = f.caller.local;
+        match read(&f.state, local, snapshot, f.sheet_id, f.next, STREAM_BATCH).await {
             Ok(changes) if !changes.is_empty() => {
                 let mut out = Vec::new();
                 for change in &changes {

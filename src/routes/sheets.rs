@@ -42,10 +42,10 @@ pub async fn list_sheets(
     let page = paging(&req, &state.cursors, Some((Kind::Sheets, 0)))?;
     let (metas, more) =
         page.page_of(&caller.directory.sheets, |m| caller.can_read(Target::Sheet(m.id)));
-    let service = state.service()?;
+    let reads = state.reads_of(caller.local)?;
     let data = metas
         .iter()
-        .map(|m| match service.sheet_snapshot(m.id) {
+        .map(|m| match reads.sheet_snapshot(m.id) {
             Some(snapshot) => Ok(SheetView::new(m, &snapshot.state)),
             None => Err(ApiError::internal(format!("sheet {} has no actor", m.id))),
         })
@@ -63,7 +63,7 @@ pub fn sheet_snapshot(
 ) -> Result<Arc<SheetSnapshot>, ApiError> {
     let what = format!("Sheet {sheet_id}");
     caller.authorize(Target::Sheet(sheet_id), Need::Read, &what)?;
-    state.service()?.sheet_snapshot(sheet_id).ok_or_else(|| ApiError::not_found(&what))
+    state.reads_of(caller.local)?.sheet_snapshot(sheet_id).ok_or_else(|| ApiError::not_found(&what))
 }
 
 /// The sheet's actor (its one writer), once the caller may touch it as `need` says.

@@ -1317,3 +1317,128 @@ async fn a_single_node_grows_into_a_cluster_and_its_first_node_leaves_with_nothi
     }
     drop(removed);
 }
+
+/// The first page of `path` read from `node`, `local` or not: status, body, headers.
+async fn read_at(node: &Node, path: &str, local: bool) -> crate::common::Reply {
+    let url = format!("{}{path}", node.base());
+    let header: &[(&str, &str)] = if local { &[("Sheetd-Consistency", "local")] } else { &[] };
+    send("GET", &url, Some(ADA_READ), header, None).await
+}
+
+/// Local reads (docs/spec/cluster.md, "Local reads"): a follower answers a read sent with
+/// `Sheetd-Consistency: local` from its own applied state, without the leader, showing what
+/// the leader shows once it has applied it; cut off from every other node it stops after
+/// `--max-local-staleness` (503, as it cannot forward either), as a leader that lost its
+/// followers does; back in touch, it answers again.
+#[actix_rt::test]
+async fn a_follower_answers_local_reads_from_its_applied_state_until_it_is_cut_off() {
+    let _one = ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let staleness = |_| vec!["--max-local-staleness".to_owned(), "1s".to_owned()];
+    let mut nodes = three_with(dir.path(), staleness).await;
+    let at = agreed_leader(&nodes).await;
+    let (one, two) = ((at + 1) % 3, (at + 2) % 3);
+    for n in 0..30 {
+        let add = json!({"rows": [{"cells": {"100": format!("local {n}")}}]});
+        let url = format!("{}/sheets/10/rows:bulkAdd", nodes[at].base());
+        let (status, body, _) =
+            send("POST", &url, Some(ADA_WRITE), &[], Some(add.to_string().into_bytes())).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    converged(&nodes).await;
+    let paths = ["/sheets/10/rows?limit=100", "/sheets/10/changes?limit=1000", "/sheets", "/me"];
+    for i in [one, two] {
+        let forwarded = metric(&nodes[i], "sheetd_cluster_forwarded_requests_total").await;
+        for path in paths {
+            let (status, local, headers) = read_at(&nodes[i], path, true).await;
+            assert_eq!(status, 200, "{path} {local}");
+            let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_owned());
+            assert_eq!(header("sheetd-node"), Some(nodes[i].id.to_string()));
+            assert_eq!(header("sheetd-served-by"), None, "{path}: answered here");
+            let applied: u64 = header("sheetd-applied-index").unwrap().parse().unwrap();
+            assert!(applied > 30, "{path}: applied index {applied}");
+            let (status, leaders, headers) = read_at(&nodes[at], path, false).await;
+            assert_eq!(status, 200, "{leaders}");
+            assert!(headers.get("sheetd-applied-index").is_none(), "only on a local read");
+            // Rate limits are counted on each node (cluster.md), the rest is the same.
+            let (mut local, mut leaders) = (local, leaders);
+            for own in ["requestId", "rateLimit"] {
+                local[own].take();
+                leaders[own].take();
+            }
+            assert_eq!(local, leaders, "{path}: node {}", nodes[i].id);
+        }
+        let after = metric(&nodes[i], "sheetd_cluster_forwarded_requests_total").await;
+        assert_eq!(after, forwarded, "no local read went to the leader");
+        // The default is the leader's answer, forwarded.
+        let (status, body, headers) = read_at(&nodes[i], "/sheets/10/rows", false).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(headers.get("sheetd-served-by").unwrap(), &nodes[at].id.to_string());
+    }
+    // A write asked to be local still runs on the leader; a header value it does not know is
+    // a client's mistake.
+    let add = json!({"rows": [{"cells": {"100": "written through a follower"}}]});
+    let url = format!("{}/sheets/10/rows:bulkAdd", nodes[one].base());
+    let local = [("Sheetd-Consistency", "local")];
+    let (status, body, headers) =
+        send("POST", &url, Some(ADA_WRITE), &local, Some(add.to_string().into_bytes())).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(headers.get("sheetd-served-by").unwrap(), &nodes[at].id.to_string());
+    let url = format!("{}/sheets/10/rows", nodes[one].base());
+    let eventual = [("Sheetd-Consistency", "eventual")];
+    let (status, body, _) = send("GET", &url, Some(ADA_READ), &eventual, None).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["errorCode"], "validation_failed");
+    assert_eq!(body["detail"][0]["loc"], json!(["header", "Sheetd-Consistency"]));
+    assert!(body["requestId"].as_str().unwrap().starts_with("req_"));
+
+    // Cut off: the two others gone, the follower hears from no leader; past the staleness it
+    // stops answering locally, and cannot forward.
+    nodes[at].kill9();
+    nodes[two].kill9();
+    actix_rt::time::sleep(Duration::from_millis(1500)).await;
+    let (status, body, _) = read_at(&nodes[one], "/sheets/10/rows", true).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["errorCode"], "cluster_unavailable");
+    assert_eq!(body["detail"]["outcome"], "not_applied");
+    nodes[at].start();
+    nodes[two].start();
+    let at = agreed_leader(&nodes).await;
+    converged(&nodes).await;
+    let follower = (at + 1) % 3;
+    let (status, body, headers) =
+        read_at(&nodes[follower], "/sheets/10/rows?limit=100", true).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(headers.get("sheetd-served-by").is_none());
+    assert_eq!(body["data"].as_array().unwrap().len(), 4 + 31, "the fixture's and ours");
+
+    // A leader whose followers are gone stops answering local reads too.
+    let lost: Vec<usize> = (0..3).filter(|&i| i != at).collect();
+    for &i in &lost {
+        nodes[i].kill9();
+    }
+    actix_rt::time::sleep(Duration::from_millis(1500)).await;
+    // (Should it learn of a newer term meanwhile, it starts again as a follower: no answer
+    // while it does.)
+    let url = format!("{}/sheets/10/rows", nodes[at].base());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let client = awc::Client::builder().timeout(Duration::from_secs(10)).finish();
+        let sent = client
+            .get(&url)
+            .insert_header(("Authorization", format!("Bearer {ADA_READ}")))
+            .insert_header(("Sheetd-Consistency", "local"))
+            .send()
+            .await;
+        if let Ok(mut res) = sent {
+            let status = res.status().as_u16();
+            let body: Value = serde_json::from_slice(&res.body().await.unwrap()).unwrap();
+            assert_eq!(status, 503, "{body}");
+            break body;
+        }
+        assert!(Instant::now() < deadline, "the lone leader never answered");
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(body["errorCode"], "cluster_unavailable");
+    assert_eq!(body["detail"]["outcome"], "not_applied");
+}

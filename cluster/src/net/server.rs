@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use openraft::raft::SnapshotResponse;
+use openraft::raft::{AppendEntriesResponse, SnapshotResponse};
 use openraft::storage::RaftStateMachine;
 use openraft::type_config::alias::SnapshotOf;
 use openraft::Raft;
@@ -31,6 +31,7 @@ use super::channel::Channel;
 use super::client::Network;
 use super::message::{self, Forwarded, ForwardedReply, Reply, Request, Rpc};
 use super::LinkConfig;
+use crate::contact::Contact;
 use crate::types::{GroupId, NodeId, SnapshotMeta, TypeConfig, Vote};
 
 /// What the link's parts share: its settings, where its runtime is, and the host outgoing
@@ -184,7 +185,12 @@ impl ClusterLink {
     ///
     /// # Errors
     /// `AlreadyExists` when called a second time; the listener's registration error.
-    pub fn serve<SM>(&self, group: GroupId, raft: Raft<TypeConfig, SM>) -> io::Result<()>
+    pub fn serve<SM>(
+        &self,
+        group: GroupId,
+        raft: Raft<TypeConfig, SM>,
+        contact: Arc<Contact>,
+    ) -> io::Result<()>
     where
         SM: RaftStateMachine<TypeConfig, SnapshotData = Cursor<Vec<u8>>>,
     {
@@ -199,6 +205,7 @@ impl ClusterLink {
             shared: Arc::clone(&self.shared),
             group,
             raft,
+            contact,
             refusals: RefusalLog::new(),
         });
         self.shared.handle.spawn(accept_loop(listener, serving));
@@ -262,6 +269,8 @@ struct Serving<SM: RaftStateMachine<TypeConfig>> {
     shared: Arc<LinkShared>,
     group: GroupId,
     raft: Raft<TypeConfig, SM>,
+    /// Where the leader's messages are noted, for local reads.
+    contact: Arc<Contact>,
     refusals: RefusalLog,
 }
 
@@ -489,7 +498,13 @@ where
     let raft = &serving.raft;
     match request.rpc {
         Rpc::AppendEntries(rpc) => {
-            message::encode(&raft.append_entries(rpc).await.map_err(|e| e.to_string()))
+            let committed = rpc.leader_commit.map(|l| l.index);
+            let reply = raft.append_entries(rpc).await;
+            // Any answer but a higher vote means this node takes the sender as its leader.
+            if matches!(&reply, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+                serving.contact.heard(committed);
+            }
+            message::encode(&reply.map_err(|e| e.to_string()))
         }
         Rpc::Vote(rpc) => message::encode(&raft.vote(rpc).await.map_err(|e| e.to_string())),
         Rpc::PreVote(rpc) => message::encode(&raft.pre_vote(rpc).await.map_err(|e| e.to_string())),

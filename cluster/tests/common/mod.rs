@@ -67,7 +67,7 @@ impl Node {
         let (store, machine) = (log.clone(), sm.clone());
         let built = link.runtime().spawn(Raft::new(id, raft_config(), network, store, machine));
         let raft = built.await.unwrap().unwrap();
-        link.serve(DEFAULT_GROUP, raft.clone()).unwrap();
+        link.serve(DEFAULT_GROUP, raft.clone(), Default::default()).unwrap();
         let addr = link.local_addr();
         Node { id, dir: dir.to_owned(), addr, raft, sm, link, log }
     }
