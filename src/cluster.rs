@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use actix_web::web;
-use actors::replica::{ClusterSecret, NodeConfig, Peer};
+use actors::replica::{ClusterSecret, LinkTls, NodeConfig, Peer};
 use actors::{Service, ServiceConfig};
 use anyhow::Context;
 use sha2::{Digest, Sha256};
@@ -67,6 +67,15 @@ pub fn node_config(args: &ServeArgs) -> anyhow::Result<Option<(NodeConfig, [u8; 
             Some(members)
         }
     };
+    let tls = match &args.cluster_tls_dir {
+        None => None,
+        Some(dir) => Some(std::sync::Arc::new(LinkTls::from_dir(dir).with_context(|| {
+            format!(
+                "cannot use the cluster TLS dir {} (it holds ca.crt, node.crt and node.key)",
+                dir.display()
+            )
+        })?)),
+    };
     let config = NodeConfig {
         node_id,
         group: 0,
@@ -76,6 +85,7 @@ pub fn node_config(args: &ServeArgs) -> anyhow::Result<Option<(NodeConfig, [u8; 
         initial,
         join: args.join,
         secret,
+        tls,
         heartbeat_ms: HEARTBEAT_MS,
         election_timeout_ms: ELECTION_TIMEOUT_MS,
         // A cluster snapshots by the single node's record rule; half as many entries stay

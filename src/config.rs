@@ -236,6 +236,12 @@ pub struct ServeArgs {
     /// authenticates node-to-node traffic and keys the cursors, so a cursor works on any node.
     #[arg(long, env = "SHEETD_CLUSTER_SECRET_FILE", requires = "node_id")]
     pub cluster_secret_file: Option<PathBuf>,
+    /// Run the cluster link over mutual TLS: a dir with the cluster's CA (`ca.crt`), this
+    /// node's certificate signed by it (`node.crt`, naming the host of `--raft-addr`: an IP or
+    /// DNS SAN) and its key (`node.key`), all PEM. Nodes then talk only to peers whose
+    /// certificate the CA signed. Without it the link is plain TCP: a trusted network only.
+    #[arg(long, env = "SHEETD_CLUSTER_TLS_DIR", requires = "node_id")]
+    pub cluster_tls_dir: Option<PathBuf>,
     /// A cluster node answers a read sent with `Sheetd-Consistency: local` from its own
     /// applied state while that state is at most this old (`5s`, `800ms`; measured from the
     /// last time it heard from a leader): older, it sends the read to the leader instead.

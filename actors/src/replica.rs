@@ -38,7 +38,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use cluster::net::{ClusterSecret, ForwardError, Forwarded, ForwardedReply, Forwarder};
+pub use cluster::net::{
+    ClusterSecret, ForwardError, Forwarded, ForwardedReply, Forwarder, LinkTls,
+};
 pub use cluster::{
     Action, ChangeError, ClusterNode as Peer, Member, MembershipChange, NodeConfig, NodeId, Phase,
     Status,

@@ -27,6 +27,7 @@ use crate::machine::{Apply, Machine};
 use crate::membership::{self, Action, ChangeError, ChangeSlot, MembershipChange};
 use crate::net::{
     ClusterLink, ClusterSecret, ForwardError, Forwarded, ForwardedReply, Forwarder, LinkConfig,
+    LinkTls,
 };
 use crate::proposer::Proposer;
 use crate::types::{ClusterNode, GroupId, NodeId, TypeConfig};
@@ -53,6 +54,8 @@ pub struct NodeConfig {
     pub join: bool,
     /// The cluster's secret.
     pub secret: ClusterSecret,
+    /// Mutual TLS on the link (`--cluster-tls-dir`); plain TCP without.
+    pub tls: Option<Arc<LinkTls>>,
     /// Heartbeat interval, ms.
     pub heartbeat_ms: u64,
     /// Election timeout, ms: a follower that hears no leader for a random time in this range
@@ -176,7 +179,10 @@ impl<A: Apply> GroupNode<A> {
         };
         let link = ClusterLink::bind(
             config.raft_addr,
-            LinkConfig::new(config.node_id, config.secret.clone()),
+            LinkConfig {
+                tls: config.tls.clone(),
+                ..LinkConfig::new(config.node_id, config.secret.clone())
+            },
         )?;
         let raft_config = Config {
             heartbeat_interval: config.heartbeat_ms,

@@ -1442,3 +1442,98 @@ async fn a_follower_answers_local_reads_from_its_applied_state_until_it_is_cut_o
     assert_eq!(body["errorCode"], "cluster_unavailable");
     assert_eq!(body["detail"]["outcome"], "not_applied");
 }
+
+/// A CA for the cluster's TLS test: it issues node certificates naming 127.0.0.{id}, good for
+/// both ends of a connection.
+struct TestCa {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl TestCa {
+    fn new(name: &str) -> TestCa {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        TestCa { cert: params.self_signed(&key).unwrap(), key }
+    }
+
+    /// Writes node `id`'s `--cluster-tls-dir` into `dir`: this CA, and a certificate it signed.
+    fn issue(&self, dir: &Path, id: u64) {
+        use rcgen::{CertificateParams, ExtendedKeyUsagePurpose, KeyPair, SanType};
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        let ip: std::net::IpAddr = format!("127.0.0.{id}").parse().unwrap();
+        params.subject_alt_names = vec![SanType::IpAddress(ip)];
+        params.extended_key_usages =
+            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("ca.crt"), self.cert.pem()).unwrap();
+        std::fs::write(dir.join("node.crt"), cert.pem()).unwrap();
+        std::fs::write(dir.join("node.key"), key.serialize_pem()).unwrap();
+    }
+}
+
+/// The cluster link over mutual TLS (`--cluster-tls-dir`, docs/spec/cluster.md, "Security of
+/// the cluster link"): nodes whose certificates one CA signed form a cluster, replicate and
+/// forward; a node whose certificate another CA signed is refused by its peers (it learns
+/// nothing more) until it gets one the cluster's CA signed.
+#[actix_rt::test]
+async fn with_tls_dirs_nodes_talk_only_to_peers_the_clusters_ca_signed() {
+    let _one = ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("sheetd test cluster");
+    let tls_dir = |id: u64| dir.path().join(format!("tls{id}"));
+    for id in 1..=3 {
+        ca.issue(&tls_dir(id), id);
+    }
+    let flags = |id: u64| vec!["--cluster-tls-dir".to_owned(), tls_dir(id).display().to_string()];
+    let mut nodes = three_with(dir.path(), flags).await;
+    let at = agreed_leader(&nodes).await;
+    let (one, two) = ((at + 1) % 3, (at + 2) % 3);
+    let add = |name: String| json!({"rows": [{"cells": {"100": name}}]}).to_string().into_bytes();
+    let url = format!("{}/sheets/10/rows:bulkAdd", nodes[one].base());
+    let (status, body, headers) =
+        send("POST", &url, Some(ADA_WRITE), &[], Some(add("over tls".into()))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(headers.get("sheetd-served-by").unwrap(), &nodes[at].id.to_string());
+    converged(&nodes).await;
+
+    // A certificate from another CA: its peers refuse it, and it refuses them.
+    nodes[two].kill9();
+    TestCa::new("another cluster").issue(&tls_dir(nodes[two].id), nodes[two].id);
+    nodes[two].start();
+    let url = format!("{}/sheets/10/rows:bulkAdd", nodes[at].base());
+    for n in 0..10 {
+        let (status, body, _) =
+            send("POST", &url, Some(ADA_WRITE), &[], Some(add(format!("without {n}")))).await;
+        assert_eq!(status, 200, "the majority goes on: {body}");
+    }
+    let applied = |node: &Node| {
+        let url = node.admin_url("/cluster/digest");
+        async move { admin_get(&url).await.and_then(|d| d["appliedIndex"].as_u64()) }
+    };
+    let leader_applied = applied(&nodes[at]).await.unwrap();
+    actix_rt::time::sleep(Duration::from_secs(3)).await;
+    let outsider = applied(&nodes[two]).await.unwrap_or(0);
+    assert!(outsider < leader_applied, "{outsider} against {leader_applied}");
+    let logs = format!(
+        "{}{}",
+        std::fs::read_to_string(&nodes[at].log).unwrap(),
+        std::fs::read_to_string(&nodes[two].log).unwrap()
+    );
+    assert!(logs.contains("UnknownIssuer"), "{}", tail_of_log(&nodes[two]));
+
+    // Its certificate from the cluster's CA again: it catches up.
+    nodes[two].kill9();
+    ca.issue(&tls_dir(nodes[two].id), nodes[two].id);
+    nodes[two].start();
+    converged(&nodes).await;
+    let (status, rows, _) = read_at(&nodes[two], "/sheets/10/rows?limit=100", true).await;
+    assert_eq!(status, 200, "{rows}");
+    assert_eq!(rows["data"].as_array().unwrap().len(), 4 + 11);
+}

@@ -130,6 +130,7 @@ pub fn args(data_dir: &Path) -> ServeArgs {
         initial_cluster: None,
         join: false,
         cluster_secret_file: None,
+        cluster_tls_dir: None,
         max_local_staleness: std::time::Duration::from_secs(5),
     }
 }

@@ -24,13 +24,14 @@ use openraft::raft::{
 };
 use openraft::type_config::alias::SnapshotOf;
 use serde::de::DeserializeOwned;
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpSocket;
 use tokio::time::{timeout_at, Instant};
 
 use super::channel::Channel;
 use super::message::{self, Forwarded, ForwardedReply, Reply, Request, Rpc};
 use super::server::ForwardError;
 use super::server::LinkShared;
+use super::tls::LinkStream;
 use crate::types::{ClusterNode, GroupId, NodeId, TypeConfig, Vote};
 
 /// openraft's network factory for one group: clients that send from this node's raft host,
@@ -72,7 +73,7 @@ pub struct PeerClient {
     addr: String,
     /// The open connection, if any. Taken out while an RPC runs: an RPC abandoned half-way
     /// leaves the stream at an unknown place, so its connection is never reused.
-    channel: Option<Channel<TcpStream>>,
+    channel: Option<Channel<LinkStream>>,
 }
 
 /// Why an RPC got no reply.
@@ -245,7 +246,7 @@ pub(crate) const FORWARD_HANDSHAKES: usize = 4;
 pub(crate) const FORWARDS_AT_ONCE: usize = 32;
 
 /// A kept connection to `target` that was used lately, if any.
-fn pooled(shared: &LinkShared, target: NodeId) -> Option<Channel<TcpStream>> {
+fn pooled(shared: &LinkShared, target: NodeId) -> Option<Channel<LinkStream>> {
     let mut pool = shared.forward_pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let kept = pool.get_mut(&target)?;
     kept.retain(|(_, used)| used.elapsed() < POOL_IDLE);
@@ -253,7 +254,7 @@ fn pooled(shared: &LinkShared, target: NodeId) -> Option<Channel<TcpStream>> {
 }
 
 /// Keeps `channel` to `target` for the next forward.
-fn keep(shared: &LinkShared, target: NodeId, channel: Channel<TcpStream>) {
+fn keep(shared: &LinkShared, target: NodeId, channel: Channel<LinkStream>) {
     let mut pool = shared.forward_pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let kept = pool.entry(target).or_default();
     if kept.len() < POOL_MAX {
@@ -267,10 +268,10 @@ async fn exchange(
     shared: &LinkShared,
     target: NodeId,
     addr: &str,
-    mut channel: Option<Channel<TcpStream>>,
+    mut channel: Option<Channel<LinkStream>>,
     request: &[u8],
     deadline: Instant,
-) -> (Option<Channel<TcpStream>>, Result<Vec<u8>, Failure>) {
+) -> (Option<Channel<LinkStream>>, Result<Vec<u8>, Failure>) {
     let max = shared.config.max_frame_bytes;
     loop {
         let reused = channel.is_some();
@@ -312,7 +313,7 @@ async fn connect(
     shared: &LinkShared,
     target: NodeId,
     addr: &str,
-) -> io::Result<Channel<TcpStream>> {
+) -> io::Result<Channel<LinkStream>> {
     let local = shared.local_ip;
     let remote: SocketAddr = tokio::net::lookup_host(addr)
         .await?
@@ -328,6 +329,10 @@ async fn connect(
     let stream = socket.connect(remote).await?;
     stream.set_nodelay(true)?;
     let config = &shared.config;
+    let stream = match &config.tls {
+        Some(tls) => tls.connect(addr, stream).await?,
+        None => LinkStream::Plain(stream),
+    };
     Channel::client(stream, config.node_id, &config.secret, Some(target)).await
 }
 

@@ -1,5 +1,5 @@
-//! The cluster link: Raft traffic between nodes over plain TCP, authenticated with the
-//! cluster secret.
+//! The cluster link: Raft traffic between nodes over TCP, authenticated with the cluster
+//! secret, and with `--cluster-tls-dir` inside mutual TLS.
 //!
 //! Owns: the node's listener on its raft address and the small runtime it runs on
 //! ([`ClusterLink`]), openraft's network for outgoing RPCs ([`Network`], [`PeerClient`]), the
@@ -15,6 +15,7 @@
 //!   `RaftNetworkV2`: one connection per client, opened from the node's own raft host.
 //! - `message.rs`: [`Request`] and [`Rpc`], a request as it travels, and the replies.
 //! - `channel.rs`: [`Channel`], the handshake and the authenticated frames on one connection.
+//! - `tls.rs`: [`LinkTls`] and [`LinkStream`], mutual TLS under the channel when configured.
 //! - `frame.rs`: length-prefixed frames with a hard cap, read without trusting the prefix.
 //! - this file: [`LinkConfig`] and [`ClusterSecret`].
 //!
@@ -32,8 +33,9 @@
 //! (another label). Both derive one key per direction from the secret and that transcript.
 //! Every later frame ends with an HMAC-SHA256 tag under its direction's key over a sequence
 //! number and the frame's body: a frame cannot be replayed, reordered, dropped unseen or moved
-//! to another connection. The link authenticates, it does not encrypt: without TLS it is for a
-//! trusted network.
+//! to another connection. The handshake authenticates, it does not encrypt: without TLS the link
+//! is for a trusted network. With it ([`LinkConfig::tls`]), every connection is TLS first, and
+//! a peer must present a certificate the cluster's CA signed before the handshake begins.
 //!
 //! Messages are encoded with [`wal::codec`] (bincode, zstd for large values): entries already
 //! are on disk, byte payloads stay bytes (JSON would write each byte as a number), and the
@@ -50,12 +52,14 @@ mod client;
 mod frame;
 mod message;
 mod server;
+mod tls;
 
 pub use channel::Channel;
 pub use client::{Network, PeerClient};
 pub use frame::HANDSHAKE_FRAME_MAX;
 pub use message::{Forwarded, ForwardedReply, Request, Rpc};
 pub use server::{ClusterLink, ForwardError, Forwarder};
+pub use tls::{LinkStream, LinkTls};
 
 /// The shortest cluster secret accepted, in bytes: 256 bits, the HMAC-SHA256 key size.
 pub const MIN_SECRET_LEN: usize = 32;
@@ -114,6 +118,8 @@ pub struct LinkConfig {
     /// Authenticated incoming connections, at most (each peer opens a few: replication,
     /// heartbeats, snapshots, votes; and up to 32 for requests it forwards).
     pub max_connections: usize,
+    /// Mutual TLS on every connection (`--cluster-tls-dir`); plain TCP without.
+    pub tls: Option<std::sync::Arc<LinkTls>>,
 }
 
 impl LinkConfig {
@@ -128,6 +134,7 @@ impl LinkConfig {
             idle_timeout: Duration::from_secs(60),
             max_handshakes: 16,
             max_connections: 160,
+            tls: None,
         }
     }
 }

@@ -30,6 +30,7 @@ use tokio::time::timeout;
 use super::channel::Channel;
 use super::client::Network;
 use super::message::{self, Forwarded, ForwardedReply, Reply, Request, Rpc};
+use super::tls::LinkStream;
 use super::LinkConfig;
 use crate::contact::Contact;
 use crate::types::{GroupId, NodeId, SnapshotMeta, TypeConfig, Vote};
@@ -69,7 +70,8 @@ impl fmt::Debug for LinkShared {
 }
 
 /// Kept forwarding connections by target, each with when it was last used.
-pub(crate) type ForwardPool = std::collections::HashMap<NodeId, Vec<(Channel<TcpStream>, Instant)>>;
+pub(crate) type ForwardPool =
+    std::collections::HashMap<NodeId, Vec<(Channel<LinkStream>, Instant)>>;
 
 /// Answers a request a follower forwarded to this node.
 pub type Forwarder = Arc<
@@ -350,9 +352,15 @@ async fn serve_connection<SM>(
     let config = &serving.shared.config;
     // Small frames (heartbeats, votes) must not wait for Nagle's algorithm.
     let _ = stream.set_nodelay(true);
-    let shaken =
-        timeout(config.handshake_timeout, Channel::server(stream, config.node_id, &config.secret))
-            .await;
+    // TLS (when configured) and the secret's handshake share the handshake's time.
+    let shake = async {
+        let stream = match &config.tls {
+            Some(tls) => tls.accept(stream).await?,
+            None => LinkStream::Plain(stream),
+        };
+        Channel::server(stream, config.node_id, &config.secret).await
+    };
+    let shaken = timeout(config.handshake_timeout, shake).await;
     let mut channel = match shaken {
         Ok(Ok(channel)) => channel,
         Ok(Err(e)) => {
