@@ -138,12 +138,14 @@ pub async fn request_context(
     let mut applied_index = None;
     // A cluster node that does not serve from its own state answers every public request so.
     let reads = match (&state, public) {
-        (Some(state), true) => match local_read(&req) {
-            Err(e) => {
+        (Some(state), true) => {
+            // A header value it does not know is answered 422 once the key and the rate
+            // limit are decided, as any other bad input is; the read is not local meanwhile.
+            let local = local_read(&req).unwrap_or_else(|e| {
                 invalid = Some(e);
-                None
-            }
-            Ok(local) => match state.answer_from(local).await {
+                false
+            });
+            match state.answer_from(local).await {
                 Some((reads, applied)) => {
                     if local {
                         req.extensions_mut().insert(LocalRead);
@@ -155,8 +157,8 @@ pub async fn request_context(
                     refused = Some(state.not_serving());
                     None
                 }
-            },
-        },
+            }
+        }
         _ => None,
     };
     if let (Some(state), Some(reads)) = (&state, reads) {
@@ -177,9 +179,6 @@ pub async fn request_context(
         req.extensions_mut().insert(Authn { key, directory });
     }
     let mut res = match (refused, decision) {
-        _ if invalid.is_some() => {
-            req.into_response(invalid.take().expect("checked").response(&request_id))
-        }
         (Some(e), _) => {
             // A cluster node that does not serve sends the request on to the leader, once (a
             // removed node, no longer a member, says so instead).
@@ -197,6 +196,10 @@ pub async fn request_context(
             }
         }
         (None, Some(d)) if !d.allowed => req.into_response(too_many(&d).response(&request_id)),
+        // A request without a valid key gets its 401 from the handler first.
+        _ if invalid.is_some() && key_id.is_some() => {
+            req.into_response(invalid.take().expect("checked").response(&request_id))
+        }
         _ => next.call(req).await?.map_into_boxed_body(),
     };
     if let Some(err) = res.response().error() {

@@ -301,6 +301,12 @@ fn add_consistency(op: &mut Value) {
         Some(parameters) => parameters.push(parameter),
         None => op["parameters"] = json!([parameter]),
     }
+    // Another value of the header is a client's mistake.
+    if let Some(responses) = op["responses"].as_object_mut() {
+        responses
+            .entry("422")
+            .or_insert_with(|| json!({"$ref": "#/components/responses/ValidationFailed"}));
+    }
 }
 
 /// The row writes: they take `Idempotency-Key` and may answer with a replay.

@@ -1213,6 +1213,20 @@ fn alone(flags: &[String]) -> Vec<String> {
     flags
 }
 
+/// Node 1 on `dir` as a single node (not started), the flags that make its data dir a cluster
+/// of one, and its raft address.
+fn lone_node(dir: &Path) -> (Node, Vec<String>, String) {
+    let seed = dir.join("seed.json");
+    std::fs::write(&seed, fixture().to_string()).unwrap();
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "a cluster secret for the tests, 48 bytes long...\n").unwrap();
+    let raft1 = format!("127.0.0.1:{}", free_port("127.0.0.1"));
+    let mut first = Node::new(dir, 1, raft1.clone(), &format!("1={raft1}"), &secret, &seed);
+    let cluster_flags = first.flags.clone();
+    first.flags = alone(&cluster_flags);
+    (first, cluster_flags, raft1)
+}
+
 /// A node that joins with `--join` (no `--initial-cluster`), answering its health check.
 async fn joining(dir: &Path, id: u64) -> Node {
     let raft = format!("127.0.0.{id}:{}", free_port(&format!("127.0.0.{id}")));
@@ -1242,16 +1256,9 @@ async fn add(leader: &Node, node: &Node) {
 async fn a_single_node_grows_into_a_cluster_and_its_first_node_leaves_with_nothing_lost() {
     let _one = ONE_CLUSTER.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let seed = dir.path().join("seed.json");
-    std::fs::write(&seed, fixture().to_string()).unwrap();
-    let secret = dir.path().join("secret");
-    std::fs::write(&secret, "a cluster secret for the tests, 48 bytes long...\n").unwrap();
-    let raft1 = format!("127.0.0.1:{}", free_port("127.0.0.1"));
-    let mut first = Node::new(dir.path(), 1, raft1.clone(), &format!("1={raft1}"), &secret, &seed);
+    let (mut first, cluster_flags, _) = lone_node(dir.path());
 
     // A single node, written to, then killed: its log holds writes after its checkpoint.
-    let cluster_flags = first.flags.clone();
-    first.flags = alone(&cluster_flags);
     first.start();
     let writers = RetryingWriters::start(std::slice::from_ref(&first), "alone", 4);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -1386,8 +1393,9 @@ async fn a_follower_answers_local_reads_from_its_applied_state_until_it_is_cut_o
     assert_eq!(headers.get("sheetd-served-by").unwrap(), &nodes[at].id.to_string());
     let url = format!("{}/sheets/10/rows", nodes[one].base());
     let eventual = [("Sheetd-Consistency", "eventual")];
-    let (status, body, _) = send("GET", &url, Some(ADA_READ), &eventual, None).await;
+    let (status, body, headers) = send("GET", &url, Some(ADA_READ), &eventual, None).await;
     assert_eq!(status, 422, "{body}");
+    assert!(headers.get("x-ratelimit-remaining").is_some(), "counted as any request");
     assert_eq!(body["errorCode"], "validation_failed");
     assert_eq!(body["detail"][0]["loc"], json!(["header", "Sheetd-Consistency"]));
     assert!(body["requestId"].as_str().unwrap().starts_with("req_"));
@@ -1536,4 +1544,82 @@ async fn with_tls_dirs_nodes_talk_only_to_peers_the_clusters_ca_signed() {
     let (status, rows, _) = read_at(&nodes[two], "/sheets/10/rows?limit=100", true).await;
     assert_eq!(status, 200, "{rows}");
     assert_eq!(rows["data"].as_array().unwrap().len(), 4 + 11);
+}
+
+/// The names and sizes of the files under `dir`, sorted.
+fn files_under(dir: &Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else {
+                let name = entry.path().strip_prefix(dir).unwrap().display().to_string();
+                out.push((name, meta.len()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A single node's data dir started as a cluster node in any way but a cluster of one (to
+/// join a running cluster, or as one of three new voters) is refused, saying what to do, and
+/// left as it was.
+#[actix_rt::test]
+async fn a_single_nodes_data_dir_becomes_nothing_but_a_cluster_of_one() {
+    let _one = ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut first, cluster_flags, raft1) = lone_node(dir.path());
+    first.start();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while admin_get(&first.admin_url("/health")).await.is_none() {
+        assert!(Instant::now() < deadline, "{}", tail_of_log(&first));
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(list_all(&first.base(), ADA_READ, 10).await.len(), 4, "the seeded rows");
+    first.kill9();
+    let data = PathBuf::from(
+        &cluster_flags[cluster_flags.iter().position(|f| f == "--data-dir").unwrap() + 1],
+    );
+    let before = files_under(&data);
+
+    let at = cluster_flags.iter().position(|f| f == "--initial-cluster").unwrap();
+    let mut join = cluster_flags.clone();
+    join.splice(at..at + 2, ["--join".to_owned()]);
+    let mut three = cluster_flags.clone();
+    three[at + 1] = format!(
+        "1={raft1},2=127.0.0.2:{},3=127.0.0.3:{}",
+        free_port("127.0.0.2"),
+        free_port("127.0.0.3")
+    );
+    for flags in [join, three] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sheetd"))
+            .args(&flags)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                child.kill().unwrap();
+                panic!("a single node's data dir was not refused: {flags:?}");
+            }
+            actix_rt::time::sleep(Duration::from_millis(50)).await;
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        assert!(!status.success(), "{stderr}");
+        assert!(stderr.contains("holds a single node's data"), "{stderr}");
+        assert!(stderr.contains("--initial-cluster naming only this node (1)"), "{stderr}");
+        assert_eq!(files_under(&data), before, "the data dir is left as it was");
+    }
 }
