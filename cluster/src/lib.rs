@@ -36,8 +36,9 @@
 //! # Guarantees
 //!
 //! - Nothing is acknowledged before it is durable: an append's flush callback runs after the
-//!   wal's group commit fsynced it, a vote or commit point is saved with an fsync before the
-//!   call returns (see `log_store.rs` for the full list).
+//!   wal's group commit fsynced it, a vote or purge point is saved with an fsync before the
+//!   call returns; the committed log id, which openraft makes optional, is written lazily
+//!   (see `log_store.rs` for the full list).
 //! - Every record carries its group id (0 today), so sheets can later be spread over groups.
 
 #![forbid(unsafe_code)]

@@ -20,9 +20,18 @@
 //!
 //! - **Acknowledged only when durable.** An append's [`IOFlushed`] callback is called only
 //!   once the wal's group commit covering its last entry is fsynced (the [`wal::Commit`]
-//!   resolved); `save_vote` and `save_committed` return only once the state file is fsynced
-//!   and its directory entry too. Acknowledging earlier lets a node that loses power forget a
-//!   vote (two leaders in one term) or an entry a majority counted on.
+//!   resolved); `save_vote` and a purge return only once the state file is fsynced and its
+//!   directory entry too. Acknowledging earlier lets a node that loses power forget a vote
+//!   (two leaders in one term) or an entry a majority counted on.
+//! - **The committed log id is written lazily.** openraft makes saving it optional (a restart
+//!   then applies only up to what was saved, and the rest once a leader's commit covers it),
+//!   and awaits `save_committed` in its core before applying: writing it durably there cost
+//!   two fsyncs per commit on every node, on the path of every write. It is kept in memory,
+//!   written with the next vote or purge, and by [`WalLogStore::persist_committed`] (the node
+//!   calls it every second and when it stops). A saved committed log id is always one this
+//!   node learned, so a restart never applies an entry that was not committed.
+//! - **No save writes an older state over a newer one:** every write of the state file reads
+//!   the live state and writes it under one lock.
 //! - **Readable when `append` returns.** The wal reads back only durable records, so entries
 //!   waiting for their fsync are kept in memory (`unflushed`) until it covers them; a reader
 //!   looks there first, then in the wal.
@@ -78,8 +87,14 @@ struct Inner {
     /// The log's records and state file.
     wal: Wal,
     /// The state as last made durable (only then published here, so a reader never sees a
-    /// vote a crash could take back).
+    /// vote a crash could take back), but for `committed`, which is published at once and
+    /// written lazily (module docs).
     state: Mutex<RaftState>,
+    /// Held across each write of the state file, from reading the live state to publishing
+    /// it, so two writes never cross (an older vote or purge point written last).
+    saving: Mutex<()>,
+    /// The committed log id the state file holds.
+    durable_committed: Mutex<Option<LogId>>,
     /// Entries whose append is queued in the wal but not yet fsynced, by index: the wal does
     /// not read them back before, and openraft reads them as soon as `append` returns.
     unflushed: Mutex<BTreeMap<u64, Entry>>,
@@ -126,6 +141,20 @@ async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> io::Result<T> {
     tokio::task::spawn_blocking(f).await.map_err(io::Error::other)?.map_err(io_err)
+}
+
+impl Inner {
+    /// Writes the live state as `change` makes it, durably, then publishes the change (over
+    /// the live state, so a committed log id noted meanwhile stays).
+    fn write_state(&self, change: impl Fn(&mut RaftState)) -> Result<()> {
+        let _one = lock(&self.saving);
+        let mut state = lock(&self.state).clone();
+        change(&mut state);
+        self.wal.save_state(&codec::encode(&state)?)?;
+        change(&mut lock(&self.state));
+        *lock(&self.durable_committed) = state.committed;
+        Ok(())
+    }
 }
 
 /// Replays nothing: the log store reads entries by position when openraft asks, so a start
@@ -189,7 +218,9 @@ impl WalLogStore {
         Ok(WalLogStore {
             inner: Arc::new(Inner {
                 wal,
+                durable_committed: Mutex::new(state.committed),
                 state: Mutex::new(state),
+                saving: Mutex::new(()),
                 unflushed: Mutex::new(BTreeMap::new()),
                 ends: Mutex::new(ends),
                 retained: Mutex::default(),
@@ -208,6 +239,7 @@ impl WalLogStore {
     /// # Errors
     /// The wal's failure, if it had failed.
     pub fn shutdown(&self) -> Result<()> {
+        self.persist_committed()?;
         Ok(self.inner.wal.shutdown()?)
     }
 
@@ -284,11 +316,8 @@ impl WalLogStore {
     /// # Errors
     /// The wal failing to write, or an entry that is not at or below `last`.
     pub fn begin_after_snapshot(&self, last: LogId, retained: &[(u64, Vec<u8>)]) -> Result<()> {
-        let mut state = lock(&self.inner.state).clone();
-        if state.last_purged.is_none_or(|purged| purged < last) {
-            state.last_purged = Some(last);
-            self.inner.wal.save_state(&codec::encode(&state)?)?;
-            *lock(&self.inner.state) = state;
+        if lock(&self.inner.state).last_purged.is_none_or(|purged| purged < last) {
+            self.inner.write_state(|state| state.last_purged = Some(last))?;
         }
         // Nothing below `last` is kept from this node's own log: the snapshot's records are
         // the committed ones, and an entry here may be one a newer leader replaced.
@@ -316,13 +345,24 @@ impl WalLogStore {
     }
 
     /// Saves the state `change` makes of the current one, durably, then publishes it.
-    async fn save(&self, change: impl FnOnce(&mut RaftState)) -> io::Result<()> {
-        let mut state = lock(&self.inner.state).clone();
-        change(&mut state);
+    async fn save(&self, change: impl Fn(&mut RaftState) + Send + 'static) -> io::Result<()> {
         let inner = Arc::clone(&self.inner);
-        let saved = state.clone();
-        blocking(move || Ok(inner.wal.save_state(&codec::encode(&saved)?)?)).await?;
-        *lock(&self.inner.state) = state;
+        blocking(move || inner.write_state(change)).await
+    }
+
+    /// Writes the committed log id this node learned to the state file, if it holds an older
+    /// one (see the module docs). Blocking.
+    ///
+    /// # Errors
+    /// The state file could not be written.
+    pub fn persist_committed(&self) -> Result<()> {
+        let _one = lock(&self.inner.saving);
+        let state = lock(&self.inner.state).clone();
+        if *lock(&self.inner.durable_committed) == state.committed {
+            return Ok(());
+        }
+        self.inner.wal.save_state(&codec::encode(&state)?)?;
+        *lock(&self.inner.durable_committed) = state.committed;
         Ok(())
     }
 
@@ -400,11 +440,13 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
         let vote = *vote;
-        self.save(|state| state.vote = Some(vote)).await
+        self.save(move |state| state.vote = Some(vote)).await
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
-        self.save(|state| state.committed = committed).await
+        // Written lazily (module docs): openraft awaits this before it applies.
+        lock(&self.inner.state).committed = committed;
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
@@ -488,7 +530,7 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
             return Ok(());
         }
         // Durable first: the start after a crash completes a purge it finds half done.
-        self.save(|state| state.last_purged = Some(log_id)).await?;
+        self.save(move |state| state.last_purged = Some(log_id)).await?;
         let wal = self.inner.wal.clone();
         let retained = Arc::clone(&lock(&self.inner.retained));
         blocking(move || {

@@ -539,9 +539,10 @@ const SNAPSHOT_SEND_TIMEOUT_MS: u64 = 60_000;
 /// How often a node looks whether a snapshot is due.
 const SNAPSHOT_CHECK_EVERY: Duration = Duration::from_secs(1);
 
-/// Asks for a snapshot whenever `snapshot_every` entries were applied since the last one, until
-/// the node is gone. A leader's domain gives one only once it prepared it (its maintenance
-/// prepares it by the same rule and asks at once), so this builds followers' snapshots.
+/// Asks for a snapshot whenever `snapshot_every` entries were applied since the last one, and
+/// writes the committed log id, every second until the node is gone. A leader's domain gives
+/// a snapshot only once it prepared it (its maintenance prepares it by the same rule and asks
+/// at once), so this builds followers' snapshots.
 async fn snapshot_when_due<A: Apply>(node: std::sync::Weak<GroupNode<A>>) {
     let mut tick = tokio::time::interval(SNAPSHOT_CHECK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -550,6 +551,12 @@ async fn snapshot_when_due<A: Apply>(node: std::sync::Weak<GroupNode<A>>) {
         let Some(node) = node.upgrade() else { return };
         if node.applied_since_snapshot() >= node.config.snapshot_every.max(1) {
             node.request_snapshot();
+        }
+        // The committed log id, written lazily (`log_store.rs`): at most a second behind.
+        let store = node.store.clone();
+        drop(node);
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.persist_committed()).await {
+            tracing::warn!(error = %e, "the committed log id was not saved");
         }
     }
 }

@@ -190,6 +190,9 @@ async fn entries_vote_and_commit_point_survive_a_restart() {
     let vote = Vote::new_committed(2, 1);
     store.save_vote(&vote).await.unwrap();
     store.save_committed(Some(log_id(1, 1, 8))).await.unwrap();
+    assert_eq!(store.read_committed().await.unwrap(), Some(log_id(1, 1, 8)), "noted at once");
+    // Written lazily: by the next persist (every second on a node), a vote, or a stop.
+    store.persist_committed().unwrap();
 
     let mut store = restart(store, dir.path());
     assert_eq!(all_entries(&mut store).await, first_entries());
@@ -386,4 +389,34 @@ async fn a_snapshot_installed_elsewhere_carries_its_retained_records_into_that_l
     assert_eq!(again.applied_state().await.unwrap().0, Some(log_id(1, 1, 4)));
     assert_eq!(again.with_domain(|d, _| d.0.len()), 4);
     assert!(other_store.read_record(1).unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_forgets_at_most_the_committed_log_id_not_yet_written_never_a_vote() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = WalLogStore::open(dir.path()).unwrap();
+    append(&mut store, first_entries()).await;
+    store.save_committed(Some(log_id(1, 1, 8))).await.unwrap();
+    store.persist_committed().unwrap();
+    store.save_committed(Some(log_id(2, 1, 10))).await.unwrap();
+    let vote = Vote::new_committed(3, 2);
+    // A vote writes the live state, the committed log id noted before it too.
+    store.save_vote(&vote).await.unwrap();
+    store.save_committed(Some(log_id(2, 1, 10))).await.unwrap();
+    let later = Vote::new_committed(4, 2);
+    store.save_vote(&later).await.unwrap();
+
+    // The process dies: no stop, no persist.
+    drop(store);
+    let mut store = WalLogStore::open(dir.path()).unwrap();
+    assert_eq!(store.get_log_reader().await.read_vote().await.unwrap(), Some(later));
+    assert_eq!(store.read_committed().await.unwrap(), Some(log_id(2, 1, 10)));
+
+    // A committed log id noted after the last write is what a crash may forget, and only it.
+    append(&mut store, vec![record_entry(4, 11, b"committed, not yet written")]).await;
+    store.save_committed(Some(log_id(4, 2, 11))).await.unwrap();
+    drop(store);
+    let mut store = WalLogStore::open(dir.path()).unwrap();
+    assert_eq!(store.read_committed().await.unwrap(), Some(log_id(2, 1, 10)));
+    assert_eq!(store.get_log_reader().await.read_vote().await.unwrap(), Some(later));
 }
