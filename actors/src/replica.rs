@@ -322,7 +322,8 @@ impl ClusterDomain {
     /// (docs/spec/cluster.md, "Local reads"); `None` otherwise (the read goes to the leader).
     pub fn local_reads(&self, max_staleness: Duration) -> Option<&LocalReads> {
         let view = &self.local.view;
-        if !view.serving() {
+        // A removed node answers nothing from its state (cluster.md: 503, reason `removed`).
+        if !view.serving() || self.removed() {
             return None;
         }
         let age = self.node.follower_state_age(view.applied().checked_sub(1))?;

@@ -807,6 +807,10 @@ async fn a_node_joins_under_writes_and_a_removed_leader_leaves_nothing_lost() {
     let (status, reply, _) = send("GET", &url, Some(ADA_READ), &[], None).await;
     assert_eq!(status, 503, "{reply}");
     assert_eq!(reply["detail"]["reason"], "removed", "{reply}");
+    let local = [("Sheetd-Consistency", "local")];
+    let (status, reply, _) = send("GET", &url, Some(ADA_READ), &local, None).await;
+    assert_eq!(status, 503, "not even a local read: {reply}");
+    assert_eq!(reply["detail"]["reason"], "removed", "{reply}");
     let removed = nodes.remove(at);
     nodes.push(joiner);
     converged(&nodes).await;
