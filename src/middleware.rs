@@ -2,10 +2,10 @@
 //!
 //! In order: a request id; on the public API, where it is answered from (on a cluster node:
 //! this node's state, a local read's applied state, or the leader it is forwarded to), the
-//! caller's key resolved once and the rate limit checked (429 before any handler runs); the handler, with a panic caught and turned into
-//! a 500 envelope; every error response rendered as the envelope with the request id; the
-//! `X-Request-Id` and rate-limit headers; one log line with request id, key id (never the
-//! secret), route, status and latency.
+//! caller's key resolved once and the rate limit checked (429 before any handler runs); the
+//! handler, with a panic caught and turned into a 500 envelope; every error response rendered
+//! as the envelope with the request id; the `X-Request-Id` and rate-limit headers; one log line
+//! with request id, key id (never the secret), route, status and latency.
 
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
