@@ -27,6 +27,8 @@
 //!   given before openraft appends it, leases and epochs, [`Leadership`].
 //! - `state_machine.rs`: [`RecordsStateMachine`], the applied records in order, and its
 //!   snapshots.
+//! - `snapshot_data.rs`: [`SnapshotData`], a snapshot's bytes in memory or in a file, and the
+//!   [`Spool`] a receiver gathers them in.
 //! - `log_store.rs`: [`WalLogStore`], the Raft log on the wal: entry at index `i` = wal record
 //!   at LSN `i + 1`; vote, committed and last purged log id in the wal's state file.
 //! - `types.rs`: [`TypeConfig`] and what it names: [`Record`] (a group id and an opaque
@@ -53,6 +55,7 @@ mod membership;
 pub mod net;
 mod node;
 mod proposer;
+mod snapshot_data;
 mod state_machine;
 mod types;
 
@@ -64,7 +67,8 @@ pub use machine::{Apply, DomainSnapshot, Machine, SnapshotCounts, WriteState};
 pub use membership::{Action, ChangeError, MembershipChange, Phase};
 pub use node::{GroupNode, Member, NodeConfig, Status};
 pub use proposer::{Leadership, Proposal, ProposeError, Proposer};
-pub use state_machine::{RecordsState, RecordsStateMachine, SnapshotData};
+pub use snapshot_data::{SnapshotData, Spool};
+pub use state_machine::{RecordsState, RecordsStateMachine};
 pub use types::{
     Applied, ClusterNode, Entry, GroupId, LogId, NodeId, Record, SnapshotMeta, StoredMembership,
     TypeConfig, Vote, DEFAULT_GROUP,

@@ -18,13 +18,15 @@
 //!   position (a change feed's retained changes). The log keeps them below its beginning at
 //!   every purge, and a node that installs the snapshot writes them there.
 //! - The last snapshot (built, or installed from the leader) is kept in `raft-snapshot` in the
-//!   data dir, written to a temporary name, fsynced and renamed: a start installs it into the
+//!   data dir, written to a temporary name, fsynced and renamed, and read from there by
+//!   position when sent or installed: never held whole in memory. A start installs it into the
 //!   domain and openraft re-applies the committed entries after it. The log store purges only
 //!   what a snapshot covers, so the two together always hold every committed record.
 
 use std::collections::BTreeSet;
-use std::fs;
-use std::io::{self, Cursor, Read, Write};
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -36,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use wal::codec;
 
 use crate::types::{Applied, LogId, NodeId, SnapshotMeta, StoredMembership, TypeConfig};
-use crate::WalLogStore;
+use crate::{SnapshotData, WalLogStore};
 
 /// The domain under a [`Machine`].
 pub trait Apply: Send + 'static {
@@ -92,7 +94,13 @@ type RawEntries = Vec<(u64, Vec<u8>)>;
 /// The file the last snapshot is kept in.
 pub(crate) const SNAPSHOT_FILE: &str = "raft-snapshot";
 
-/// What `raft-snapshot` holds: the snapshot's metadata, then its bytes.
+/// The first bytes of `raft-snapshot` as it is written now: `[MAGIC][meta len u64 LE][meta,
+/// encoded][the snapshot's bytes]`, read by position so the bytes are never loaded whole. A
+/// file without them is of the older form (one encoded [`StoredSnapshot`]), which a start still
+/// reads and writes again in this one.
+const MAGIC: &[u8; 8] = b"sheetdR2";
+
+/// The older form of `raft-snapshot`: the snapshot's metadata, then its bytes, encoded as one.
 #[derive(Serialize, Deserialize)]
 struct StoredSnapshot {
     meta: SnapshotMeta,
@@ -100,55 +108,108 @@ struct StoredSnapshot {
     data: Vec<u8>,
 }
 
-/// A snapshot's bytes: `[len u64 LE][head, encoded][the domain's bytes]`, the head holding the
-/// retained entries as `(index, raw stored entry)` pairs ([`WalLogStore::raw_entries`]) and
-/// the former members.
+/// Writes a snapshot's bytes to `out`: `[len u64 LE][head, encoded][the domain's bytes, as
+/// `domain` writes them]`, the head holding the retained entries as `(index, raw stored
+/// entry)` pairs ([`WalLogStore::raw_entries`]) and the former members.
+pub(crate) fn write_packed(
+    out: &mut dyn Write,
+    retained: &[(u64, Vec<u8>)],
+    former: &BTreeSet<NodeId>,
+    domain: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    let retained: Vec<(u64, &serde_bytes::Bytes)> =
+        retained.iter().map(|(i, raw)| (*i, serde_bytes::Bytes::new(raw))).collect();
+    let head = codec::encode(&(retained, former)).map_err(io::Error::other)?;
+    out.write_all(&(head.len() as u64).to_le_bytes())?;
+    out.write_all(&head)?;
+    domain(out)
+}
+
+/// [`write_packed`] into memory.
 pub(crate) fn pack(
     retained: &[(u64, Vec<u8>)],
     former: &BTreeSet<NodeId>,
     domain: &[u8],
 ) -> io::Result<Vec<u8>> {
-    let retained: Vec<(u64, &serde_bytes::Bytes)> =
-        retained.iter().map(|(i, raw)| (*i, serde_bytes::Bytes::new(raw))).collect();
-    let head = codec::encode(&(retained, former)).map_err(io::Error::other)?;
-    let mut data = Vec::with_capacity(8 + head.len() + domain.len());
-    data.extend_from_slice(&(head.len() as u64).to_le_bytes());
-    data.extend_from_slice(&head);
-    data.extend_from_slice(domain);
+    let mut data = Vec::with_capacity(domain.len() + 64);
+    write_packed(&mut data, retained, former, |out| out.write_all(domain))?;
     Ok(data)
 }
 
-/// Keeps `meta` and `data` as the last snapshot of the data dir `dir`, durably: written to a
-/// temporary name, fsynced, renamed, the directory fsynced.
-pub(crate) fn keep_snapshot(dir: &Path, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
-    let stored = StoredSnapshot { meta: meta.clone(), data: data.to_vec() };
-    let bytes = codec::encode(&stored).map_err(io::Error::other)?;
+/// Keeps `meta` and the bytes `write` writes as the last snapshot of the data dir `dir`,
+/// durably: written to a temporary name, fsynced, renamed, the directory fsynced. Returns the
+/// kept bytes, read from the file.
+pub(crate) fn keep_snapshot(
+    dir: &Path,
+    meta: &SnapshotMeta,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<SnapshotData> {
+    let head = codec::encode(meta).map_err(io::Error::other)?;
     let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-    let mut file = fs::File::create(&tmp)?;
-    file.write_all(&bytes)?;
-    file.sync_all()?;
+    let mut out = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+    out.write_all(MAGIC)?;
+    out.write_all(&(head.len() as u64).to_le_bytes())?;
+    out.write_all(&head)?;
+    write(&mut out)?;
+    out.into_inner().map_err(io::IntoInnerError::into_error)?.sync_all()?;
     fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
-    fs::File::open(dir)?.sync_all()
+    File::open(dir)?.sync_all()?;
+    match read_kept(dir)? {
+        Some((_, data)) => Ok(data),
+        None => Err(io::Error::other("the snapshot just kept is gone")),
+    }
 }
 
-/// What [`pack`] packed.
-struct Unpacked<'a> {
-    retained: RawEntries,
-    former: BTreeSet<NodeId>,
-    domain: &'a [u8],
+/// The snapshot kept in the data dir `dir`: its metadata, and its bytes still in the file
+/// (only the head is read); `None` when there is none.
+///
+/// # Errors
+/// The file cannot be read, or is damaged.
+pub(crate) fn read_kept(dir: &Path) -> io::Result<Option<(SnapshotMeta, SnapshotData)>> {
+    let path = dir.join(SNAPSHOT_FILE);
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged Raft snapshot file");
+    let len = file.metadata()?.len();
+    let mut word = [0u8; 8];
+    if len >= 16 {
+        file.read_exact_at(&mut word, 0)?;
+    }
+    if len < 16 || &word != MAGIC {
+        // The older form.
+        let stored: StoredSnapshot = codec::decode(&fs::read(&path)?).map_err(|_| damaged())?;
+        return Ok(Some((stored.meta, SnapshotData::Bytes(stored.data))));
+    }
+    file.read_exact_at(&mut word, 8)?;
+    let head_len = u64::from_le_bytes(word);
+    if head_len > len - 16 || head_len > 1 << 30 {
+        return Err(damaged());
+    }
+    let mut head = vec![0u8; head_len as usize];
+    file.read_exact_at(&mut head, 16)?;
+    let meta: SnapshotMeta = codec::decode(&head).map_err(|_| damaged())?;
+    let start = 16 + head_len;
+    Ok(Some((meta, SnapshotData::File { file: Arc::new(file), start, len: len - start })))
 }
 
-/// The retained entries, former members and the domain's bytes of a snapshot [`pack`] made.
-fn unpack(data: &[u8]) -> io::Result<Unpacked<'_>> {
+/// Reads the head [`write_packed`] wrote from `input`, a snapshot of `total` bytes: the
+/// retained entries and the former members. `input` is left at the domain's bytes.
+fn read_head(input: &mut dyn Read, total: u64) -> io::Result<(RawEntries, BTreeSet<NodeId>)> {
     let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged Raft snapshot");
-    let len = data.get(..8).ok_or_else(damaged)?;
-    let len = usize::try_from(u64::from_le_bytes(len.try_into().map_err(|_| damaged())?))
-        .map_err(|_| damaged())?;
-    let head = data.get(8..8 + len).ok_or_else(damaged)?;
+    let mut word = [0u8; 8];
+    input.read_exact(&mut word).map_err(|_| damaged())?;
+    let len = u64::from_le_bytes(word);
+    if len > total.saturating_sub(8) {
+        return Err(damaged());
+    }
+    let mut head = vec![0u8; usize::try_from(len).map_err(|_| damaged())?];
+    input.read_exact(&mut head).map_err(|_| damaged())?;
     let (retained, former): (Vec<(u64, serde_bytes::ByteBuf)>, BTreeSet<NodeId>) =
-        codec::decode(head).map_err(io::Error::other)?;
-    let retained = retained.into_iter().map(|(i, raw)| (i, raw.into_vec())).collect();
-    Ok(Unpacked { retained, former, domain: &data[8 + len..] })
+        codec::decode(&head).map_err(io::Error::other)?;
+    Ok((retained.into_iter().map(|(i, raw)| (i, raw.into_vec())).collect(), former))
 }
 
 /// The state machine over `A`. A cheap `Clone`: every clone is the same machine, and one
@@ -197,8 +258,9 @@ struct Inner<A> {
     /// The membership as of the last applied entry, and the ones before it back to the
     /// snapshot's: a snapshot taken at an earlier index names the one in force there.
     memberships: Vec<StoredMembership>,
-    /// The last snapshot built or installed, as kept on disk.
-    snapshot: Option<(SnapshotMeta, Vec<u8>)>,
+    /// The metadata of the last snapshot built or installed, kept on disk (its bytes are
+    /// read from the file when wanted).
+    snapshot: Option<SnapshotMeta>,
     /// Every node that was a member and is no more, as of the last applied entry (a
     /// snapshot carries them): an id is never given to another node.
     former: BTreeSet<NodeId>,
@@ -237,33 +299,33 @@ impl<A: Apply> Machine<A> {
     /// # Errors
     /// The kept snapshot cannot be read or the domain refuses it.
     pub fn open(dir: &Path, mut domain: A, store: WalLogStore) -> io::Result<Machine<A>> {
-        let path = dir.join(SNAPSHOT_FILE);
         let (mut last_applied, mut memberships, mut snapshot) = (None, Vec::new(), None);
         let mut former = BTreeSet::new();
-        match fs::read(&path) {
-            Ok(bytes) => {
-                let stored: StoredSnapshot = codec::decode(&bytes).map_err(io::Error::other)?;
-                let index = stored.meta.last_log_id.map_or(0, |l| l.index);
-                let Unpacked { retained, former: left, domain: state } = unpack(&stored.data)?;
-                former = left;
-                domain.install(index, &mut &state[..])?;
-                if let Some(last) = stored.meta.last_log_id {
-                    let holds = store.log_id_at(last.index).map_err(io::Error::other)?;
-                    if holds == Some(last) {
-                        // Built here: the log holds the entries it covers, and those it retains.
-                        store.set_retained(retained.iter().map(|(index, _)| *index).collect());
-                    } else {
-                        // Installed from another node, and the log not yet moved past it when
-                        // this node stopped: finish that now.
-                        store.begin_after_snapshot(last, &retained).map_err(io::Error::other)?;
-                    }
-                }
-                last_applied = stored.meta.last_log_id;
-                memberships.push(stored.meta.last_membership.clone());
-                snapshot = Some((stored.meta, stored.data));
+        if let Some((meta, data)) = read_kept(dir)? {
+            let index = meta.last_log_id.map_or(0, |l| l.index);
+            let mut input = data.reader();
+            let (retained, left) = read_head(&mut input, data.len())?;
+            former = left;
+            domain.install(index, &mut input)?;
+            drop(input);
+            if let SnapshotData::Bytes(bytes) = &data {
+                // Kept in the older form: written again in the one read by position.
+                keep_snapshot(dir, &meta, |out| out.write_all(bytes))?;
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+            if let Some(last) = meta.last_log_id {
+                let holds = store.log_id_at(last.index).map_err(io::Error::other)?;
+                if holds == Some(last) {
+                    // Built here: the log holds the entries it covers, and those it retains.
+                    store.set_retained(retained.iter().map(|(index, _)| *index).collect());
+                } else {
+                    // Installed from another node, and the log not yet moved past it when
+                    // this node stopped: finish that now.
+                    store.begin_after_snapshot(last, &retained).map_err(io::Error::other)?;
+                }
+            }
+            last_applied = meta.last_log_id;
+            memberships.push(meta.last_membership.clone());
+            snapshot = Some(meta);
         }
         let inner = Inner { domain, last_applied, memberships, snapshot, former };
         Ok(Machine {
@@ -299,28 +361,25 @@ impl<A: Apply> Machine<A> {
 
     /// The last log id of the last snapshot built or installed.
     pub fn snapshot_log_id(&self) -> Option<LogId> {
-        self.lock().snapshot.as_ref().and_then(|(meta, _)| meta.last_log_id)
+        self.lock().snapshot.as_ref().and_then(|meta| meta.last_log_id)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner<A>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Keeps `meta` and `data` as the last snapshot, durably.
-    fn keep(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
-        keep_snapshot(&self.dir, meta, data)
-    }
-
     /// Installs `data`, a snapshot from another node (see `install_snapshot`). Blocking.
-    fn install(&self, meta: &SnapshotMeta, data: Vec<u8>) -> io::Result<()> {
-        let Unpacked { retained, former, domain: state } = unpack(&data)?;
+    fn install(&self, meta: &SnapshotMeta, data: SnapshotData) -> io::Result<()> {
+        let mut input = data.reader();
+        let (retained, former) = read_head(&mut input, data.len())?;
         let index = meta.last_log_id.map_or(0, |l| l.index);
         // Installed before it is kept: bytes the domain refuses are never kept to be refused
         // again at the next start.
-        self.lock().domain.install(index, &mut &state[..])?;
+        self.lock().domain.install(index, &mut input)?;
+        drop(input);
         // Kept before the log moves past it: a crash in between starts from this snapshot,
         // and the start finishes the move (`Machine::open`).
-        self.keep(meta, &data)?;
+        keep_snapshot(&self.dir, meta, |out| io::copy(&mut data.reader(), out).map(|_| ()))?;
         if let Some(last) = meta.last_log_id {
             self.store.begin_after_snapshot(last, &retained).map_err(io::Error::other)?;
         }
@@ -330,7 +389,7 @@ impl<A: Apply> Machine<A> {
         inner.former = former;
         self.counts.installed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(index, bytes = data.len(), retained = retained.len(), "snapshot installed");
-        inner.snapshot = Some((meta.clone(), data));
+        inner.snapshot = Some(meta.clone());
         Ok(())
     }
 
@@ -348,7 +407,7 @@ impl<A: Apply> Machine<A> {
         if inner
             .snapshot
             .as_ref()
-            .is_some_and(|(m, _)| m.last_log_id.is_some_and(|l| l.index >= taken.index))
+            .is_some_and(|m| m.last_log_id.is_some_and(|l| l.index >= taken.index))
         {
             // Not newer than the one kept: nothing to build.
             return Ok(None);
@@ -367,34 +426,41 @@ impl<A: Apply> Machine<A> {
 }
 
 impl<A: Apply> RaftSnapshotBuilder<TypeConfig> for Machine<A> {
-    type SnapshotData = Cursor<Vec<u8>>;
+    type SnapshotData = SnapshotData;
 
-    async fn build_snapshot(&mut self) -> io::Result<SnapshotOf<TypeConfig, Cursor<Vec<u8>>>> {
+    async fn build_snapshot(&mut self) -> io::Result<SnapshotOf<TypeConfig, SnapshotData>> {
         let taken = match self.taken.lock().unwrap_or_else(PoisonError::into_inner).take() {
             Some(taken) => Some(taken),
             None => self.take()?,
         };
         let Some((log_id, membership, domain)) = taken else {
             // Nothing newer to give: the current snapshot, if there is one.
-            let inner = self.lock();
-            let (meta, data) = match inner.snapshot.clone() {
-                Some(kept) => kept,
-                // Nothing applied yet (openraft asks at a start whose log was purged without a
-                // snapshot): the empty state, not kept.
-                None if inner.last_applied.is_none() => {
-                    let meta =
-                        SnapshotMeta { last_log_id: None, last_membership: inner.membership() };
-                    (meta, pack(&[], &inner.former, &[])?)
-                }
-                None => return Err(io::Error::other("the domain has no state to snapshot yet")),
+            let (kept, nothing_applied, empty) = {
+                let inner = self.lock();
+                let empty = SnapshotMeta { last_log_id: None, last_membership: inner.membership() };
+                (
+                    inner.snapshot.is_some(),
+                    inner.last_applied.is_none(),
+                    (empty, inner.former.clone()),
+                )
             };
-            return Ok(SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> {
-                meta,
-                snapshot: Cursor::new(data),
-            });
+            if kept {
+                if let Some((meta, snapshot)) = read_kept(&self.dir)? {
+                    return Ok(SnapshotOf::<TypeConfig, SnapshotData> { meta, snapshot });
+                }
+            }
+            if nothing_applied {
+                // Nothing applied yet (openraft asks at a start whose log was purged without
+                // a snapshot): the empty state, not kept.
+                let (meta, former) = empty;
+                let snapshot = SnapshotData::Bytes(pack(&[], &former, &[])?);
+                return Ok(SnapshotOf::<TypeConfig, SnapshotData> { meta, snapshot });
+            }
+            return Err(io::Error::other("the domain has no state to snapshot yet"));
         };
         // Outside the lock, on a blocking thread: entries go on being applied, and the link's
-        // runtime goes on, while the state is written and kept.
+        // runtime goes on, while the state is written and kept. Written straight to the file:
+        // the state is never held whole in memory a second time.
         let meta = SnapshotMeta { last_log_id: Some(log_id), last_membership: membership };
         let machine = self.clone();
         let kept = meta.clone();
@@ -402,10 +468,9 @@ impl<A: Apply> RaftSnapshotBuilder<TypeConfig> for Machine<A> {
         let former = self.lock().former.clone();
         let (retained, data) = tokio::task::spawn_blocking(move || {
             let retained = machine.store.raw_entries(&domain.retained).map_err(io::Error::other)?;
-            let mut state = Vec::new();
-            (domain.write)(&mut state)?;
-            let data = pack(&retained, &former, &state)?;
-            machine.keep(&kept, &data)?;
+            let data = keep_snapshot(&machine.dir, &kept, |out| {
+                write_packed(out, &retained, &former, domain.write)
+            })?;
             Ok::<_, io::Error>((retained, data))
         })
         .await
@@ -421,7 +486,7 @@ impl<A: Apply> RaftSnapshotBuilder<TypeConfig> for Machine<A> {
                 .rposition(|m| m.log_id().is_none_or(|l| l.index <= index))
                 .unwrap_or(0);
             inner.memberships.drain(..keep_from);
-            inner.snapshot = Some((meta.clone(), data.clone()));
+            inner.snapshot = Some(meta.clone());
         }
         self.counts.built.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(
@@ -430,12 +495,12 @@ impl<A: Apply> RaftSnapshotBuilder<TypeConfig> for Machine<A> {
             retained = retained.len(),
             "snapshot built"
         );
-        Ok(SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> { meta, snapshot: Cursor::new(data) })
+        Ok(SnapshotOf::<TypeConfig, SnapshotData> { meta, snapshot: data })
     }
 }
 
 impl<A: Apply> RaftStateMachine<TypeConfig> for Machine<A> {
-    type SnapshotData = Cursor<Vec<u8>>;
+    type SnapshotData = SnapshotData;
     type SnapshotBuilder = Self;
 
     async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
@@ -503,25 +568,25 @@ impl<A: Apply> RaftStateMachine<TypeConfig> for Machine<A> {
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Cursor<Vec<u8>>,
+        snapshot: SnapshotData,
     ) -> io::Result<()> {
         // On a blocking thread: decoding, writing and fsyncing a large state must not hold up
         // the link's runtime (heartbeats, handshakes).
         let (machine, meta) = (self.clone(), meta.clone());
-        tokio::task::spawn_blocking(move || machine.install(&meta, snapshot.into_inner()))
+        tokio::task::spawn_blocking(move || machine.install(&meta, snapshot))
             .await
             .map_err(io::Error::other)?
     }
 
     async fn get_current_snapshot(
         &mut self,
-    ) -> io::Result<Option<SnapshotOf<TypeConfig, Cursor<Vec<u8>>>>> {
-        Ok(self.lock().snapshot.as_ref().map(|(meta, data)| SnapshotOf::<
-            TypeConfig,
-            Cursor<Vec<u8>>,
-        > {
-            meta: meta.clone(),
-            snapshot: Cursor::new(data.clone()),
-        }))
+    ) -> io::Result<Option<SnapshotOf<TypeConfig, SnapshotData>>> {
+        if self.lock().snapshot.is_none() {
+            return Ok(None);
+        }
+        // The metadata as the file holds it: a snapshot renamed over it meanwhile is read
+        // whole, its own metadata with its own bytes.
+        let kept = read_kept(&self.dir)?;
+        Ok(kept.map(|(meta, snapshot)| SnapshotOf::<TypeConfig, SnapshotData> { meta, snapshot }))
     }
 }

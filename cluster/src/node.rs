@@ -181,6 +181,7 @@ impl<A: Apply> GroupNode<A> {
             config.raft_addr,
             LinkConfig {
                 tls: config.tls.clone(),
+                spool_dir: Some(config.dir.clone()),
                 ..LinkConfig::new(config.node_id, config.secret.clone())
             },
         )?;
@@ -193,8 +194,8 @@ impl<A: Apply> GroupNode<A> {
             // has one.
             snapshot_policy: SnapshotPolicy::Never,
             max_in_snapshot_log_to_keep: config.keep_log,
-            // A snapshot goes as one frame: its send may take seconds for a large state, and
-            // one cut short is sent again whole (openraft's 200 ms default is for chunks).
+            // A snapshot's send (in parts, each awaited) may take seconds for a large state,
+            // and one cut short is sent again whole (openraft's 200 ms default is for chunks).
             install_snapshot_timeout: SNAPSHOT_SEND_TIMEOUT_MS,
             // A node back from a crash or a cut must not raise the term of a healthy leader
             // (which would make it step down, and restart): it asks first whether it could win.

@@ -13,14 +13,14 @@
 //!
 //! - The state is the list of applied records, each with the index it was applied at, the
 //!   last applied log id and the last applied membership.
-//! - A snapshot is that whole state, encoded ([`wal::codec`]), taken under one lock: exactly
+//! - A snapshot is that whole state, encoded ([`wal::codec`]) and held in memory, taken under one lock: exactly
 //!   the state at its last log id, never a mix of two moments.
 //! - Installing a snapshot replaces the whole state at once, after checking that the snapshot
 //!   holds the state its metadata names.
 //! - Everything is in memory: after a restart the state is empty and is rebuilt from the log,
 //!   so a node running on it must keep its log whole (no purge past what it can re-apply).
 
-use std::io::{self, Cursor};
+use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_util::{Stream, TryStreamExt};
@@ -31,10 +31,8 @@ use serde::{Deserialize, Serialize};
 use wal::codec;
 
 use crate::error::Error;
+use crate::snapshot_data::SnapshotData;
 use crate::types::{Applied, LogId, Record, SnapshotMeta, StoredMembership, TypeConfig};
-
-/// The bytes of a snapshot: an encoded [`RecordsState`].
-pub type SnapshotData = Cursor<Vec<u8>>;
 
 /// Everything the state machine holds but its last snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,7 +84,7 @@ impl RaftSnapshotBuilder<TypeConfig> for RecordsStateMachine {
             last_membership: inner.state.membership.clone(),
         };
         inner.snapshot = Some((meta.clone(), bytes.clone()));
-        Ok(SnapshotOf::<TypeConfig, SnapshotData> { meta, snapshot: Cursor::new(bytes) })
+        Ok(SnapshotOf::<TypeConfig, SnapshotData> { meta, snapshot: SnapshotData::Bytes(bytes) })
     }
 }
 
@@ -141,7 +139,7 @@ impl RaftStateMachine<TypeConfig> for RecordsStateMachine {
         meta: &SnapshotMeta,
         snapshot: SnapshotData,
     ) -> io::Result<()> {
-        let bytes = snapshot.into_inner();
+        let bytes = snapshot.into_bytes()?;
         let state: RecordsState = codec::decode(&bytes).map_err(io::Error::other)?;
         if state.last_applied != meta.last_log_id || state.membership != meta.last_membership {
             return Err(io::Error::other(Error::SnapshotMismatch {
@@ -162,7 +160,7 @@ impl RaftStateMachine<TypeConfig> for RecordsStateMachine {
             SnapshotData,
         > {
             meta: meta.clone(),
-            snapshot: Cursor::new(bytes.clone()),
+            snapshot: SnapshotData::Bytes(bytes.clone()),
         }))
     }
 }

@@ -211,7 +211,9 @@ async fn a_snapshot_over_the_frame_cap_is_sent_in_parts() {
     let last = acked.last().unwrap().0;
     snapshot_and_purge(&first, last).await;
 
-    let second = Node::start_with(small(2), dirs[1].path(), "127.0.0.2:0".parse().unwrap()).await;
+    // The receiver gathers the parts in a file in its data dir, as a node does.
+    let config = LinkConfig { spool_dir: Some(dirs[1].path().to_owned()), ..small(2) };
+    let second = Node::start_with(config, dirs[1].path(), "127.0.0.2:0".parse().unwrap()).await;
     let added = first.raft.add_learner(second.id, member(&second), true);
     within(20, "the learner caught up", added).await.unwrap();
     assert_exactly(&applied(&second, last).await, &acked);

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use cluster::{
     Apply, ClusterNode, DomainSnapshot, Entry, LogId, Machine, Record, RecordsStateMachine,
-    TypeConfig, Vote, WalLogStore,
+    SnapshotData, Spool, TypeConfig, Vote, WalLogStore,
 };
 use openraft::storage::{IOFlushed, RaftLogStorage, RaftStateMachine};
 use openraft::testing::log::{StoreBuilder, Suite};
@@ -172,6 +172,21 @@ fn restart(store: WalLogStore, dir: &Path) -> WalLogStore {
     store.shutdown().unwrap();
     drop(store);
     WalLogStore::open(dir).unwrap()
+}
+
+/// Opens the data dir of a store dropped without a stop, as a process started after a crash
+/// would: once the dropped store's last task (an append's flush callback, spawned) let go of
+/// the dir's lock, which a dead process's would have at once.
+async fn open_after_crash(dir: &Path) -> WalLogStore {
+    for _ in 0..250 {
+        match WalLogStore::open(dir) {
+            Err(cluster::Error::Wal(wal::Error::InUse { .. })) => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            opened => return opened.unwrap(),
+        }
+    }
+    panic!("the dropped store still holds its data dir after 5 s");
 }
 
 fn first_entries() -> Vec<Entry> {
@@ -371,11 +386,28 @@ async fn a_snapshot_installed_elsewhere_carries_its_retained_records_into_that_l
     // Nothing newer to give: no builder.
     assert!(machine.try_create_snapshot_builder(false).await.is_none());
 
+    // Kept in the data dir and read from there: the bytes are not held in memory.
+    assert!(matches!(built.snapshot, SnapshotData::File { .. }), "{:?}", built.snapshot);
+
+    // Sent as a link sends a large one: in parts read by position, gathered in a spool in the
+    // receiver's data dir.
     let other_dir = tempfile::tempdir().unwrap();
+    let mut spool = Spool::new(Some(other_dir.path())).unwrap();
+    let mut offset = 0;
+    while offset < built.snapshot.len() {
+        let part = built.snapshot.read_at(offset, 7).unwrap();
+        spool.write(&part).unwrap();
+        offset += part.len() as u64;
+    }
+    let gathered = spool.finish().unwrap();
+    assert_eq!(gathered.len(), built.snapshot.len());
     let other_store = WalLogStore::open(other_dir.path()).unwrap();
     let mut other =
         Machine::open(other_dir.path(), Applied::default(), other_store.clone()).unwrap();
-    other.install_snapshot(&built.meta, built.snapshot).await.unwrap();
+    other.install_snapshot(&built.meta, gathered).await.unwrap();
+    let current = other.get_current_snapshot().await.unwrap().expect("the installed one");
+    assert_eq!(current.meta, built.meta);
+    assert_eq!(current.snapshot.into_bytes().unwrap(), built.snapshot.into_bytes().unwrap());
     assert_eq!(other.with_domain(|d, _| d.0.clone()), machine.with_domain(|d, _| d.0.clone()));
     assert_eq!(other.counts().installed, 1);
     assert_eq!(other_store.read_record(1).unwrap(), store.read_record(1).unwrap());
@@ -416,7 +448,37 @@ async fn a_crash_forgets_at_most_the_committed_log_id_not_yet_written_never_a_vo
     append(&mut store, vec![record_entry(4, 11, b"committed, not yet written")]).await;
     store.save_committed(Some(log_id(4, 2, 11))).await.unwrap();
     drop(store);
-    let mut store = WalLogStore::open(dir.path()).unwrap();
+    let mut store = open_after_crash(dir.path()).await;
     assert_eq!(store.read_committed().await.unwrap(), Some(log_id(2, 1, 10)));
     assert_eq!(store.get_log_reader().await.read_vote().await.unwrap(), Some(later));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_kept_in_the_older_form_is_read_and_written_again_in_the_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_after_crash(dir.path()).await;
+    let entries: Vec<Entry> = std::iter::once(membership_entry(1, 0, &[1]))
+        .chain((1..=3).map(|i| record_entry(1, i, format!("r{i}").as_bytes())))
+        .collect();
+    append(&mut store, entries.clone()).await;
+    let mut machine = Machine::open(dir.path(), Applied::default(), store.clone()).unwrap();
+    let stream = futures_util::stream::iter(entries.into_iter().map(|e| Ok((e, None))));
+    machine.apply(stream).await.unwrap();
+    let built = machine.try_create_snapshot_builder(false).await.unwrap();
+    let built = { built }.build_snapshot().await.unwrap();
+    let domain = machine.with_domain(|d, _| d.0.clone());
+    drop(machine);
+
+    // The older form: the metadata and the bytes encoded as one.
+    let path = dir.path().join("raft-snapshot");
+    let bytes = built.snapshot.into_bytes().unwrap();
+    let older = (built.meta.clone(), serde_bytes::ByteBuf::from(bytes.clone()));
+    std::fs::write(&path, wal::codec::encode(&older).unwrap()).unwrap();
+
+    let mut again = Machine::open(dir.path(), Applied::default(), store.clone()).unwrap();
+    assert_eq!(again.with_domain(|d, _| d.0.clone()), domain);
+    assert_eq!(std::fs::read(&path).unwrap()[..8], *b"sheetdR2", "written again in the new form");
+    let current = again.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(current.meta, built.meta);
+    assert_eq!(current.snapshot.into_bytes().unwrap(), bytes);
 }

@@ -9,7 +9,7 @@
 //! needs no multiplexing, and a long snapshot never delays a heartbeat (different connections).
 
 use std::future::Future;
-use std::io::{self, Cursor};
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +32,7 @@ use super::message::{self, Forwarded, ForwardedReply, Reply, Request, Rpc};
 use super::server::ForwardError;
 use super::server::LinkShared;
 use super::tls::LinkStream;
+use crate::snapshot_data::SnapshotData;
 use crate::types::{ClusterNode, GroupId, NodeId, TypeConfig, Vote};
 
 /// openraft's network factory for one group: clients that send from this node's raft host,
@@ -337,7 +338,7 @@ async fn connect(
 }
 
 impl RaftNetworkV2<TypeConfig> for PeerClient {
-    type SnapshotData = Cursor<Vec<u8>>;
+    type SnapshotData = SnapshotData;
 
     async fn append_entries(
         &mut self,
@@ -410,8 +411,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         reply.map_err(|f| self.rpc_error(f, RPCTypes::Vote, ttl))
     }
 
-    /// The whole snapshot in one frame: it is in memory on both sides anyway (the state
-    /// machine's snapshot data is a `Vec`). A snapshot over the link's cap fails to send.
+    /// A small snapshot in one frame; a larger one in parts of half a frame, each read from
+    /// the snapshot's file when it is sent, so neither side holds the whole in memory.
     async fn full_snapshot(
         &mut self,
         vote: Vote,
@@ -420,10 +421,24 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
         let ttl = option.soft_ttl();
-        let data = snapshot.snapshot.into_inner();
+        let data = Arc::new(snapshot.snapshot);
+        let total = data.len();
         // Room in each frame for the part's envelope (vote, metadata, offsets).
         let part = (self.shared.config.max_frame_bytes / 2).max(1);
-        if data.len() <= part {
+        let read = |offset: u64| {
+            let data = Arc::clone(&data);
+            async move {
+                tokio::task::spawn_blocking(move || data.read_at(offset, part))
+                    .await
+                    .map_err(io::Error::other)?
+            }
+        };
+        let unreadable = |e: io::Error| {
+            tracing::warn!(error = %e, "a snapshot to send cannot be read");
+            StreamingError::from(RPCError::Network(NetworkError::new(&e)))
+        };
+        if total <= part as u64 {
+            let data = read(0).await.map_err(unreadable)?;
             let rpc = Rpc::Snapshot { vote, meta: snapshot.meta, data };
             let reply = tokio::select! {
                 closed = cancel => return Err(StreamingError::Closed(closed)),
@@ -435,17 +450,16 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         }
         // In parts, one at a time on this client's one connection: the receiver gathers them
         // on that connection and installs the whole.
-        let total = data.len() as u64;
         tokio::pin!(cancel);
-        for (n, bytes) in data.chunks(part).enumerate() {
-            let offset = (n * part) as u64;
-            let rpc = Rpc::SnapshotPart {
-                vote,
-                meta: snapshot.meta.clone(),
-                offset,
-                total,
-                data: bytes.to_vec(),
-            };
+        let mut offset = 0;
+        while offset < total {
+            let bytes = read(offset).await.map_err(unreadable)?;
+            if bytes.is_empty() {
+                break;
+            }
+            let sent = bytes.len() as u64;
+            let rpc =
+                Rpc::SnapshotPart { vote, meta: snapshot.meta.clone(), offset, total, data: bytes };
             let reply: Result<Option<SnapshotResponse<TypeConfig>>, Failure> = tokio::select! {
                 closed = &mut cancel => return Err(StreamingError::Closed(closed)),
                 reply = self.call(rpc, ttl) => reply,
@@ -455,7 +469,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                     self.shared.snapshots_sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     return Ok(installed);
                 }
-                Ok(None) => {}
+                Ok(None) => offset += sent,
                 Err(f) => return Err(self.rpc_error(f, RPCTypes::InstallSnapshot, ttl).into()),
             }
         }

@@ -120,6 +120,9 @@ pub struct LinkConfig {
     pub max_connections: usize,
     /// Mutual TLS on every connection (`--cluster-tls-dir`); plain TCP without.
     pub tls: Option<std::sync::Arc<LinkTls>>,
+    /// Where a snapshot arriving in parts is gathered (see [`crate::Spool`]): the data dir,
+    /// so a large one is never held whole in memory; in memory when `None`.
+    pub spool_dir: Option<std::path::PathBuf>,
 }
 
 impl LinkConfig {
@@ -135,6 +138,7 @@ impl LinkConfig {
             max_handshakes: 16,
             max_connections: 160,
             tls: None,
+            spool_dir: None,
         }
     }
 }

@@ -12,7 +12,7 @@
 //! be built here ([`ClusterLink::runtime`]), so its ticks and heartbeats are too.
 
 use std::fmt;
-use std::io::{self, Cursor};
+use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener as StdListener, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -33,6 +33,7 @@ use super::message::{self, Forwarded, ForwardedReply, Reply, Request, Rpc};
 use super::tls::LinkStream;
 use super::LinkConfig;
 use crate::contact::Contact;
+use crate::snapshot_data::{SnapshotData, Spool};
 use crate::types::{GroupId, NodeId, SnapshotMeta, TypeConfig, Vote};
 
 /// What the link's parts share: its settings, where its runtime is, and the host outgoing
@@ -194,7 +195,7 @@ impl ClusterLink {
         contact: Arc<Contact>,
     ) -> io::Result<()>
     where
-        SM: RaftStateMachine<TypeConfig, SnapshotData = Cursor<Vec<u8>>>,
+        SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
     {
         let Some(listener) = lock(&self.listener).take() else {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, "the link serves already"));
@@ -308,7 +309,7 @@ impl RefusalLog {
 
 async fn accept_loop<SM>(listener: TcpListener, serving: Arc<Serving<SM>>)
 where
-    SM: RaftStateMachine<TypeConfig, SnapshotData = Cursor<Vec<u8>>>,
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
 {
     let config = &serving.shared.config;
     let handshakes = Arc::new(Semaphore::new(config.max_handshakes));
@@ -347,7 +348,7 @@ async fn serve_connection<SM>(
     connections: Arc<Semaphore>,
     serving: Arc<Serving<SM>>,
 ) where
-    SM: RaftStateMachine<TypeConfig, SnapshotData = Cursor<Vec<u8>>>,
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
 {
     let config = &serving.shared.config;
     // Small frames (heartbeats, votes) must not wait for Nagle's algorithm.
@@ -435,12 +436,12 @@ struct Part {
     data: Vec<u8>,
 }
 
-/// A snapshot gathered so far from its parts.
+/// A snapshot gathered so far from its parts, in a [`Spool`].
 struct Parts {
     vote: Vote,
     meta: SnapshotMeta,
     total: u64,
-    data: Vec<u8>,
+    spool: Spool,
 }
 
 /// Takes one part of a snapshot sent in parts (see [`Rpc::SnapshotPart`]); installs the
@@ -452,43 +453,53 @@ async fn snapshot_part<SM>(
     part: Part,
 ) -> io::Result<Vec<u8>>
 where
-    SM: RaftStateMachine<TypeConfig, SnapshotData = Cursor<Vec<u8>>>,
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
 {
     type PartReply = Reply<Option<SnapshotResponse<TypeConfig>>>;
+    let refuse = |parts: &mut Option<Parts>, why: String| {
+        *parts = None;
+        message::encode(&PartReply::Err(why))
+    };
     if part.offset == 0 {
         if part.total > MAX_SNAPSHOT_BYTES {
-            *parts = None;
-            let refusal: PartReply =
-                Err(format!("a snapshot of {} bytes is too large", part.total));
-            return message::encode(&refusal);
+            return refuse(parts, format!("a snapshot of {} bytes is too large", part.total));
         }
-        let capacity = usize::try_from(part.total.min(1 << 30)).unwrap_or(0);
-        *parts = Some(Parts {
-            vote: part.vote,
-            meta: part.meta.clone(),
-            total: part.total,
-            data: Vec::with_capacity(capacity),
-        });
+        let spool = match Spool::new(serving.shared.config.spool_dir.as_deref()) {
+            Ok(spool) => spool,
+            Err(e) => return refuse(parts, format!("no room to gather a snapshot: {e}")),
+        };
+        *parts = Some(Parts { vote: part.vote, meta: part.meta.clone(), total: part.total, spool });
     }
     let fits = parts.as_ref().is_some_and(|p| {
         p.meta == part.meta
             && p.vote == part.vote
             && p.total == part.total
-            && p.data.len() as u64 == part.offset
+            && p.spool.written() == part.offset
             && part.offset + part.data.len() as u64 <= p.total
     });
     if !fits {
-        *parts = None;
-        let refusal: PartReply = Err("a snapshot part out of order".into());
-        return message::encode(&refusal);
+        return refuse(parts, "a snapshot part out of order".into());
     }
-    let gathered = parts.as_mut().expect("checked above");
-    gathered.data.extend_from_slice(&part.data);
-    if (gathered.data.len() as u64) < gathered.total {
-        return message::encode(&PartReply::Ok(None));
-    }
-    let Parts { vote, meta, data, .. } = parts.take().expect("checked above");
-    let snapshot = SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> { meta, snapshot: Cursor::new(data) };
+    // On a blocking thread: a part is up to half a frame (32 MiB), written to the data dir.
+    let Parts { vote, meta, total, mut spool } = parts.take().expect("checked above");
+    let written = tokio::task::spawn_blocking(move || {
+        spool.write(&part.data)?;
+        if spool.written() < total {
+            return Ok(Err(spool));
+        }
+        spool.finish().map(Ok)
+    })
+    .await
+    .map_err(io::Error::other)?;
+    let snapshot = match written {
+        Ok(Ok(snapshot)) => snapshot,
+        Ok(Err(spool)) => {
+            *parts = Some(Parts { vote, meta, total, spool });
+            return message::encode(&PartReply::Ok(None));
+        }
+        Err(e) => return refuse(parts, format!("a snapshot part not gathered: {e}")),
+    };
+    let snapshot = SnapshotOf::<TypeConfig, SnapshotData> { meta, snapshot };
     let installed = serving.raft.install_full_snapshot(vote, snapshot).await;
     message::encode(&installed.map(Some).map_err(|e| e.to_string()))
 }
@@ -496,7 +507,7 @@ where
 /// Answers one request with the local Raft: the encoded [`Reply`] of its RPC.
 async fn dispatch<SM>(serving: &Serving<SM>, request: Request) -> io::Result<Vec<u8>>
 where
-    SM: RaftStateMachine<TypeConfig, SnapshotData = Cursor<Vec<u8>>>,
+    SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
 {
     if request.group != serving.group {
         // `Reply<()>`'s error decodes as any `Reply<T>`'s: the error side is the same text.
@@ -521,8 +532,10 @@ where
             message::encode(&refusal)
         }
         Rpc::Snapshot { vote, meta, data } => {
-            let snapshot =
-                SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> { meta, snapshot: Cursor::new(data) };
+            let snapshot = SnapshotOf::<TypeConfig, SnapshotData> {
+                meta,
+                snapshot: SnapshotData::Bytes(data),
+            };
             let installed = raft.install_full_snapshot(vote, snapshot).await;
             message::encode(&installed.map_err(|e| e.to_string()))
         }

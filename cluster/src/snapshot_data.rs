@@ -1,0 +1,244 @@
+//! A snapshot's bytes as they move between a state machine and the link: in memory when
+//! small, or in a file, so that a large state is never held whole in memory to be kept,
+//! sent or received (a 1M-row sheet's checkpoint is hundreds of megabytes).
+//!
+//! Owns: [`SnapshotData`] (what openraft hands between the state machine and the network)
+//! and [`Spool`] (where a receiver gathers a snapshot's parts).
+//!
+//! A file's bytes are read by position (`pread`), never through a shared cursor, so one kept
+//! snapshot can be sent to two followers at once and read by an install meanwhile; and the
+//! file stays readable after a newer snapshot is renamed over its name (the open handle holds
+//! the old one).
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A snapshot's bytes.
+pub enum SnapshotData {
+    /// Held in memory: a small snapshot, or a state machine that keeps everything in memory.
+    Bytes(Vec<u8>),
+    /// `len` bytes of `file` from `start`.
+    File {
+        /// The open file (shared: a clone reads the same bytes).
+        file: Arc<File>,
+        /// Where the snapshot's bytes begin.
+        start: u64,
+        /// How many there are.
+        len: u64,
+    },
+}
+
+impl fmt::Debug for SnapshotData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SnapshotData::Bytes(b) => write!(f, "SnapshotData::Bytes({} bytes)", b.len()),
+            SnapshotData::File { start, len, .. } => {
+                write!(f, "SnapshotData::File({len} bytes from {start})")
+            }
+        }
+    }
+}
+
+impl SnapshotData {
+    /// The number of bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            SnapshotData::Bytes(b) => b.len() as u64,
+            SnapshotData::File { len, .. } => *len,
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `len` bytes from `offset` (fewer at the end).
+    ///
+    /// # Errors
+    /// The file cannot be read, or is shorter than it was.
+    pub fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let end = self.len().min(offset.saturating_add(len as u64));
+        let n = usize::try_from(end.saturating_sub(offset)).map_err(io::Error::other)?;
+        match self {
+            SnapshotData::Bytes(b) => {
+                let from = usize::try_from(offset).map_err(io::Error::other)?;
+                Ok(b.get(from..from + n).map(<[u8]>::to_vec).unwrap_or_default())
+            }
+            SnapshotData::File { file, start, .. } => {
+                let mut buf = vec![0; n];
+                file.read_exact_at(&mut buf, start + offset)?;
+                Ok(buf)
+            }
+        }
+    }
+
+    /// A reader of every byte from the first, buffered.
+    pub fn reader(&self) -> impl Read + '_ {
+        let inner: Box<dyn Read + '_> = match self {
+            SnapshotData::Bytes(b) => Box::new(&b[..]),
+            SnapshotData::File { file, start, len } => {
+                Box::new(FileReader { file, at: *start, end: start + len })
+            }
+        };
+        io::BufReader::with_capacity(1 << 20, inner)
+    }
+
+    /// Every byte, in memory.
+    ///
+    /// # Errors
+    /// The file cannot be read.
+    pub fn into_bytes(self) -> io::Result<Vec<u8>> {
+        match self {
+            SnapshotData::Bytes(b) => Ok(b),
+            file => {
+                let mut bytes = Vec::new();
+                file.reader().read_to_end(&mut bytes)?;
+                Ok(bytes)
+            }
+        }
+    }
+}
+
+/// Reads a file's range by position.
+struct FileReader<'a> {
+    file: &'a File,
+    at: u64,
+    end: u64,
+}
+
+impl Read for FileReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = usize::try_from(self.end - self.at).unwrap_or(usize::MAX);
+        let want = buf.len().min(left);
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(&mut buf[..want], self.at)?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "a snapshot file shrank"));
+        }
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
+/// Where a receiver gathers a snapshot's parts: a file in a dir (the data dir, so a large
+/// snapshot counts against the disk that will keep it, not against memory), or memory.
+///
+/// The file has no name: it is unlinked as soon as it is created, so a crash leaves nothing
+/// behind, and two snapshots received at once (from an old and a new leader) never share one.
+pub struct Spool {
+    out: SpoolOut,
+    written: u64,
+}
+
+enum SpoolOut {
+    Memory(Vec<u8>),
+    File(io::BufWriter<File>),
+}
+
+impl Spool {
+    /// A spool in `dir`, or in memory when `dir` is `None`.
+    ///
+    /// # Errors
+    /// The file cannot be created in `dir`.
+    pub fn new(dir: Option<&Path>) -> io::Result<Spool> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let out = match dir {
+            None => SpoolOut::Memory(Vec::new()),
+            Some(dir) => {
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
+                let path = dir.join(format!("raft-snapshot.incoming.{}.{n}", std::process::id()));
+                let file =
+                    OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+                fs::remove_file(&path)?;
+                SpoolOut::File(io::BufWriter::with_capacity(1 << 20, file))
+            }
+        };
+        Ok(Spool { out, written: 0 })
+    }
+
+    /// How many bytes were written.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Appends `bytes`.
+    ///
+    /// # Errors
+    /// The file cannot be written (the disk is full).
+    pub fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match &mut self.out {
+            SpoolOut::Memory(v) => v.extend_from_slice(bytes),
+            SpoolOut::File(w) => w.write_all(bytes)?,
+        }
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// The bytes written, as a snapshot's data. Not fsynced: whoever keeps them writes them
+    /// where they are kept, durably.
+    ///
+    /// # Errors
+    /// The last bytes cannot be written.
+    pub fn finish(self) -> io::Result<SnapshotData> {
+        match self.out {
+            SpoolOut::Memory(v) => Ok(SnapshotData::Bytes(v)),
+            SpoolOut::File(w) => {
+                let file = w.into_inner().map_err(io::IntoInnerError::into_error)?;
+                Ok(SnapshotData::File { file: Arc::new(file), start: 0, len: self.written })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spooled_file_reads_back_by_range_and_whole_and_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spool = Spool::new(Some(dir.path())).unwrap();
+        let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        for chunk in bytes.chunks(70_001) {
+            spool.write(chunk).unwrap();
+        }
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0, "the spool has no name");
+        let data = spool.finish().unwrap();
+        assert_eq!(data.len(), bytes.len() as u64);
+        assert_eq!(data.read_at(1_000_000, 10).unwrap(), bytes[1_000_000..1_000_010]);
+        assert_eq!(data.read_at(2_999_995, 10).unwrap(), bytes[2_999_995..]);
+        assert!(data.read_at(3_000_000, 10).unwrap().is_empty());
+        assert_eq!(data.into_bytes().unwrap(), bytes);
+    }
+
+    #[test]
+    fn a_range_of_a_file_reads_only_that_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        fs::write(&path, b"headerPAYLOADtrailer").unwrap();
+        let data =
+            SnapshotData::File { file: Arc::new(File::open(&path).unwrap()), start: 6, len: 7 };
+        let mut read = Vec::new();
+        data.reader().read_to_end(&mut read).unwrap();
+        assert_eq!(read, b"PAYLOAD");
+        assert_eq!(data.read_at(3, 100).unwrap(), b"LOAD");
+    }
+
+    #[test]
+    fn memory_spools_and_bytes_read_the_same() {
+        let mut spool = Spool::new(None).unwrap();
+        spool.write(b"abc").unwrap();
+        spool.write(b"def").unwrap();
+        let data = spool.finish().unwrap();
+        assert_eq!(data.read_at(2, 3).unwrap(), b"cde");
+        assert_eq!(data.into_bytes().unwrap(), b"abcdef");
+    }
+}
