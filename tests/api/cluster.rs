@@ -1356,8 +1356,23 @@ async fn a_follower_answers_local_reads_from_its_applied_state_until_it_is_cut_o
             send("POST", &url, Some(ADA_WRITE), &[], Some(add.to_string().into_bytes())).await;
         assert_eq!(status, 200, "{body}");
     }
-    converged(&nodes).await;
+    let (index, _) = converged(&nodes).await;
     let paths = ["/sheets/10/rows?limit=100", "/sheets/10/changes?limit=1000", "/sheets", "/me"];
+    // Each node's local answer names the index it applied through: at least what every node
+    // had applied before, at most what that node has applied after.
+    for node in &nodes {
+        let (status, body, headers) = read_at(node, paths[0], true).await;
+        assert_eq!(status, 200, "{body}");
+        let applied: u64 =
+            headers.get("sheetd-applied-index").unwrap().to_str().unwrap().parse().unwrap();
+        let after = admin_get(&node.admin_url("/cluster/digest")).await.unwrap();
+        let after = after["appliedIndex"].as_u64().unwrap();
+        assert!(
+            index <= applied && applied <= after,
+            "node {}: {index} {applied} {after}",
+            node.id
+        );
+    }
     for i in [one, two] {
         let forwarded = metric(&nodes[i], "sheetd_cluster_forwarded_requests_total").await;
         for path in paths {
@@ -1386,6 +1401,26 @@ async fn a_follower_answers_local_reads_from_its_applied_state_until_it_is_cut_o
         assert_eq!(status, 200, "{body}");
         assert_eq!(headers.get("sheetd-served-by").unwrap(), &nodes[at].id.to_string());
     }
+    // A follower whose state is older than its staleness allows (here: any age at all) sends
+    // a local read to the leader, which is alive, and relays its answer.
+    let staleness = nodes[two].flags.iter().position(|f| f == "--max-local-staleness").unwrap();
+    nodes[two].flags[staleness + 1] = "0s".into();
+    nodes[two].kill9();
+    nodes[two].start();
+    converged(&nodes).await;
+    let leads = agreed_leader(&nodes).await;
+    assert_ne!(leads, two, "a restarted follower whose log was behind took the lead");
+    let (status, body, headers) = read_at(&nodes[two], "/sheets/10/rows", true).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(headers.get("sheetd-served-by").unwrap(), &nodes[leads].id.to_string());
+    assert!(headers.get("sheetd-applied-index").is_some(), "the leader's local answer");
+    nodes[two].flags[staleness + 1] = "1s".into();
+    nodes[two].kill9();
+    nodes[two].start();
+    converged(&nodes).await;
+    let at = agreed_leader(&nodes).await;
+    let (one, two) = ((at + 1) % 3, (at + 2) % 3);
+
     // A write asked to be local still runs on the leader; a header value it does not know is
     // a client's mistake.
     let add = json!({"rows": [{"cells": {"100": "written through a follower"}}]});
