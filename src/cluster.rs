@@ -12,21 +12,15 @@
 use std::collections::BTreeMap;
 
 use actix_web::web;
-use actors::replica::{ClusterSecret, LinkTls, NodeConfig, Peer};
+use actors::replica::{
+    ClusterSecret, LinkTls, NodeConfig, Peer, ELECTION_TIMEOUT_MS, HEARTBEAT_MS,
+};
 use actors::{Service, ServiceConfig};
 use anyhow::Context;
 use sha2::{Digest, Sha256};
 
 use crate::config::{parse_initial_cluster, ServeArgs};
 use crate::state::AppState;
-
-/// Raft's timing: a heartbeat every 100 ms, an election timeout of 200–400 ms. openraft starts
-/// an election only once the leader's lease (the longest timeout, 400 ms) and then a timeout
-/// have passed since the last heartbeat: 600–800 ms, so a leader's death is noticed and
-/// replaced in under a second (with 300–600 it took 900–1,200 ms: a failover median of
-/// 1,024 ms, docs/performance.md), while a follower still outlasts six lost heartbeats.
-const HEARTBEAT_MS: u64 = 100;
-const ELECTION_TIMEOUT_MS: (u64, u64) = (200, 400);
 
 /// Entries kept behind a snapshot at the least.
 const MIN_KEPT_LOG: u64 = 100;

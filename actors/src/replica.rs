@@ -43,7 +43,7 @@ pub use cluster::net::{
 };
 pub use cluster::{
     Action, ChangeError, ClusterNode as Peer, Member, MembershipChange, NodeConfig, NodeId, Phase,
-    Status,
+    Status, ELECTION_TIMEOUT_MS, HEARTBEAT_MS,
 };
 use cluster::{GroupNode, ProposeError};
 

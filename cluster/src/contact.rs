@@ -8,7 +8,10 @@
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Tokio's clock: the system's, but in a simulation (paused, advanced by it).
+use tokio::time::Instant;
 
 /// Contacts closer together than this share one slot (the newest time, the highest index):
 /// with [`KEPT`] slots the history spans at least `KEPT × GRAIN`.

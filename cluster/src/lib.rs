@@ -33,6 +33,8 @@
 //!   at LSN `i + 1`; vote, committed and last purged log id in the wal's state file.
 //! - `types.rs`: [`TypeConfig`] and what it names: [`Record`] (a group id and an opaque
 //!   payload), [`Applied`] (the position applied), [`ClusterNode`] (a member's addresses).
+//! - `offload.rs`: where the store's blocking work runs (a blocking thread; inline in a
+//!   deterministic simulation).
 //! - `error.rs`: [`Error`] and [`Result`].
 //!
 //! # Guarantees
@@ -54,6 +56,7 @@ mod machine;
 mod membership;
 pub mod net;
 mod node;
+mod offload;
 mod proposer;
 mod snapshot_data;
 mod state_machine;
@@ -65,7 +68,9 @@ pub use error::{Error, Result};
 pub use log_store::{RaftState, WalLogStore};
 pub use machine::{Apply, DomainSnapshot, Machine, SnapshotCounts, WriteState};
 pub use membership::{Action, ChangeError, MembershipChange, Phase};
-pub use node::{GroupNode, Member, NodeConfig, Status};
+pub use node::{
+    raft_config, GroupNode, Member, NodeConfig, Status, ELECTION_TIMEOUT_MS, HEARTBEAT_MS,
+};
 pub use proposer::{Leadership, Proposal, ProposeError, Proposer};
 pub use snapshot_data::{SnapshotData, Spool};
 pub use state_machine::{RecordsState, RecordsStateMachine};

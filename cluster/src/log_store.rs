@@ -140,7 +140,7 @@ fn io_err(e: impl Into<Error>) -> io::Error {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> io::Result<T> {
-    tokio::task::spawn_blocking(f).await.map_err(io::Error::other)?.map_err(io_err)
+    crate::offload::off_runtime(f).await?.map_err(io_err)
 }
 
 impl Inner {
@@ -489,9 +489,7 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
         lock(&self.inner.unflushed).extend(entries.into_iter().map(|e| (e.log_id.index, e)));
         lock(&self.inner.ends).last = Some(last_id);
         let inner = Arc::clone(&self.inner);
-        tokio::spawn(async move {
-            // The group commit covering the last entry (and so every earlier one) is fsynced.
-            let flushed = commit.await;
+        let flushed = move |flushed: wal::Result<Lsn>| {
             // Drop what the wal now serves itself. By the durable LSN, not this append's own:
             // after a truncation the same indexes may hold newer entries still waiting. Read
             // under the lock: every entry in the map then, up to that LSN, is durable.
@@ -500,7 +498,14 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
             *unflushed = unflushed.split_off(&index_of(durable + 1));
             drop(unflushed);
             callback.io_completed(flushed.map(drop).map_err(io_err));
-        });
+        };
+        if cfg!(feature = "sim") {
+            // A simulation's clock must not move while the disk works: wait here.
+            flushed(commit.wait());
+            return Ok(());
+        }
+        // The group commit covering the last entry (and so every earlier one) is fsynced.
+        tokio::spawn(async move { flushed(commit.await) });
         Ok(())
     }
 

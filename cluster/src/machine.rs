@@ -466,15 +466,14 @@ impl<A: Apply> RaftSnapshotBuilder<TypeConfig> for Machine<A> {
         let kept = meta.clone();
         // Everyone who ever left, also after the snapshot's index: ids are never reused.
         let former = self.lock().former.clone();
-        let (retained, data) = tokio::task::spawn_blocking(move || {
+        let (retained, data) = crate::offload::off_runtime(move || {
             let retained = machine.store.raw_entries(&domain.retained).map_err(io::Error::other)?;
             let data = keep_snapshot(&machine.dir, &kept, |out| {
                 write_packed(out, &retained, &former, domain.write)
             })?;
             Ok::<_, io::Error>((retained, data))
         })
-        .await
-        .map_err(io::Error::other)??;
+        .await??;
         self.store.set_retained(retained.iter().map(|(index, _)| *index).collect());
         {
             let mut inner = self.lock();
@@ -573,9 +572,7 @@ impl<A: Apply> RaftStateMachine<TypeConfig> for Machine<A> {
         // On a blocking thread: decoding, writing and fsyncing a large state must not hold up
         // the link's runtime (heartbeats, handshakes).
         let (machine, meta) = (self.clone(), meta.clone());
-        tokio::task::spawn_blocking(move || machine.install(&meta, snapshot))
-            .await
-            .map_err(io::Error::other)?
+        crate::offload::off_runtime(move || machine.install(&meta, snapshot)).await?
     }
 
     async fn get_current_snapshot(

@@ -188,7 +188,8 @@ struct Shared {
     /// Until when (µs after `started`) this node's read lease holds: see
     /// [`Proposer::lease_fresh`]. 0 while it does not lead.
     lease_until_us: std::sync::atomic::AtomicU64,
-    started: std::time::Instant,
+    /// On tokio's clock, which is the system's but in a simulation (paused, advanced by it).
+    started: tokio::time::Instant,
     /// The lease a quorum's acknowledgement gives: the shortest election timeout.
     lease: Duration,
 }
@@ -244,7 +245,7 @@ impl<SM: RaftStateMachine<TypeConfig>> Proposer<SM> {
             leader_changes: Default::default(),
             term_changes: Default::default(),
             lease_until_us: Default::default(),
-            started: std::time::Instant::now(),
+            started: tokio::time::Instant::now(),
             lease: Duration::from_millis(raft.config().election_timeout_min),
         });
         let (queue, queued) = mpsc::unbounded_channel();

@@ -98,6 +98,13 @@ impl fmt::Display for ClusterNode {
     }
 }
 
+/// The runtime openraft runs on: tokio; in a simulation, tokio with openraft's randomness
+/// (election timeouts, first ticks) drawn from the simulation's seed.
+#[cfg(not(feature = "sim"))]
+type Runtime = openraft::impls::TokioRuntime;
+#[cfg(feature = "sim")]
+type Runtime = openraft::rt::deterministic_rng::DeterministicRng<openraft::impls::TokioRuntime>;
+
 openraft::declare_raft_types!(
     /// The Raft group's types: records in, applied positions out, `u64` node ids, members
     /// carrying their two addresses; every other choice is openraft's default (terms are
@@ -107,6 +114,7 @@ openraft::declare_raft_types!(
         R = Applied,
         NodeId = NodeId,
         Node = ClusterNode,
+        AsyncRuntime = Runtime,
 );
 
 /// A Raft log entry of this group: a log id (leader's term and node, index) and a payload (a
