@@ -14,7 +14,7 @@ use std::path::Path;
 use openraft::{EntryPayload, Membership};
 use wal::codec;
 
-use crate::machine::{keep_snapshot, write_packed};
+use crate::machine::{keep_snapshot, write_packed_compressed};
 use crate::types::{ClusterNode, Entry, LogId, NodeId, Record, SnapshotMeta, StoredMembership};
 use crate::{WalLogStore, DEFAULT_GROUP};
 
@@ -64,7 +64,7 @@ pub fn begin_with_state(
         last_membership: StoredMembership::new(Some(last), membership),
     };
     keep_snapshot(dir, &meta, |out| {
-        write_packed(out, &raw, &BTreeSet::new(), |out| out.write_all(state))
+        write_packed_compressed(out, &raw, &BTreeSet::new(), |out| out.write_all(state))
     })?;
     store.begin_after_snapshot(last, &raw).map_err(io::Error::other)?;
     store.shutdown().map_err(io::Error::other)

@@ -19,7 +19,8 @@
 //!   every purge, and a node that installs the snapshot writes them there.
 //! - The last snapshot (built, or installed from the leader) is kept in `raft-snapshot` in the
 //!   data dir, written to a temporary name, fsynced and renamed, and read from there by
-//!   position when sent or installed: never held whole in memory. A start installs it into the
+//!   position when sent or installed: never held whole in memory. Its bytes are one zstd
+//!   stream, compressed as the state is written and decompressed as it is installed. A start installs it into the
 //!   domain and openraft re-applies the committed entries after it. The log store purges only
 //!   what a snapshot covers, so the two together always hold every committed record.
 
@@ -125,6 +126,33 @@ pub(crate) fn write_packed(
     domain(out)
 }
 
+/// [`write_packed`] compressed as it goes, one zstd stream at level 1: what a snapshot built
+/// here holds (see [`packed_reader`]).
+pub(crate) fn write_packed_compressed(
+    out: &mut dyn Write,
+    retained: &[(u64, Vec<u8>)],
+    former: &BTreeSet<NodeId>,
+    domain: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut compressed = zstd::stream::write::Encoder::new(out, 1)?;
+    write_packed(&mut compressed, retained, former, domain)?;
+    compressed.finish()?;
+    Ok(())
+}
+
+/// A reader of what [`write_packed`] wrote into `data`: through zstd when the bytes are a
+/// zstd stream ([`write_packed_compressed`]), as they are otherwise (a snapshot kept or sent
+/// by an earlier build). The two cannot be mistaken: a packed snapshot begins with its head's
+/// length, and one beginning with zstd's magic number would claim a head of gigabytes.
+fn packed_reader(data: &SnapshotData) -> io::Result<Box<dyn Read + '_>> {
+    const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+    if data.read_at(0, 4)? == ZSTD_MAGIC {
+        Ok(Box::new(zstd::stream::read::Decoder::new(data.reader())?))
+    } else {
+        Ok(Box::new(data.reader()))
+    }
+}
+
 /// [`write_packed`] into memory.
 pub(crate) fn pack(
     retained: &[(u64, Vec<u8>)],
@@ -136,8 +164,8 @@ pub(crate) fn pack(
     Ok(data)
 }
 
-/// Keeps `meta` and the bytes `write` writes as the last snapshot of the data dir `dir`,
-/// durably: written to a temporary name, fsynced, renamed, the directory fsynced. Returns the
+/// Keeps `meta` and the bytes `write` writes (verbatim) as the last snapshot of the data dir
+/// `dir`, durably: written to a temporary name, fsynced, renamed, the directory fsynced. Returns the
 /// kept bytes, read from the file.
 pub(crate) fn keep_snapshot(
     dir: &Path,
@@ -195,18 +223,19 @@ pub(crate) fn read_kept(dir: &Path) -> io::Result<Option<(SnapshotMeta, Snapshot
     Ok(Some((meta, SnapshotData::File { file: Arc::new(file), start, len: len - start })))
 }
 
-/// Reads the head [`write_packed`] wrote from `input`, a snapshot of `total` bytes: the
-/// retained entries and the former members. `input` is left at the domain's bytes.
-fn read_head(input: &mut dyn Read, total: u64) -> io::Result<(RawEntries, BTreeSet<NodeId>)> {
+/// Reads the head [`write_packed`] wrote from `input` (see [`packed_reader`]): the retained
+/// entries and the former members. `input` is left at the domain's bytes.
+fn read_head(input: &mut dyn Read) -> io::Result<(RawEntries, BTreeSet<NodeId>)> {
     let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged Raft snapshot");
     let mut word = [0u8; 8];
     input.read_exact(&mut word).map_err(|_| damaged())?;
     let len = u64::from_le_bytes(word);
-    if len > total.saturating_sub(8) {
+    // Read as it comes, not allocated up front: a damaged length ends at the end of the bytes.
+    let mut head = Vec::new();
+    input.take(len).read_to_end(&mut head)?;
+    if head.len() as u64 != len {
         return Err(damaged());
     }
-    let mut head = vec![0u8; usize::try_from(len).map_err(|_| damaged())?];
-    input.read_exact(&mut head).map_err(|_| damaged())?;
     let (retained, former): (Vec<(u64, serde_bytes::ByteBuf)>, BTreeSet<NodeId>) =
         codec::decode(&head).map_err(io::Error::other)?;
     Ok((retained.into_iter().map(|(i, raw)| (i, raw.into_vec())).collect(), former))
@@ -303,8 +332,8 @@ impl<A: Apply> Machine<A> {
         let mut former = BTreeSet::new();
         if let Some((meta, data)) = read_kept(dir)? {
             let index = meta.last_log_id.map_or(0, |l| l.index);
-            let mut input = data.reader();
-            let (retained, left) = read_head(&mut input, data.len())?;
+            let mut input = packed_reader(&data)?;
+            let (retained, left) = read_head(&mut input)?;
             former = left;
             domain.install(index, &mut input)?;
             drop(input);
@@ -370,8 +399,8 @@ impl<A: Apply> Machine<A> {
 
     /// Installs `data`, a snapshot from another node (see `install_snapshot`). Blocking.
     fn install(&self, meta: &SnapshotMeta, data: SnapshotData) -> io::Result<()> {
-        let mut input = data.reader();
-        let (retained, former) = read_head(&mut input, data.len())?;
+        let mut input = packed_reader(&data)?;
+        let (retained, former) = read_head(&mut input)?;
         let index = meta.last_log_id.map_or(0, |l| l.index);
         // Installed before it is kept: bytes the domain refuses are never kept to be refused
         // again at the next start.
@@ -469,7 +498,7 @@ impl<A: Apply> RaftSnapshotBuilder<TypeConfig> for Machine<A> {
         let (retained, data) = crate::offload::off_runtime(move || {
             let retained = machine.store.raw_entries(&domain.retained).map_err(io::Error::other)?;
             let data = keep_snapshot(&machine.dir, &kept, |out| {
-                write_packed(out, &retained, &former, domain.write)
+                write_packed_compressed(out, &retained, &former, domain.write)
             })?;
             Ok::<_, io::Error>((retained, data))
         })

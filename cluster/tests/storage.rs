@@ -469,9 +469,12 @@ async fn a_snapshot_kept_in_the_older_form_is_read_and_written_again_in_the_new_
     let domain = machine.with_domain(|d, _| d.0.clone());
     drop(machine);
 
-    // The older form: the metadata and the bytes encoded as one.
+    // Built here: one zstd stream. An earlier build kept its bytes raw, in the older form
+    // (the metadata and the bytes encoded as one).
     let path = dir.path().join("raft-snapshot");
-    let bytes = built.snapshot.into_bytes().unwrap();
+    let compressed = built.snapshot.into_bytes().unwrap();
+    assert_eq!(compressed[..4], [0x28, 0xb5, 0x2f, 0xfd], "a zstd frame");
+    let bytes = zstd::decode_all(&compressed[..]).unwrap();
     let older = (built.meta.clone(), serde_bytes::ByteBuf::from(bytes.clone()));
     std::fs::write(&path, wal::codec::encode(&older).unwrap()).unwrap();
 
