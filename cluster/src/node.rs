@@ -8,9 +8,9 @@
 //! # Starting
 //!
 //! A node on a pristine data dir started with the initial voters calls openraft's `initialize`
-//! with them: every listed node does so with the same list, which openraft allows (its vote
-//! then elects one leader). A node whose data dir already holds a log ignores the list and
-//! rejoins the cluster its log belongs to.
+//! with them: the lowest id at once, each other one after a grace in which the first usually
+//! reaches it (see `initialize`). A node whose data dir already holds a log ignores the list
+//! and rejoins the cluster its log belongs to.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -199,15 +199,7 @@ impl<A: Apply> GroupNode<A> {
         link.serve(config.group, raft.clone(), Arc::clone(&contact))?;
         let proposer = Proposer::start(config.group, raft.clone(), link.runtime());
         if let (true, Some(initial)) = (pristine, &config.initial) {
-            let members = initial.clone();
-            let init = raft.clone();
-            // On the link's runtime, as every call into openraft's core.
-            let done = link.runtime().spawn(async move { init.initialize(members).await });
-            match done.await.map_err(io::Error::other)? {
-                Ok(()) => tracing::info!(voters = initial.len(), "a new cluster initialized"),
-                // Another listed node's membership reached this one first: the same cluster.
-                Err(e) => tracing::info!(error = %e, "the cluster was already initialized"),
-            }
+            initialize(&raft, link.runtime(), config.node_id, initial.clone()).await?;
         }
         let change = ChangeSlot::default();
         let forwarded = Default::default();
@@ -526,6 +518,42 @@ fn cluster_counts(
 pub const HEARTBEAT_MS: u64 = 100;
 /// See [`HEARTBEAT_MS`].
 pub const ELECTION_TIMEOUT_MS: (u64, u64) = (200, 400);
+
+/// How long the listed voters of a new cluster after the first give it to reach them, per
+/// place in the list (see [`initialize`]).
+const INITIALIZE_GRACE: Duration = Duration::from_secs(2);
+
+/// Starts a new cluster of the voters `initial` from this pristine node. The voter with the
+/// lowest id initializes at once (openraft writes the membership and starts an election); the
+/// k-th waits `k × INITIALIZE_GRACE` first, and initializes only if nobody reached it
+/// meanwhile (openraft refuses a node that has voted or holds a log). Every node initializing
+/// at once with the same list is allowed, but their elections in term 1 unseat one another:
+/// openraft orders leaders of one term by node id, so a candidate with a higher id wins over a
+/// leader already elected, which then restarts its domain. So a cluster started whole elects
+/// its first node once, and one started without it still forms.
+async fn initialize<A: Apply>(
+    raft: &Raft<TypeConfig, Machine<A>>,
+    runtime: &tokio::runtime::Handle,
+    me: NodeId,
+    initial: BTreeMap<NodeId, ClusterNode>,
+) -> io::Result<()> {
+    let place = initial.keys().position(|id| *id == me).unwrap_or(0) as u32;
+    let voters = initial.len();
+    let init = raft.clone();
+    // On the link's runtime, as every call into openraft's core.
+    let done = runtime.spawn(async move {
+        tokio::time::sleep(INITIALIZE_GRACE * place).await;
+        match init.initialize(initial).await {
+            Ok(()) => tracing::info!(voters, "a new cluster initialized"),
+            // Another listed node reached this one first: the same cluster.
+            Err(e) => tracing::info!(error = %e, "the cluster was already initialized"),
+        }
+    });
+    if place == 0 {
+        done.await.map_err(io::Error::other)?;
+    }
+    Ok(())
+}
 
 /// openraft's configuration of a member: heartbeats every `heartbeat_ms`, an election after
 /// a silence of `election_timeout_ms` (a random time between the two), snapshots only when the

@@ -541,15 +541,22 @@ pub async fn get_backup(
 /// `GET /admin/v1/cluster/digest`: `{"appliedIndex", "digest"}`, the state's digest
 /// (`actors::digest`) at one log position, taken as a backup takes its copies. Two nodes (or a
 /// server and its restored backup) that applied the same position answer the same digest.
+///
+/// `appliedIndex` is the log position on a single node, and on a cluster node the Raft index
+/// of the last entry applied, as `GET /admin/v1/cluster` and `Sheetd-Applied-Index` name it
+/// (the entry at index `i` is the record at position `i + 1`).
 pub async fn get_digest(
     _: AdminCaller,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    let answer = |position: u64, digest: actors::digest::StateDigest| {
+        let applied = if state.cluster.is_some() { position.saturating_sub(1) } else { position };
+        HttpResponse::Ok().json(json!({"appliedIndex": applied, "digest": digest.to_string()}))
+    };
     if let (None, Some(cluster)) = (state.try_service(), &state.cluster) {
         // A follower: the state it applied, without actors.
         if let Some((position, digest)) = cluster.following_digest() {
-            return Ok(HttpResponse::Ok()
-                .json(json!({"appliedIndex": position, "digest": digest.to_string()})));
+            return Ok(answer(position, digest));
         }
     }
     let copies = state.service()?.backup().await?;
@@ -558,7 +565,7 @@ pub async fn get_digest(
             .await
             .map_err(ApiError::internal)?
             .map_err(ApiError::internal)?;
-    Ok(HttpResponse::Ok().json(json!({"appliedIndex": position, "digest": digest.to_string()})))
+    Ok(answer(position, digest))
 }
 
 /// Register the admin routes.

@@ -250,6 +250,16 @@ async fn three(dir: &Path) -> Vec<Node> {
 
 /// [`three`], node `id` started with the serve flags `extra(id)` too.
 async fn three_with(dir: &Path, extra: impl Fn(u64) -> Vec<String>) -> Vec<Node> {
+    let mut nodes = three_unstarted(dir, extra);
+    for node in &mut nodes {
+        node.start();
+    }
+    leader(&nodes).await;
+    nodes
+}
+
+/// The three nodes of [`three_with`], not started.
+fn three_unstarted(dir: &Path, extra: impl Fn(u64) -> Vec<String>) -> Vec<Node> {
     let seed = dir.join("seed.json");
     std::fs::write(&seed, fixture().to_string()).unwrap();
     let secret = dir.join("secret");
@@ -259,19 +269,35 @@ async fn three_with(dir: &Path, extra: impl Fn(u64) -> Vec<String>) -> Vec<Node>
     let initial =
         rafts.iter().enumerate().map(|(i, r)| format!("{}={r}", i + 1)).collect::<Vec<_>>();
     let initial = initial.join(",");
-    let mut nodes: Vec<Node> = (1..=3)
+    (1..=3)
         .map(|id| {
             let mut node =
                 Node::new(dir, id, rafts[id as usize - 1].clone(), &initial, &secret, &seed);
             node.flags.extend(extra(id));
             node
         })
-        .collect();
-    for node in &mut nodes {
-        node.start();
-    }
-    leader(&nodes).await;
-    nodes
+        .collect()
+}
+
+/// The first listed voter starts a new cluster at once and the others give it a grace to reach
+/// them (so their elections do not unseat its leader); started without it, the other two
+/// still form the cluster, seed it once, and the first joins it when it comes.
+#[actix_rt::test]
+async fn two_listed_voters_start_the_cluster_without_the_first_which_joins_later() {
+    let _one = ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = three_unstarted(dir.path(), |_| Vec::new());
+    nodes[1].start();
+    nodes[2].start();
+    let at = leader(&nodes[1..]).await + 1;
+    let rows = list_all(&nodes[at].base(), ADA_READ, 10).await;
+    assert_eq!(rows.len(), 4, "seeded once: {rows:?}");
+    nodes[0].start();
+    converged(&nodes).await;
+    let status = nodes[0].cluster().await.unwrap();
+    assert_eq!(status["leaderId"], nodes[agreed_leader(&nodes).await].id, "{status}");
+    let rows = list_all(&nodes[0].base(), ADA_READ, 10).await;
+    assert_eq!(rows.len(), 4, "the first node serves what the others formed: {rows:?}");
 }
 
 #[actix_rt::test]
