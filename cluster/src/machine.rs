@@ -249,6 +249,10 @@ pub struct Machine<A: Apply> {
     store: WalLogStore,
     /// The state taken for the snapshot being built (by `try_create_snapshot_builder`).
     taken: Arc<Mutex<Option<(LogId, StoredMembership, DomainSnapshot)>>>,
+    /// Held while a snapshot is written to `raft-snapshot`. openraft builds a snapshot in a
+    /// task of its own, so a build can overlap an install from the leader: one at a time, and
+    /// a build never replaces a newer snapshot kept meanwhile.
+    keeping: Arc<Mutex<()>>,
     counts: Arc<Counters>,
 }
 
@@ -276,6 +280,7 @@ impl<A: Apply> Clone for Machine<A> {
             dir: self.dir.clone(),
             store: self.store.clone(),
             taken: Arc::clone(&self.taken),
+            keeping: Arc::clone(&self.keeping),
             counts: Arc::clone(&self.counts),
         }
     }
@@ -362,6 +367,7 @@ impl<A: Apply> Machine<A> {
             dir: dir.to_owned(),
             store,
             taken: Arc::default(),
+            keeping: Arc::default(),
             counts: Arc::default(),
         })
     }
@@ -408,7 +414,10 @@ impl<A: Apply> Machine<A> {
         drop(input);
         // Kept before the log moves past it: a crash in between starts from this snapshot,
         // and the start finishes the move (`Machine::open`).
-        keep_snapshot(&self.dir, meta, |out| io::copy(&mut data.reader(), out).map(|_| ()))?;
+        {
+            let _one = self.keeping.lock().unwrap_or_else(PoisonError::into_inner);
+            keep_snapshot(&self.dir, meta, |out| io::copy(&mut data.reader(), out).map(|_| ()))?;
+        }
         if let Some(last) = meta.last_log_id {
             self.store.begin_after_snapshot(last, &retained).map_err(io::Error::other)?;
         }
@@ -495,14 +504,31 @@ impl<A: Apply> RaftSnapshotBuilder<TypeConfig> for Machine<A> {
         let kept = meta.clone();
         // Everyone who ever left, also after the snapshot's index: ids are never reused.
         let former = self.lock().former.clone();
-        let (retained, data) = crate::offload::off_runtime(move || {
+        let (built, data) = crate::offload::off_runtime(move || {
+            let _one = machine.keeping.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((newer, data)) = read_kept(&machine.dir)?
+                .filter(|(m, _)| m.last_log_id.is_some_and(|l| l.index >= log_id.index))
+            {
+                // Installed from the leader while this one was taken: that one stays.
+                return Ok::<_, io::Error>((Err(newer), data));
+            }
             let retained = machine.store.raw_entries(&domain.retained).map_err(io::Error::other)?;
             let data = keep_snapshot(&machine.dir, &kept, |out| {
                 write_packed_compressed(out, &retained, &former, domain.write)
             })?;
-            Ok::<_, io::Error>((retained, data))
+            Ok((Ok(retained), data))
         })
         .await??;
+        let retained = match built {
+            Ok(retained) => retained,
+            Err(newer) => {
+                tracing::info!(
+                    index = log_id.index,
+                    "snapshot not kept: a newer one was installed"
+                );
+                return Ok(SnapshotOf::<TypeConfig, SnapshotData> { meta: newer, snapshot: data });
+            }
+        };
         self.store.set_retained(retained.iter().map(|(index, _)| *index).collect());
         {
             let mut inner = self.lock();

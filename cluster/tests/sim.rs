@@ -22,16 +22,17 @@
 
 #![cfg(feature = "sim")]
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cluster::{
-    raft_config, Apply, ClusterNode, DomainSnapshot, Machine, NodeId, ProposeError, Proposer,
-    SnapshotData, TypeConfig, Vote, WalLogStore, DEFAULT_GROUP, ELECTION_TIMEOUT_MS, HEARTBEAT_MS,
+    raft_config, ClusterNode, Machine, NodeId, ProposeError, Proposer, SnapshotData, TypeConfig,
+    Vote, WalLogStore, DEFAULT_GROUP, ELECTION_TIMEOUT_MS, HEARTBEAT_MS,
 };
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{RPCError, ReplicationClosed, StreamingError, Unreachable};
@@ -43,8 +44,10 @@ use openraft::raft::{
 use openraft::type_config::alias::SnapshotOf;
 use openraft::{Raft, ServerState};
 
+use common::Applied;
+
 type Seeded = openraft::rt::deterministic_rng::DeterministicRng<openraft::impls::TokioRuntime>;
-type SimRaft = Raft<TypeConfig, Machine<Records>>;
+type SimRaft = Raft<TypeConfig, Machine<Applied>>;
 
 const NODES: [NodeId; 3] = [1, 2, 3];
 /// Steps of the faulty phase, each [`STEP`] of simulated time.
@@ -69,46 +72,6 @@ impl Dice {
 
     fn pick<T: Copy>(&mut self, from: &[T]) -> Option<T> {
         (!from.is_empty()).then(|| from[self.below(from.len() as u64) as usize])
-    }
-}
-
-/// The domain: every record applied, with its index.
-#[derive(Default)]
-struct Records(Vec<(u64, Vec<u8>)>);
-
-impl Apply for Records {
-    fn apply(&mut self, index: u64, payload: &[u8]) -> std::io::Result<()> {
-        self.0.push((index, payload.to_vec()));
-        Ok(())
-    }
-
-    fn snapshot(&mut self, last_applied: u64) -> std::io::Result<Option<DomainSnapshot>> {
-        let records = self.0.clone();
-        let write = move |out: &mut dyn Write| {
-            for (index, payload) in &records {
-                out.write_all(&index.to_le_bytes())?;
-                out.write_all(&(payload.len() as u64).to_le_bytes())?;
-                out.write_all(payload)?;
-            }
-            Ok(())
-        };
-        let retained = BTreeSet::new();
-        Ok(Some(DomainSnapshot { index: last_applied, retained, write: Box::new(write) }))
-    }
-
-    fn install(&mut self, _index: u64, snapshot: &mut dyn Read) -> std::io::Result<()> {
-        let mut bytes = Vec::new();
-        snapshot.read_to_end(&mut bytes)?;
-        let mut records = Vec::new();
-        let mut rest = bytes.as_slice();
-        while rest.len() >= 16 {
-            let index = u64::from_le_bytes(rest[..8].try_into().unwrap());
-            let len = u64::from_le_bytes(rest[8..16].try_into().unwrap()) as usize;
-            records.push((index, rest[16..16 + len].to_vec()));
-            rest = &rest[16 + len..];
-        }
-        self.0 = records;
-        Ok(())
     }
 }
 
@@ -246,8 +209,8 @@ impl RaftNetworkV2<TypeConfig> for Client {
 /// A running member.
 struct Live {
     raft: SimRaft,
-    proposer: Proposer<Machine<Records>>,
-    machine: Machine<Records>,
+    proposer: Proposer<Machine<Applied>>,
+    machine: Machine<Applied>,
 }
 
 /// What became of a proposal.
@@ -343,7 +306,7 @@ impl Sim {
     async fn start(&mut self, id: NodeId) {
         let dir = &self.dirs[&id];
         let store = open_store(dir);
-        let machine = Machine::open(dir, Records::default(), store.clone()).unwrap();
+        let machine = Machine::open(dir, Applied::default(), store.clone()).unwrap();
         let config = raft_config(HEARTBEAT_MS, ELECTION_TIMEOUT_MS, 20).unwrap();
         let net = Net { world: Arc::clone(&self.world), from: id };
         let raft = Raft::new(id, config, net, store, machine.clone()).await.unwrap();

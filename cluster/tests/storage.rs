@@ -1,18 +1,22 @@
 //! The Raft storage on the wal: openraft's own storage suite, then restarts of a real data dir
 //! (the store closed and opened again) for what the suite cannot see.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use cluster::{
-    Apply, ClusterNode, DomainSnapshot, Entry, LogId, Machine, Record, RecordsStateMachine,
-    SnapshotData, Spool, TypeConfig, Vote, WalLogStore,
+    ClusterNode, Entry, LogId, Machine, Record, RecordsStateMachine, SnapshotData, Spool,
+    TypeConfig, Vote, WalLogStore,
 };
 use openraft::storage::{IOFlushed, RaftLogStorage, RaftStateMachine};
 use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::type_config::TypeConfigExt;
 use openraft::{EntryPayload, Membership, RaftLogReader, RaftSnapshotBuilder, StorageError};
 use tempfile::TempDir;
+
+use common::Applied;
 
 /// A log store on a fresh temporary data dir (kept alive by the returned `TempDir`) and an
 /// empty state machine, for each test of the suite.
@@ -31,50 +35,6 @@ impl StoreBuilder<TypeConfig, WalLogStore, RecordsStateMachine, TempDir> for Fre
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openraft_storage_suite() {
     Suite::test_all(FreshDir).await.expect("openraft's storage suite");
-}
-
-/// The domain a server's [`Machine`] runs over, reduced to what it applied: (index, payload)
-/// pairs, snapshotted as `[index u64][len u64][payload]` repeated (little-endian).
-#[derive(Default)]
-struct Applied(Vec<(u64, Vec<u8>)>);
-
-impl Apply for Applied {
-    fn apply(&mut self, index: u64, payload: &[u8]) -> std::io::Result<()> {
-        self.0.push((index, payload.to_vec()));
-        Ok(())
-    }
-
-    fn snapshot(&mut self, last_applied: u64) -> std::io::Result<Option<DomainSnapshot>> {
-        let records = self.0.clone();
-        let write = move |out: &mut dyn std::io::Write| {
-            for (index, payload) in &records {
-                out.write_all(&index.to_le_bytes())?;
-                out.write_all(&(payload.len() as u64).to_le_bytes())?;
-                out.write_all(payload)?;
-            }
-            Ok(())
-        };
-        // Records whose payload begins with "keep" are read back by position later, as a
-        // change feed reads its retained changes.
-        let retained =
-            self.0.iter().filter(|(_, p)| p.starts_with(b"keep")).map(|(i, _)| *i).collect();
-        Ok(Some(DomainSnapshot { index: last_applied, retained, write: Box::new(write) }))
-    }
-
-    fn install(&mut self, _index: u64, snapshot: &mut dyn std::io::Read) -> std::io::Result<()> {
-        let mut bytes = Vec::new();
-        snapshot.read_to_end(&mut bytes)?;
-        let mut records = Vec::new();
-        let mut rest = bytes.as_slice();
-        while !rest.is_empty() {
-            let index = u64::from_le_bytes(rest[..8].try_into().unwrap());
-            let len = u64::from_le_bytes(rest[8..16].try_into().unwrap()) as usize;
-            records.push((index, rest[16..16 + len].to_vec()));
-            rest = &rest[16 + len..];
-        }
-        self.0 = records;
-        Ok(())
-    }
 }
 
 /// A log store and the server's state machine ([`Machine`], its snapshot kept in the data
@@ -484,4 +444,40 @@ async fn a_snapshot_kept_in_the_older_form_is_read_and_written_again_in_the_new_
     let current = again.get_current_snapshot().await.unwrap().unwrap();
     assert_eq!(current.meta, built.meta);
     assert_eq!(current.snapshot.into_bytes().unwrap(), bytes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_taken_before_an_install_keeps_the_installed_snapshot() {
+    // openraft builds in a task of its own: a node's state is taken for a snapshot at 3, then
+    // a snapshot at 6 from the leader is installed before that build is written.
+    let entries: Vec<Entry> = std::iter::once(membership_entry(1, 0, &[1, 2]))
+        .chain((1..=6).map(|i| record_entry(1, i, format!("r{i}").as_bytes())))
+        .collect();
+    let leader_dir = tempfile::tempdir().unwrap();
+    let mut leader_store = WalLogStore::open(leader_dir.path()).unwrap();
+    append(&mut leader_store, entries.clone()).await;
+    let mut leader = Machine::open(leader_dir.path(), Applied::default(), leader_store).unwrap();
+    let all = futures_util::stream::iter(entries.clone().into_iter().map(|e| Ok((e, None))));
+    leader.apply(all).await.unwrap();
+    let from_leader = leader.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    assert_eq!(from_leader.meta.last_log_id, Some(log_id(1, 1, 6)));
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = WalLogStore::open(dir.path()).unwrap();
+    append(&mut store, entries[..4].to_vec()).await;
+    let mut machine = Machine::open(dir.path(), Applied::default(), store.clone()).unwrap();
+    let first = futures_util::stream::iter(entries[..4].iter().cloned().map(|e| Ok((e, None))));
+    machine.apply(first).await.unwrap();
+    let mut taken = machine.try_create_snapshot_builder(false).await.expect("a state to give");
+    machine.install_snapshot(&from_leader.meta, from_leader.snapshot).await.unwrap();
+
+    // The build finishes after the install: it gives the installed snapshot, and keeps it.
+    let built = taken.build_snapshot().await.unwrap();
+    assert_eq!(built.meta.last_log_id, Some(log_id(1, 1, 6)));
+    assert_eq!(machine.counts().built, 0, "nothing older was kept");
+    drop(machine);
+    let store = restart(store, dir.path());
+    let mut again = Machine::open(dir.path(), Applied::default(), store).unwrap();
+    assert_eq!(again.applied_state().await.unwrap().0, Some(log_id(1, 1, 6)));
+    assert_eq!(again.with_domain(|d, _| d.0.len()), 6);
 }

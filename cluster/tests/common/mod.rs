@@ -1,5 +1,6 @@
 //! A node as the link tests and the group tests run it: a `WalLogStore` and a
-//! `RecordsStateMachine` on a data dir, an `openraft::Raft` over them, and its cluster link.
+//! `RecordsStateMachine` on a data dir, an `openraft::Raft` over them, and its cluster link;
+//! and [`Applied`], the domain the storage tests and the simulation run a `Machine` over.
 
 #![allow(dead_code)] // Each test file uses its own part of this.
 
@@ -10,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::net::{ClusterLink, ClusterSecret, LinkConfig};
-use cluster::{NodeId, RecordsStateMachine, TypeConfig, WalLogStore, DEFAULT_GROUP};
+use cluster::{
+    Apply, DomainSnapshot, NodeId, RecordsStateMachine, TypeConfig, WalLogStore, DEFAULT_GROUP,
+};
 use openraft::{Config, Raft};
 
 /// The secret every test node shares.
@@ -95,4 +98,48 @@ async fn bind(addr: SocketAddr, config: LinkConfig) -> ClusterLink {
         }
     }
     panic!("{addr} stayed in use");
+}
+
+/// The domain a server's `Machine` runs over, reduced to what it applied: (index, payload)
+/// pairs, snapshotted as `[index u64][len u64][payload]` repeated (little-endian).
+#[derive(Default)]
+pub struct Applied(pub Vec<(u64, Vec<u8>)>);
+
+impl Apply for Applied {
+    fn apply(&mut self, index: u64, payload: &[u8]) -> std::io::Result<()> {
+        self.0.push((index, payload.to_vec()));
+        Ok(())
+    }
+
+    fn snapshot(&mut self, last_applied: u64) -> std::io::Result<Option<DomainSnapshot>> {
+        let records = self.0.clone();
+        let write = move |out: &mut dyn std::io::Write| {
+            for (index, payload) in &records {
+                out.write_all(&index.to_le_bytes())?;
+                out.write_all(&(payload.len() as u64).to_le_bytes())?;
+                out.write_all(payload)?;
+            }
+            Ok(())
+        };
+        // Records whose payload begins with "keep" are read back by position later, as a
+        // change feed reads its retained changes.
+        let retained =
+            self.0.iter().filter(|(_, p)| p.starts_with(b"keep")).map(|(i, _)| *i).collect();
+        Ok(Some(DomainSnapshot { index: last_applied, retained, write: Box::new(write) }))
+    }
+
+    fn install(&mut self, _index: u64, snapshot: &mut dyn std::io::Read) -> std::io::Result<()> {
+        let mut bytes = Vec::new();
+        snapshot.read_to_end(&mut bytes)?;
+        let mut records = Vec::new();
+        let mut rest = bytes.as_slice();
+        while !rest.is_empty() {
+            let index = u64::from_le_bytes(rest[..8].try_into().unwrap());
+            let len = u64::from_le_bytes(rest[8..16].try_into().unwrap()) as usize;
+            records.push((index, rest[16..16 + len].to_vec()));
+            rest = &rest[16 + len..];
+        }
+        self.0 = records;
+        Ok(())
+    }
 }
