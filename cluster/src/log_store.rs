@@ -356,14 +356,12 @@ impl WalLogStore {
     /// # Errors
     /// The state file could not be written.
     pub fn persist_committed(&self) -> Result<()> {
-        let _one = lock(&self.inner.saving);
-        let state = lock(&self.inner.state).clone();
-        if *lock(&self.inner.durable_committed) == state.committed {
+        let noted = lock(&self.inner.state).committed;
+        if *lock(&self.inner.durable_committed) == noted {
             return Ok(());
         }
-        self.inner.wal.save_state(&codec::encode(&state)?)?;
-        *lock(&self.inner.durable_committed) = state.committed;
-        Ok(())
+        // The live state as it is: the committed log id noted is part of it.
+        self.inner.write_state(|_| {})
     }
 
     /// The entry at `index`: waiting for its fsync, or in the wal.

@@ -174,18 +174,21 @@ pub(crate) fn keep_snapshot(
 ) -> io::Result<SnapshotData> {
     let head = codec::encode(meta).map_err(io::Error::other)?;
     let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-    let mut out = io::BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+    let file =
+        fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&tmp)?;
+    let mut out = io::BufWriter::with_capacity(1 << 20, file);
     out.write_all(MAGIC)?;
     out.write_all(&(head.len() as u64).to_le_bytes())?;
     out.write_all(&head)?;
     write(&mut out)?;
-    out.into_inner().map_err(io::IntoInnerError::into_error)?.sync_all()?;
+    let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
+    file.sync_all()?;
     fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
     File::open(dir)?.sync_all()?;
-    match read_kept(dir)? {
-        Some((_, data)) => Ok(data),
-        None => Err(io::Error::other("the snapshot just kept is gone")),
-    }
+    // The bytes from the handle that wrote them: the layout `read_kept` reads.
+    let start = 16 + head.len() as u64;
+    let len = file.metadata()?.len() - start;
+    Ok(SnapshotData::File { file: Arc::new(file), start, len })
 }
 
 /// The snapshot kept in the data dir `dir`: its metadata, and its bytes still in the file

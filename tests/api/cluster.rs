@@ -308,6 +308,9 @@ async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() 
     let at = agreed_leader(&nodes).await;
     let status = nodes[at].cluster().await.unwrap();
     assert_eq!(status["leaderId"], nodes[at].id);
+    // The first listed voter starts the cluster; the others wait for it rather than run
+    // elections of their own that would unseat it.
+    assert_eq!(nodes[at].id, 1, "{status}");
     assert_eq!(status["nodes"].as_array().unwrap().len(), 3);
     // The fixture was imported once, on the leader, and every node applied it.
     let rows = list_all(&nodes[at].base(), ADA_READ, 10).await;
