@@ -1,25 +1,30 @@
 //! Forwarding on a cluster node (docs/spec/cluster.md, "Where a request is served"): a node
 //! that does not serve from its own state sends a public request on to the leader over the
 //! cluster link (one hop) and relays the answer; the leader runs a forwarded request through
-//! its own public listener, so it is authenticated, limited, logged and answered exactly as a
-//! request sent to it directly.
+//! the application its listener serves, in process, so it is authenticated, limited, logged and
+//! answered exactly as a request sent to it directly.
 //!
 //! A forwarded request carries `Sheetd-Forwarded-From`; a node never forwards such a request
 //! again (one hop, no loops), it answers `503 cluster_unavailable` instead.
 
-use std::net::SocketAddr;
+use std::rc::Rc;
 use std::time::Duration;
 
-use actix_web::dev::ServiceRequest;
+use actix_http::Request;
+use actix_service::{IntoServiceFactory, Service, ServiceFactory};
+use actix_web::body::{to_bytes_limited, MessageBody};
+use actix_web::dev::{AppConfig, Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
-use actix_web::http::{Method, StatusCode};
-use actix_web::{HttpMessage, HttpResponse};
+use actix_web::http::{Method, StatusCode, Uri};
+use actix_web::{web, HttpMessage, HttpResponse};
 use actors::error::ClusterOutcome;
 use actors::replica::{ClusterDomain, ForwardError, Forwarded, ForwardedReply};
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::auth::AdminToken;
 use crate::error::{cluster_unavailable, ApiError, Code};
+use crate::state::AppState;
 
 /// The header that marks a forwarded request, naming the node that received it.
 pub const FORWARDED_FROM: &str = "sheetd-forwarded-from";
@@ -49,18 +54,38 @@ fn relayed(name: &str) -> bool {
     !HOP_BY_HOP.contains(&name) && name != "date"
 }
 
-/// Makes this node answer requests forwarded to it, through its own public listener at
-/// `public` (its admin listener at `admin`, for an admin request). Runs inside the actix
-/// system (its HTTP client lives there).
-pub fn serve_forwarded(cluster: &ClusterDomain, public: SocketAddr, admin: SocketAddr) {
+/// Makes this node answer requests forwarded to it, through its public application (its
+/// admin application, for an admin request) run in process on the current actix thread: the
+/// request is not sent through this node's own listener again.
+pub fn serve_forwarded(
+    cluster: &ClusterDomain,
+    state: web::Data<AppState>,
+    admin_token: web::Data<AdminToken>,
+) {
     let (tx, mut rx) = mpsc::unbounded_channel::<(Forwarded, oneshot::Sender<ForwardedReply>)>();
     actix_rt::spawn(async move {
-        let client = awc::Client::builder().timeout(FORWARD_TTL).finish();
+        let apps = async {
+            let public = crate::apps::public(state.clone()).into_factory();
+            let admin = crate::apps::admin(state, admin_token).into_factory();
+            Ok::<_, ()>((
+                public.new_service(AppConfig::default()).await?,
+                admin.new_service(AppConfig::default()).await?,
+            ))
+        };
+        let Ok((public, admin)) = apps.await else {
+            tracing::error!("cannot build the applications forwarded requests run through");
+            return;
+        };
+        let (public, admin) = (Rc::new(public), Rc::new(admin));
         while let Some((request, answer)) = rx.recv().await {
-            let client = client.clone();
+            let (public, admin) = (public.clone(), admin.clone());
             actix_rt::spawn(async move {
-                let to = if request.path.starts_with("/admin/") { admin } else { public };
-                let _ = answer.send(run_locally(&client, to, request).await);
+                let reply = if request.path.starts_with("/admin/") {
+                    run_locally(&*admin, request).await
+                } else {
+                    run_locally(&*public, request).await
+                };
+                let _ = answer.send(reply);
             });
         }
     });
@@ -93,41 +118,51 @@ fn failure(status: StatusCode, why: &str) -> ForwardedReply {
     }
 }
 
-/// Runs a forwarded request through this node's listener at `listener`.
-async fn run_locally(
-    client: &awc::Client,
-    listener: SocketAddr,
-    request: Forwarded,
-) -> ForwardedReply {
+/// Runs a forwarded request through `app`, as its listener would.
+async fn run_locally<S, B>(app: &S, request: Forwarded) -> ForwardedReply
+where
+    S: Service<Request, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: MessageBody,
+{
     let Ok(method) = Method::from_bytes(request.method.as_bytes()) else {
         return failure(StatusCode::BAD_REQUEST, "an unknown method");
     };
-    let mut req = client.request(method, format!("http://{listener}{}", request.path));
+    let Ok(uri) = request.path.parse::<Uri>() else {
+        return failure(StatusCode::BAD_REQUEST, "an unreadable path");
+    };
+    let mut req = Request::with_payload(Payload::from(request.body));
+    let head = req.head_mut();
+    head.method = method;
+    head.uri = uri;
     for (name, value) in &request.headers {
         if let (Ok(name), Ok(value)) =
             (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value))
         {
-            req = req.append_header((name, value));
+            head.headers.append(name, value);
         }
     }
-    req = req.insert_header((FORWARDED_FROM, request.from.to_string()));
-    let mut res = match req.send_body(request.body).await {
+    if let Ok(from) = HeaderValue::from_str(&request.from.to_string()) {
+        head.headers.insert(HeaderName::from_static(FORWARDED_FROM), from);
+    }
+    let res = match app.call(req).await {
         Ok(res) => res,
         Err(e) => return failure(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
     };
-    // The answer travels back in one link frame (64 MiB by default); a larger one fails its
-    // forward there, so it is not held here beyond that.
-    let body = match res.body().limit(FORWARDED_ANSWER_MAX).await {
-        Ok(body) => body.to_vec(),
-        Err(e) => return failure(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
-    };
+    let status = res.status().as_u16();
     let headers = res
         .headers()
         .iter()
         .filter(|(name, _)| relayed(name.as_str()))
         .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
         .collect();
-    ForwardedReply { status: res.status().as_u16(), headers, body }
+    // The answer travels back in one link frame (64 MiB by default); a larger one fails its
+    // forward there, so it is not held here beyond that.
+    let body = match to_bytes_limited(res.into_body(), FORWARDED_ANSWER_MAX).await {
+        Ok(Ok(body)) => body.to_vec(),
+        Ok(Err(e)) => return failure(StatusCode::SERVICE_UNAVAILABLE, &e.into().to_string()),
+        Err(_) => return failure(StatusCode::SERVICE_UNAVAILABLE, "the answer is too large"),
+    };
+    ForwardedReply { status, headers, body }
 }
 
 /// Whether `req` may be forwarded (it was not forwarded to this node already).

@@ -3,6 +3,7 @@
 //! # Layout
 //!
 //! - [`config`]: command line and environment.
+//! - [`apps`]: the public and admin applications: routes behind middleware.
 //! - [`server`]: start-up (recovery, seeding), the two listeners, graceful stop.
 //! - [`cluster`]: a cluster node's settings, its shared cursor key, its life as a leader.
 //! - [`local_cluster`]: `sheetd cluster up`, N nodes on this machine for trying a cluster.
@@ -37,6 +38,7 @@
 //! does not use it; the binary gives it a way to start this server in-process.
 
 pub mod api_doc;
+pub mod apps;
 pub mod auth;
 pub mod backup;
 pub mod cli;

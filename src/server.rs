@@ -5,8 +5,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 
-use actix_web::middleware::{from_fn, Compress};
-use actix_web::{web, App, HttpServer};
+use actix_web::{web, HttpServer};
 use actors::directory::fixture::Fixture;
 use actors::directory::keys;
 use actors::directory::{Import, ImportReport};
@@ -16,14 +15,11 @@ use anyhow::Context;
 use rand::RngCore;
 
 use crate::auth::AdminToken;
-use crate::compression;
 use crate::config::ServeArgs;
 use crate::cursor::CursorCodec;
 use crate::maintenance::{CheckpointPolicy, Maintenance};
 use crate::metrics::Metrics;
-use crate::middleware::request_context;
 use crate::rate_limit::RateLimiter;
-use crate::routing::no_route;
 use crate::state::AppState;
 
 /// The embedded demo workspace.
@@ -288,46 +284,25 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
     let admin = TcpListener::bind(args.admin_addr)
         .with_context(|| format!("cannot listen on {}", args.admin_addr))?;
     let (addr, admin_addr) = (public.local_addr()?, admin.local_addr()?);
-    if let Some(cluster) = &state.cluster {
-        crate::forward::serve_forwarded(cluster, addr, admin_addr);
-    }
     let app_state = state.clone();
-    let public = HttpServer::new(move || {
-        App::new()
-            .app_data(app_state.clone())
-            .wrap(from_fn(request_context))
-            .wrap(from_fn(compression::keep_small_plain))
-            .wrap(Compress::default())
-            .wrap(from_fn(compression::negotiate))
-            .service(
-                web::scope("/api/v1")
-                    .configure(crate::routes::configure)
-                    .configure(crate::docs::configure),
-            )
-            .default_service(web::to(no_route))
-    })
-    .workers(threads)
-    .disable_signals()
-    .shutdown_timeout(SHUTDOWN_GRACE_SECS)
-    .listen(public)?
-    .run();
+    let public = HttpServer::new(move || crate::apps::public(app_state.clone()))
+        .workers(threads)
+        .disable_signals()
+        .shutdown_timeout(SHUTDOWN_GRACE_SECS)
+        .listen(public)?
+        .run();
     let admin_state = state.clone();
     let admin_token = web::Data::new(AdminToken::new(&admin_token));
-    let admin = HttpServer::new(move || {
-        App::new()
-            .app_data(admin_state.clone())
-            .app_data(admin_token.clone())
-            .wrap(from_fn(request_context))
-            .wrap(from_fn(compression::keep_small_plain))
-            .wrap(Compress::default())
-            .wrap(from_fn(compression::negotiate))
-            .configure(crate::routes::admin::configure)
-    })
-    .workers(1)
-    .disable_signals()
-    .shutdown_timeout(SHUTDOWN_GRACE_SECS)
-    .listen(admin)?
-    .run();
+    if let Some(cluster) = &state.cluster {
+        crate::forward::serve_forwarded(cluster, state.clone(), admin_token.clone());
+    }
+    let admin =
+        HttpServer::new(move || crate::apps::admin(admin_state.clone(), admin_token.clone()))
+            .workers(1)
+            .disable_signals()
+            .shutdown_timeout(SHUTDOWN_GRACE_SECS)
+            .listen(admin)?
+            .run();
     let servers = [public.handle(), admin.handle()];
     actix_rt::spawn(public);
     actix_rt::spawn(admin);

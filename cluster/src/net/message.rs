@@ -118,6 +118,16 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
     codec::encode(value).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
 }
 
+/// Encodes a message never compressed: a forwarded request or answer. Its body is what a
+/// client sent or will receive, already compressed when the client asked for that, and on a
+/// cluster's network the CPU zstd takes for each page costs more than the bytes it saves.
+pub(crate) fn encode_plain<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    codec::encode_to(value, &mut out)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    Ok(out)
+}
+
 /// Whether the encoded message `bytes` fits a link whose cap is `max`: its frame and its
 /// decoded size both at most `max` (a compressed message decodes larger than it travels).
 pub(crate) fn fits(bytes: &[u8], max: usize) -> bool {

@@ -547,7 +547,7 @@ where
                 Some(forwarder) => Ok(forwarder(request).await),
                 None => Err("this node does not take forwarded requests yet".into()),
             };
-            message::encode(&reply)
+            message::encode_plain(&reply)
         }
     }
 }
