@@ -157,8 +157,13 @@ where
         .collect();
     // The answer travels back in one link frame (64 MiB by default); a larger one fails its
     // forward there, so it is not held here beyond that.
-    let body = match to_bytes_limited(res.into_body(), FORWARDED_ANSWER_MAX).await {
-        Ok(Ok(body)) => body.to_vec(),
+    // A page is one buffer already: taken as it is, not gathered and copied again.
+    let body = match res.into_body().try_into_bytes() {
+        Ok(body) => Ok(Ok(body)),
+        Err(body) => to_bytes_limited(body, FORWARDED_ANSWER_MAX).await,
+    };
+    let body = match body {
+        Ok(Ok(body)) => Vec::from(body),
         Ok(Err(e)) => return failure(StatusCode::SERVICE_UNAVAILABLE, &e.into().to_string()),
         Err(_) => return failure(StatusCode::SERVICE_UNAVAILABLE, "the answer is too large"),
     };

@@ -163,7 +163,8 @@ pub(crate) async fn forward(
 ) -> Result<ForwardedReply, ForwardError> {
     let not_sent = move |reason: String| ForwardError::NotSent { target, reason };
     let no_answer = move |reason: String| ForwardError::NoAnswer { target, reason };
-    let bytes = message::encode_plain(&Request { group, rpc: Rpc::Forward(request) })
+    let size = request.size();
+    let bytes = message::encode_plain(&Request { group, rpc: Rpc::Forward(request) }, size)
         .map_err(|e| not_sent(e.to_string()))?;
     let max = shared.config.max_frame_bytes;
     if !message::fits(&bytes, max) {

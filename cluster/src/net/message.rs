@@ -93,6 +93,25 @@ pub struct ForwardedReply {
     pub body: Vec<u8>,
 }
 
+/// The bytes of a message's header pairs and body: about what it encodes to.
+fn size_of(headers: &[(String, Vec<u8>)], body: &[u8]) -> usize {
+    body.len() + headers.iter().map(|(name, value)| name.len() + value.len() + 2).sum::<usize>()
+}
+
+impl Forwarded {
+    /// About the bytes it encodes to.
+    pub fn size(&self) -> usize {
+        self.path.len() + size_of(&self.headers, &self.body)
+    }
+}
+
+impl ForwardedReply {
+    /// About the bytes it encodes to.
+    pub fn size(&self) -> usize {
+        size_of(&self.headers, &self.body)
+    }
+}
+
 impl Rpc {
     /// The RPC's name, for logs.
     pub fn name(&self) -> &'static str {
@@ -121,8 +140,9 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
 /// Encodes a message never compressed: a forwarded request or answer. Its body is what a
 /// client sent or will receive, already compressed when the client asked for that, and on a
 /// cluster's network the CPU zstd takes for each page costs more than the bytes it saves.
-pub(crate) fn encode_plain<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
-    let mut out = Vec::new();
+/// `size_hint`, the bytes its body and headers take, spares the copies of a growing buffer.
+pub(crate) fn encode_plain<T: Serialize>(value: &T, size_hint: usize) -> io::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(size_hint + 64);
     codec::encode_to(value, &mut out)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     Ok(out)

@@ -31,7 +31,7 @@
 //! server answers with its own; the client proves it knows the secret with an HMAC over both
 //! nonces and both ids, the server checks that proof and only then proves itself the same way
 //! (another label). Both derive one key per direction from the secret and that transcript.
-//! Every later frame ends with an HMAC-SHA256 tag under its direction's key over a sequence
+//! Every later frame ends with a BLAKE3 keyed tag under its direction's key over a sequence
 //! number and the frame's body: a frame cannot be replayed, reordered, dropped unseen or moved
 //! to another connection. The handshake authenticates, it does not encrypt: without TLS the link
 //! is for a trusted network. With it ([`LinkConfig::tls`]), every connection is TLS first, and

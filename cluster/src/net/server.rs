@@ -547,7 +547,8 @@ where
                 Some(forwarder) => Ok(forwarder(request).await),
                 None => Err("this node does not take forwarded requests yet".into()),
             };
-            message::encode_plain(&reply)
+            let size = reply.as_ref().map_or(0, ForwardedReply::size);
+            message::encode_plain(&reply, size)
         }
     }
 }
