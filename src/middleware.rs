@@ -120,6 +120,15 @@ fn local_read(req: &ServiceRequest) -> Result<bool, ApiError> {
     Ok(local && read && !req.path().starts_with("/api/v1/webhooks"))
 }
 
+/// Whether an admin request on a node without the domain goes to the leader. Health, metrics
+/// and the cluster's own routes answer on every node (a membership change forwards itself);
+/// a backup is streamed by the leader, larger than a forwarded answer may be, and says so.
+fn forwarded_admin(path: &str) -> bool {
+    const ON_EVERY_NODE: [&str; 4] =
+        ["/admin/v1/health", "/admin/v1/metrics", "/admin/v1/cluster", "/admin/v1/backup"];
+    path.starts_with("/admin/v1/") && !ON_EVERY_NODE.iter().any(|p| path.starts_with(p))
+}
+
 /// The request middleware. Requests under `/api/` are keyed and rate limited; the admin
 /// listener's are not.
 pub async fn request_context(
@@ -158,6 +167,17 @@ pub async fn request_context(
                     None
                 }
             }
+        }
+        // An admin request that needs the domain, on a cluster node without it: sent on to
+        // the leader like a public one (docs/spec/cluster.md, "Membership": the admin API on
+        // any node, forwarded to the leader).
+        (Some(state), false)
+            if state.cluster.is_some()
+                && forwarded_admin(req.path())
+                && state.try_service().is_none() =>
+        {
+            refused = Some(state.not_serving());
+            None
         }
         _ => None,
     };

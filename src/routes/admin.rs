@@ -490,6 +490,18 @@ pub async fn get_backup(
     _: AdminCaller,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    if let (None, Some(cluster)) = (state.try_service(), &state.cluster) {
+        if !cluster.removed() {
+            let leader = cluster.status().leader;
+            return Err(crate::error::cluster_unavailable(
+                actors::error::ClusterOutcome::NotApplied,
+                leader,
+                "A backup is streamed by the leader: send it to the admin listener of the node \
+                 `leaderId` names.",
+            )
+            .with_detail_field("reason", "not_leader"));
+        }
+    }
     let copies = state.service()?.backup().await?;
     let position = copies.position();
     let files = vec![(crate::backup::CURSOR_KEY_FILE.to_owned(), state.cursors.key().to_vec())];

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::backup;
 use crate::common::{fixture, list_all, send, ADA_READ, ADA_WRITE, ADMIN_TOKEN};
 
 /// A port free on `ip` now, below the range the OS picks outgoing ports from: a node restarted
@@ -402,6 +403,86 @@ async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() 
     }
     assert_eq!(list_all(&nodes[at].base(), ADA_READ, 10).await.len(), 8);
     converged(&nodes).await;
+
+    // The admin API on a follower: what needs the domain is the leader's, forwarded there.
+    let follower = &nodes[(at + 1) % 3];
+    let grants = json!([{"verb": "read", "scopeType": "project", "scopeId": 1}]);
+    let key = json!({"ownerId": 1, "name": "made through a follower", "grants": grants});
+    let (status, created, headers) = send(
+        "POST",
+        &follower.admin_url("/keys"),
+        Some(ADMIN_TOKEN),
+        &[],
+        Some(key.to_string().into_bytes()),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(
+        headers.get("sheetd-served-by").unwrap().to_str().unwrap(),
+        nodes[at].id.to_string()
+    );
+    let secret = created["secret"].as_str().unwrap().to_owned();
+    let url = format!("{}/sheets/10/rows", follower.base());
+    let (status, body, _) = send("GET", &url, Some(&secret), &[], None).await;
+    assert_eq!(status, 200, "the key works at once, through any node: {body}");
+    for node in &nodes {
+        let listed = admin_get(&node.admin_url("/keys")).await.unwrap();
+        let names: Vec<&str> =
+            listed["data"].as_array().unwrap().iter().filter_map(|k| k["name"].as_str()).collect();
+        assert!(names.contains(&"made through a follower"), "node {}: {listed}", node.id);
+    }
+    // A bad admin token is refused by whichever node decides, never forwarded into a 2xx.
+    let (status, body, _) =
+        send("GET", &follower.admin_url("/keys"), Some("adm_wrong"), &[], None).await;
+    assert_eq!(status, 401, "{body}");
+    // A backup is the leader's to stream: a follower names it instead.
+    let (status, body, _) =
+        send("GET", &follower.admin_url("/backup"), Some(ADMIN_TOKEN), &[], None).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["errorCode"], "cluster_unavailable");
+    assert_eq!(body["detail"]["reason"], "not_leader");
+    assert_eq!(body["detail"]["leaderId"], nodes[at].id);
+    // The leader's backup holds the state every node agrees on, and restores into a single
+    // node with the same digest.
+    let file = dir.path().join("cluster.backup");
+    let url = format!("http://{}", nodes[at].admin);
+    let mut digest = None;
+    // The leader's housekeeping may write between the digests: then the state moved, and the
+    // backup is taken again.
+    for _ in 0..5 {
+        let (_, before) = converged(&nodes).await;
+        let out = backup::sheetd(backup::args(&[
+            "backup",
+            "--admin-url",
+            &url,
+            "--admin-token",
+            ADMIN_TOKEN,
+            "--out",
+            backup::path(&file),
+        ]))
+        .await;
+        assert!(out.status.success(), "{}", backup::stderr(&out));
+        let (_, after) = converged(&nodes).await;
+        if before == after {
+            assert_eq!(backup::field(&out, "digest: "), before, "the cluster's state");
+            digest = Some(before);
+            break;
+        }
+    }
+    let digest = digest.expect("the state held still for one backup in five");
+    let restored = dir.path().join("restored");
+    let out = backup::sheetd(backup::args(&[
+        "restore",
+        "--from",
+        backup::path(&file),
+        "--data-dir",
+        backup::path(&restored),
+    ]))
+    .await;
+    assert!(out.status.success(), "{}", backup::stderr(&out));
+    let out = backup::sheetd(backup::args(&["check", "--data-dir", backup::path(&restored)])).await;
+    assert!(out.status.success(), "{}", backup::stderr(&out));
+    assert_eq!(backup::field(&out, "digest: "), digest, "restored as it was taken");
 
     // SIGTERM stops the leader for good: its leadership ends with its shutdown, which must not
     // make it start itself again as a follower.
