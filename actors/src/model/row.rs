@@ -184,13 +184,12 @@ impl Row {
 
     /// One cell, parsed; `None` when the row holds none in `column`.
     pub fn cell(&self, column: ColumnId) -> Option<Value> {
-        let mut found = None;
-        self.visit_cells(|col, raw| {
-            if col == column {
-                found = Some(parse(raw));
-            }
-        });
-        found
+        let mut de = serde_json::Deserializer::from_str(self.cells_json());
+        let mut find = FindCell { column, found: None };
+        // Stops at the cell, so the rest of the row is never parsed; the deserializer then
+        // finds the object unfinished, which is no error here.
+        let _ = (&mut find).deserialize(&mut de);
+        find.found.map(parse)
     }
 
     /// The cells of `columns`, in that order, parsed: `null` for a column the row holds no cell
@@ -308,6 +307,43 @@ impl<'de> Visitor<'de> for Pick<'_, '_> {
 }
 
 /// Walks a cells object, handing each cell's raw JSON to the closure without parsing it.
+/// Finds one column's cell in a cells object, reading no further than it.
+struct FindCell<'de> {
+    column: ColumnId,
+    found: Option<&'de RawValue>,
+}
+
+impl<'de> DeserializeSeed<'de> for &mut FindCell<'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for &mut FindCell<'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a row's cells")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<&'de str>()? {
+            match key.parse::<ColumnId>() {
+                Ok(col) if col == self.column => {
+                    self.found = Some(map.next_value::<&'de RawValue>()?);
+                    return Ok(());
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 struct VisitCells<F>(F);
 
 impl<'de, F: FnMut(ColumnId, &'de RawValue)> DeserializeSeed<'de> for VisitCells<F> {
@@ -629,6 +665,10 @@ mod tests {
         assert_eq!(row.cell(102), Some(json!({"value": 1.5, "format": "0.0", "createdAt": 1})));
         assert_eq!(row.cell(5), Some(Value::Null));
         assert_eq!(row.cell(6), None);
+        // Every cell, first to last in the JSON, read alone as the whole map has it.
+        for (col, value) in &cells {
+            assert_eq!(row.cell(*col).as_ref(), Some(&value.0), "column {col}");
+        }
         assert_eq!(
             row.project(&[Some(103), None, Some(9), Some(103)]),
             vec![json!(true), Value::Null, Value::Null, json!(true)]

@@ -105,13 +105,13 @@ impl Ids {
 #[derive(Clone, Debug, Default)]
 pub struct KeyIndex {
     column: ColumnId,
-    rows: HashMap<KeyValue, Ids>,
+    rows: HashMap<KeyValue, Ids, foldhash::quality::RandomState>,
 }
 
 impl KeyIndex {
     /// The index of `column` over every row of `state` (one scan).
     pub fn build(state: &SheetState, column: ColumnId) -> Self {
-        let mut index = KeyIndex { column, rows: HashMap::new() };
+        let mut index = KeyIndex { column, rows: HashMap::default() };
         for row in state.rows.values() {
             index.insert_row(row);
         }
@@ -124,37 +124,63 @@ impl KeyIndex {
     }
 
     fn insert_row(&mut self, row: &Row) {
-        let Some(key) = KeyValue::of_row(row, self.column) else { return };
+        if let Some(key) = KeyValue::of_row(row, self.column) {
+            self.insert(key, row.id);
+        }
+    }
+
+    fn insert(&mut self, key: KeyValue, id: RowId) {
         match self.rows.get_mut(&key) {
             None => {
-                self.rows.insert(key, Ids::One(row.id));
+                self.rows.insert(key, Ids::One(id));
             }
-            Some(Ids::One(id)) if *id == row.id => {}
+            Some(Ids::One(one)) if *one == id => {}
             Some(ids @ Ids::One(_)) => {
                 let first = ids.as_slice()[0];
-                *ids = Ids::Many(vec![first, row.id]);
+                *ids = Ids::Many(vec![first, id]);
             }
             Some(Ids::Many(list)) => {
-                if !list.contains(&row.id) {
-                    list.push(row.id);
+                if !list.contains(&id) {
+                    list.push(id);
                 }
             }
         }
     }
 
+    /// From `old` (the row as it was, if it was) to `new`: nothing to do when its key is the
+    /// same, as it is for every update an upsert makes by its key.
+    fn replace_row(&mut self, old: Option<&Row>, new: &Row) {
+        let key = KeyValue::of_row(new, self.column);
+        let old_key = old.and_then(|old| KeyValue::of_row(old, self.column));
+        if old_key == key {
+            return;
+        }
+        if let Some(old_key) = old_key {
+            self.remove(&old_key, new.id);
+        }
+        if let Some(key) = key {
+            self.insert(key, new.id);
+        }
+    }
+
     fn remove_row(&mut self, row: &Row) {
-        let Some(key) = KeyValue::of_row(row, self.column) else { return };
-        let Some(ids) = self.rows.get_mut(&key) else { return };
+        if let Some(key) = KeyValue::of_row(row, self.column) {
+            self.remove(&key, row.id);
+        }
+    }
+
+    fn remove(&mut self, key: &KeyValue, id: RowId) {
+        let Some(ids) = self.rows.get_mut(key) else { return };
         match ids {
-            Ids::One(id) if *id == row.id => {
-                self.rows.remove(&key);
+            Ids::One(one) if *one == id => {
+                self.rows.remove(key);
             }
             Ids::One(_) => {}
             Ids::Many(list) => {
-                list.retain(|id| *id != row.id);
+                list.retain(|one| *one != id);
                 match list.as_slice() {
                     [] => {
-                        self.rows.remove(&key);
+                        self.rows.remove(key);
                     }
                     [only] => *ids = Ids::One(*only),
                     _ => {}
@@ -184,14 +210,12 @@ impl KeyIndexes {
         if self.by_column.is_empty() {
             return;
         }
-        let mut replaced: HashMap<RowId, &Arc<Row>> = HashMap::new();
+        let mut replaced: HashMap<RowId, &Arc<Row>, foldhash::fast::RandomState> =
+            HashMap::with_capacity_and_hasher(write.put.len(), Default::default());
         for row in &write.put {
             let old = replaced.get(&row.id).copied().or_else(|| state.rows.get(&row.id));
             for index in self.by_column.values_mut() {
-                if let Some(old) = old {
-                    index.remove_row(old);
-                }
-                index.insert_row(row);
+                index.replace_row(old.map(|old| &**old), row);
             }
             replaced.insert(row.id, row);
         }
