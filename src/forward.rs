@@ -65,8 +65,9 @@ pub fn serve_forwarded(
     let (tx, mut rx) = mpsc::unbounded_channel::<(Forwarded, oneshot::Sender<ForwardedReply>)>();
     actix_rt::spawn(async move {
         let apps = async {
-            let public = crate::apps::public(state.clone()).into_factory();
-            let admin = crate::apps::admin(state, admin_token).into_factory();
+            use crate::apps::{admin, application, public};
+            let public = application(public(state.clone())).into_factory();
+            let admin = application(admin(state, admin_token)).into_factory();
             Ok::<_, ()>((
                 public.new_service(AppConfig::default()).await?,
                 admin.new_service(AppConfig::default()).await?,

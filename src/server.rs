@@ -285,24 +285,26 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         .with_context(|| format!("cannot listen on {}", args.admin_addr))?;
     let (addr, admin_addr) = (public.local_addr()?, admin.local_addr()?);
     let app_state = state.clone();
-    let public = HttpServer::new(move || crate::apps::public(app_state.clone()))
-        .workers(threads)
-        .disable_signals()
-        .shutdown_timeout(SHUTDOWN_GRACE_SECS)
-        .listen(public)?
-        .run();
+    let public =
+        HttpServer::new(move || crate::apps::application(crate::apps::public(app_state.clone())))
+            .workers(threads)
+            .disable_signals()
+            .shutdown_timeout(SHUTDOWN_GRACE_SECS)
+            .listen(public)?
+            .run();
     let admin_state = state.clone();
     let admin_token = web::Data::new(AdminToken::new(&admin_token));
     if let Some(cluster) = &state.cluster {
         crate::forward::serve_forwarded(cluster, state.clone(), admin_token.clone());
     }
-    let admin =
-        HttpServer::new(move || crate::apps::admin(admin_state.clone(), admin_token.clone()))
-            .workers(1)
-            .disable_signals()
-            .shutdown_timeout(SHUTDOWN_GRACE_SECS)
-            .listen(admin)?
-            .run();
+    let admin = HttpServer::new(move || {
+        crate::apps::application(crate::apps::admin(admin_state.clone(), admin_token.clone()))
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(SHUTDOWN_GRACE_SECS)
+    .listen(admin)?
+    .run();
     let servers = [public.handle(), admin.handle()];
     actix_rt::spawn(public);
     actix_rt::spawn(admin);
