@@ -194,12 +194,16 @@ async fn restart_after_answers(state: &AppState) -> ! {
 
 /// Starts this process again with the same arguments, in place (see the module docs).
 fn restart() -> ! {
+    use std::io::Write;
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe();
+    // The queued log lines (this restart's reason among them) would go with the process.
+    crate::logging::flush();
     let error = match exe {
         Ok(exe) => std::process::Command::new(exe).args(std::env::args_os().skip(1)).exec(),
         Err(e) => e,
     };
-    tracing::error!(error = %error, "cannot restart the process; exiting");
+    // The log's thread has ended: this line goes to stderr directly (and is lost with it).
+    let _ = writeln!(std::io::stderr(), "sheetd: cannot restart the process; exiting: {error}");
     std::process::exit(1);
 }

@@ -30,6 +30,7 @@
 //! - [`prometheus`]: the text format the admin metrics endpoint speaks.
 //! - [`maintenance`]: background checkpoints and side-store housekeeping.
 //! - [`webhooks`]: webhook deliveries (X8): address checks, signatures, the delivery thread.
+//! - [`logging`]: the log's filter and format, and the server's writer thread.
 //! - [`cli`]: the offline operator commands (`sheetd key ...`, `sheetd check`).
 //! - [`backup`]: `sheetd backup`, `sheetd backup verify` and `sheetd restore`, and the admin
 //!   endpoint's stream of a backup.
@@ -53,6 +54,7 @@ pub mod forward;
 pub mod idempotency;
 pub mod input;
 pub mod local_cluster;
+pub mod logging;
 pub mod maintenance;
 pub mod metrics;
 pub mod middleware;

@@ -1,6 +1,6 @@
-//! The `sheetd` binary: the command line, logging, and dispatch. It is where the server library
-//! and the load generator meet: `sheetd bench` is [`sheetd_bench`] with this binary's server as
-//! its own server, and neither library knows the other.
+//! The `sheetd` binary: the command line and dispatch (the log is [`sheetd::logging`]'s). It is
+//! where the server library and the load generator meet: `sheetd bench` is [`sheetd_bench`]
+//! with this binary's server as its own server, and neither library knows the other.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -56,34 +56,6 @@ enum Command {
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// The log filter when `RUST_LOG` is unset. actix-http's connection dispatcher logs at ERROR
-/// every request its own parser refuses (a 64 KB URI, too many headers, a control character in
-/// a header, a conflicting `Content-Length` and `Transfer-Encoding`) before sheetd sees it. Those
-/// are the client's faults, answered with a bare 400/431, and a filter cannot lower an event's
-/// level, so that target is off by default; sheetd's own errors keep their level. openraft
-/// logs every replication stream's start and end at INFO: its warnings and errors are kept, and
-/// the cluster's own lines say what an operator needs (leadership, restarts).
-const DEFAULT_LOG_FILTER: &str = "info,actix_http::h1::dispatcher=off,openraft=warn";
-
-/// `default_level` applies when `RUST_LOG` is unset, beside [`DEFAULT_LOG_FILTER`]'s rule.
-fn init_logging(json: bool, default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| DEFAULT_LOG_FILTER.replacen("info", default_level, 1).into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        // A log line that cannot be written (stderr on a full disk) is dropped. By default the
-        // subscriber reports that with `eprintln!`, which panics when stderr fails too, and
-        // the panic took down the actor whose event it was.
-        .log_internal_errors(false)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
-
 /// `sheetd cluster ...`.
 #[derive(Debug, Subcommand)]
 enum ClusterCommand {
@@ -95,7 +67,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
-            init_logging(args.log_json, "info");
+            sheetd::logging::init_server(args.log_json);
             let opts = Options { args: *args, clock: Default::default(), print_secrets: true };
             let result = actix_rt::System::new().block_on(async move {
                 let running = server::start(opts).await?;
@@ -103,6 +75,8 @@ fn main() -> ExitCode {
                 tracing::info!("stopping: draining in-flight requests");
                 server::stop(running).await
             });
+            // Every line logged before the last words below.
+            sheetd::logging::flush();
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -112,28 +86,28 @@ fn main() -> ExitCode {
             }
         }
         Command::Check { data_dir } => {
-            init_logging(false, "info");
+            sheetd::logging::init(false, "info");
             sheetd::cli::check(&data_dir)
         }
         Command::Key(cmd) => {
-            init_logging(false, "info");
+            sheetd::logging::init(false, "info");
             sheetd::cli::key(cmd)
         }
         Command::Backup(args) => {
-            init_logging(false, "warn");
+            sheetd::logging::init(false, "warn");
             sheetd::backup::backup(args)
         }
         Command::Restore(args) => {
-            init_logging(false, "warn");
+            sheetd::logging::init(false, "warn");
             sheetd::backup::restore(args)
         }
         Command::Cluster(ClusterCommand::Up(args)) => {
-            init_logging(false, "warn");
+            sheetd::logging::init(false, "warn");
             sheetd::local_cluster::up(args)
         }
         Command::Bench(args) => {
             // The own server's per-request info lines would bury the table.
-            init_logging(false, "warn");
+            sheetd::logging::init(false, "warn");
             sheetd_bench::main(*args, own_server)
         }
     }
