@@ -101,6 +101,9 @@ pub(crate) const SNAPSHOT_FILE: &str = "raft-snapshot";
 /// reads and writes again in this one.
 const MAGIC: &[u8; 8] = b"sheetdR2";
 
+/// Where a kept snapshot's metadata begins: after the magic and the metadata's length.
+const HEAD_AT: u64 = MAGIC.len() as u64 + 8;
+
 /// The older form of `raft-snapshot`: the snapshot's metadata, then its bytes, encoded as one.
 #[derive(Serialize, Deserialize)]
 struct StoredSnapshot {
@@ -186,7 +189,7 @@ pub(crate) fn keep_snapshot(
     fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
     File::open(dir)?.sync_all()?;
     // The bytes from the handle that wrote them: the layout `read_kept` reads.
-    let start = 16 + head.len() as u64;
+    let start = HEAD_AT + head.len() as u64;
     let len = file.metadata()?.len() - start;
     Ok(SnapshotData::File { file: Arc::new(file), start, len })
 }
@@ -206,23 +209,23 @@ pub(crate) fn read_kept(dir: &Path) -> io::Result<Option<(SnapshotMeta, Snapshot
     let damaged = || io::Error::new(io::ErrorKind::InvalidData, "a damaged Raft snapshot file");
     let len = file.metadata()?.len();
     let mut word = [0u8; 8];
-    if len >= 16 {
+    if len >= HEAD_AT {
         file.read_exact_at(&mut word, 0)?;
     }
-    if len < 16 || &word != MAGIC {
+    if len < HEAD_AT || &word != MAGIC {
         // The older form.
         let stored: StoredSnapshot = codec::decode(&fs::read(&path)?).map_err(|_| damaged())?;
         return Ok(Some((stored.meta, SnapshotData::Bytes(stored.data))));
     }
-    file.read_exact_at(&mut word, 8)?;
+    file.read_exact_at(&mut word, MAGIC.len() as u64)?;
     let head_len = u64::from_le_bytes(word);
-    if head_len > len - 16 || head_len > 1 << 30 {
+    if head_len > len - HEAD_AT || head_len > 1 << 30 {
         return Err(damaged());
     }
     let mut head = vec![0u8; head_len as usize];
-    file.read_exact_at(&mut head, 16)?;
+    file.read_exact_at(&mut head, HEAD_AT)?;
     let meta: SnapshotMeta = codec::decode(&head).map_err(|_| damaged())?;
-    let start = 16 + head_len;
+    let start = HEAD_AT + head_len;
     Ok(Some((meta, SnapshotData::File { file: Arc::new(file), start, len: len - start })))
 }
 

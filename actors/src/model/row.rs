@@ -306,7 +306,6 @@ impl<'de> Visitor<'de> for Pick<'_, '_> {
     }
 }
 
-/// Walks a cells object, handing each cell's raw JSON to the closure without parsing it.
 /// Finds one column's cell in a cells object, reading no further than it.
 struct FindCell<'de> {
     column: ColumnId,
@@ -344,6 +343,7 @@ impl<'de> Visitor<'de> for &mut FindCell<'de> {
     }
 }
 
+/// Walks a cells object, handing each cell's raw JSON to the closure without parsing it.
 struct VisitCells<F>(F);
 
 impl<'de, F: FnMut(ColumnId, &'de RawValue)> DeserializeSeed<'de> for VisitCells<F> {
