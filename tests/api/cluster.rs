@@ -317,6 +317,26 @@ async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() 
     let rows = list_all(&nodes[at].base(), ADA_READ, 10).await;
     assert_eq!(rows.len(), 4, "{rows:?}");
     converged(&nodes).await;
+    // Listed by raft address alone, each voter tells the leader its API address, and every
+    // node's view comes to show all three.
+    let want: HashMap<u64, String> = nodes.iter().map(|n| (n.id, n.api.clone())).collect();
+    for node in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let view = node.cluster().await.unwrap();
+            let shown: HashMap<u64, String> = view["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| (n["id"].as_u64().unwrap(), n["apiAddr"].as_str().unwrap().to_owned()))
+                .collect();
+            if shown == want {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {}: {view}", node.id);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     for (i, node) in nodes.iter().enumerate() {
         // A follower sends the request on to the leader and relays its answer.
         let url = format!("{}/sheets/10/rows", node.base());
@@ -1412,6 +1432,12 @@ async fn a_single_node_grows_into_a_cluster_and_its_first_node_leaves_with_nothi
         nodes.push(node);
     }
     let mut after = writers.stop().await;
+    // Each membership entry moved the leader's epoch on: the directory, untouched since,
+    // re-syncs before it decides, so the first admin write after the changes succeeds at once.
+    let grants = json!([{"verb": "read", "scopeType": "project", "scopeId": 1}]);
+    let key = json!({"ownerId": 1, "name": "after the joins", "grants": grants});
+    let (status, reply) = admin_send("POST", &nodes[0].admin_url("/keys"), Some(key)).await;
+    assert_eq!(status, 201, "{reply}");
     let writers = RetryingWriters::start(&nodes, "moved", 4);
     actix_rt::time::sleep(Duration::from_millis(500)).await;
     let (status, reply) = admin_send("DELETE", &nodes[0].admin_url("/cluster/nodes/1"), None).await;

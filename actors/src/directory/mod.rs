@@ -162,9 +162,10 @@ impl DirectoryActor {
         reply: T,
     ) -> ResponseFuture<Result<T>> {
         // Directory changes may use the log's reserve below the free-space floor: revoking a
-        // key or a share must work while row writes are refused for lack of space. The epoch
-        // refuses a change decided on state the log may have lost since (a heal): the first
-        // change after a heal re-syncs and answers 503, and its retry decides afresh.
+        // key or a share must work while row writes are refused for lack of space. Each
+        // handler re-syncs before it decides; the epoch still refuses a change decided on state
+        // the log lost in between (a heal while it was decided), which answers 503 and whose
+        // retry decides afresh.
         let options = AppendOptions { reserve: true, epoch: Some(self.publisher.epoch()) };
         let appended = match self.shared.append(&record, options, |_| {}) {
             Ok(appended) => appended,
@@ -196,6 +197,7 @@ impl Handler<Import> for DirectoryActor {
     type Result = ResponseFuture<Result<ImportReport>>;
 
     fn handle(&mut self, msg: Import, _: &mut Self::Context) -> Self::Result {
+        self.resync();
         let now = self.shared.clock.now();
         let (batch, issued) =
             match fixture::prepare(msg.0, &self.state, self.shared.row_ids.peek(), now) {
@@ -249,6 +251,7 @@ impl Handler<CreateKey> for DirectoryActor {
     type Result = ResponseFuture<Result<(ApiKey, String)>>;
 
     fn handle(&mut self, msg: CreateKey, _: &mut Self::Context) -> Self::Result {
+        self.resync();
         let build = || -> Result<(ApiKey, String)> {
             let grants = keys::check_new_key(&self.state, msg.owner_id, &msg.grants)?;
             let now = self.shared.clock.now();
@@ -283,6 +286,7 @@ impl Handler<RevokeKey> for DirectoryActor {
     type Result = ResponseFuture<Result<ApiKey>>;
 
     fn handle(&mut self, msg: RevokeKey, _: &mut Self::Context) -> Self::Result {
+        self.resync();
         let Some(key) = self.state.keys.get(&msg.0).cloned() else {
             return Box::pin(async move { Err(Error::NotFound(format!("key {}", msg.0))) });
         };
@@ -300,6 +304,7 @@ impl Handler<SetShare> for DirectoryActor {
     type Result = ResponseFuture<Result<()>>;
 
     fn handle(&mut self, msg: SetShare, _: &mut Self::Context) -> Self::Result {
+        self.resync();
         let s = &self.state;
         let exists = match msg.scope_type {
             ScopeType::Project => s.projects.contains_key(&msg.scope_id),
@@ -330,6 +335,7 @@ impl Handler<SetPlan> for DirectoryActor {
     type Result = ResponseFuture<Result<()>>;
 
     fn handle(&mut self, msg: SetPlan, _: &mut Self::Context) -> Self::Result {
+        self.resync();
         if !self.state.users.contains_key(&msg.user_id) {
             return Box::pin(async move { Err(Error::NotFound(format!("user {}", msg.user_id))) });
         }
