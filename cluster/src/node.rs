@@ -182,6 +182,7 @@ impl<A: Apply> GroupNode<A> {
             LinkConfig {
                 tls: config.tls.clone(),
                 spool_dir: Some(config.dir.clone()),
+                api_addr: reachable_api_addr(&config.api_addr, config.raft_addr),
                 ..LinkConfig::new(config.node_id, config.secret.clone())
             },
         )?;
@@ -215,6 +216,7 @@ impl<A: Apply> GroupNode<A> {
             contact,
         });
         node.link.runtime().spawn(snapshot_when_due(Arc::downgrade(&node)));
+        node.link.runtime().spawn(announce_api_addr(Arc::downgrade(&node)));
         Ok(node)
     }
 
@@ -427,6 +429,17 @@ impl<A: Apply> GroupNode<A> {
         }
     }
 
+    /// Where clients reach member `id`, as it told this node (or this node's own), if known.
+    /// Members added with `POST /admin/v1/cluster/nodes` carry the address given there in the
+    /// membership itself.
+    fn api_addr_of(&self, id: NodeId) -> Option<String> {
+        if id == self.config.node_id {
+            Some(reachable_api_addr(&self.config.api_addr, self.config.raft_addr))
+        } else {
+            self.link.told_api_addr(id)
+        }
+    }
+
     /// What this node knows of its group now.
     pub fn status(&self) -> Status {
         let m = self.raft.metrics().borrow_watched().clone();
@@ -459,7 +472,11 @@ impl<A: Apply> GroupNode<A> {
                         .and_then(|t| t.as_ref())
                         .map(|t| openraft::Instant::elapsed(&**t).as_millis() as u64)
                 };
-                Member { id: *id, node: node.clone(), voter, role, matched, last_heard_ms }
+                let mut node = node.clone();
+                if node.api_addr.is_empty() {
+                    node.api_addr = self.api_addr_of(*id).unwrap_or_default();
+                }
+                Member { id: *id, node, voter, role, matched, last_heard_ms }
             })
             .collect();
         let role = match m.state {
@@ -499,6 +516,56 @@ impl<A: Apply> GroupNode<A> {
             .await
             .map_err(io::Error::other)?
             .map_err(io::Error::other)
+    }
+}
+
+/// How often a node tells its API address to the members that have not answered it yet.
+const ANNOUNCE_EVERY: Duration = Duration::from_secs(1);
+
+/// Tells every other member once where clients reach this node, and learns theirs from the
+/// answers, retrying each one that did not answer every [`ANNOUNCE_EVERY`], until the node is
+/// gone. A peer that restarts tells this node again, and learns this node's address from the
+/// answer; so one exchange per pair is enough. Addresses live in memory only: the membership
+/// of `--initial-cluster` names raft addresses alone, and recording an address in the log
+/// would append a membership entry, which pauses every write for its commit.
+async fn announce_api_addr<A: Apply>(node: std::sync::Weak<GroupNode<A>>) {
+    let mut tick = tokio::time::interval(ANNOUNCE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut answered = BTreeSet::new();
+    loop {
+        tick.tick().await;
+        let Some(node) = node.upgrade() else { return };
+        let me = node.config.node_id;
+        let peers: Vec<(NodeId, String)> = {
+            let m = node.raft.metrics();
+            let m = m.borrow_watched();
+            let membership = m.membership_config.membership();
+            membership
+                .nodes()
+                .filter(|(id, _)| **id != me && !answered.contains(*id))
+                .map(|(id, n)| (*id, n.raft_addr.clone()))
+                .collect()
+        };
+        for (id, raft_addr) in peers {
+            match node.link.announce(id, &raft_addr, node.config.group, ANNOUNCE_EVERY).await {
+                Ok(()) => {
+                    answered.insert(id);
+                }
+                Err(e) => tracing::debug!(peer = id, error = %e, "API address not told yet"),
+            }
+        }
+    }
+}
+
+/// The address clients reach a node listening on `api_addr` at: itself, unless it listens on
+/// every address (`0.0.0.0`, `::`), which names no host; then the host of its raft address,
+/// when that names one, with the API's port.
+fn reachable_api_addr(api_addr: &str, raft_addr: SocketAddr) -> String {
+    match api_addr.parse::<SocketAddr>() {
+        Ok(api) if api.ip().is_unspecified() && !raft_addr.ip().is_unspecified() => {
+            SocketAddr::new(raft_addr.ip(), api.port()).to_string()
+        }
+        _ => api_addr.to_owned(),
     }
 }
 
@@ -610,5 +677,34 @@ async fn snapshot_when_due<A: Apply>(node: std::sync::Weak<GroupNode<A>>) {
         if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.persist_committed()).await {
             tracing::warn!(error = %e, "the committed log id was not saved");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reachable_api_addr;
+
+    #[test]
+    fn an_api_address_on_every_interface_takes_the_raft_host() {
+        let raft = "10.0.0.2:9101".parse().unwrap();
+        assert_eq!(reachable_api_addr("0.0.0.0:8080", raft), "10.0.0.2:8080");
+        assert_eq!(
+            reachable_api_addr("[::]:8080", "[fd00::2]:9101".parse().unwrap()),
+            "[fd00::2]:8080"
+        );
+    }
+
+    #[test]
+    fn a_named_api_address_is_kept() {
+        assert_eq!(
+            reachable_api_addr("127.0.0.2:8080", "127.0.0.2:9102".parse().unwrap()),
+            "127.0.0.2:8080"
+        );
+        // Nothing better is known when the raft address names no host either.
+        assert_eq!(
+            reachable_api_addr("0.0.0.0:8080", "0.0.0.0:9101".parse().unwrap()),
+            "0.0.0.0:8080"
+        );
+        assert_eq!(reachable_api_addr("", "127.0.0.1:9101".parse().unwrap()), "");
     }
 }

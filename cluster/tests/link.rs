@@ -220,3 +220,29 @@ async fn outgoing_connections_leave_from_the_raft_host() {
     assert!(matches!(failed, Err(RPCError::Unreachable(_))), "{failed:?}");
     caller.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_tells_its_own_api_address_and_learns_the_nodes_but_no_other() {
+    use cluster::net::Announce;
+
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        LinkConfig { api_addr: "127.0.0.1:8080".into(), ..LinkConfig::new(NODE, secret()) };
+    let node = Node::start_with(config, dir.path(), "127.0.0.1:0".parse().unwrap()).await;
+    let mut channel = within(5, "a handshake", connect(node.addr, &secret())).await.unwrap();
+    let mut tell = async |from: u64, api_addr: &str| -> Result<String, String> {
+        let rpc = Rpc::Announce(Announce { node: from, api_addr: api_addr.into() });
+        let bytes = wal::codec::encode(&Request { group: DEFAULT_GROUP, rpc }).unwrap();
+        channel.send(&bytes).await.unwrap();
+        let reply = within(5, "an answer", channel.recv(1 << 20)).await.unwrap();
+        wal::codec::decode(&reply).unwrap()
+    };
+    // Another node's address is refused, and not kept.
+    let refused = tell(PEER + 1, "127.0.0.66:8080").await;
+    assert!(refused.unwrap_err().contains("cannot tell"));
+    assert_eq!(node.link.told_api_addr(PEER + 1), None);
+    // Its own is kept, and answered with the node's.
+    assert_eq!(tell(PEER, "127.0.0.9:8080").await, Ok("127.0.0.1:8080".to_owned()));
+    assert_eq!(node.link.told_api_addr(PEER).as_deref(), Some("127.0.0.9:8080"));
+    node.stop().await;
+}

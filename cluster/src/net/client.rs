@@ -28,7 +28,7 @@ use tokio::net::TcpSocket;
 use tokio::time::{timeout_at, Instant};
 
 use super::channel::Channel;
-use super::message::{self, Forwarded, ForwardedReply, Reply, Request, Rpc};
+use super::message::{self, Announce, Forwarded, ForwardedReply, Reply, Request, Rpc};
 use super::server::ForwardError;
 use super::server::LinkShared;
 use super::tls::LinkStream;
@@ -161,11 +161,38 @@ pub(crate) async fn forward(
     request: Forwarded,
     ttl: Duration,
 ) -> Result<ForwardedReply, ForwardError> {
-    let not_sent = move |reason: String| ForwardError::NotSent { target, reason };
-    let no_answer = move |reason: String| ForwardError::NoAnswer { target, reason };
     let size = request.size();
     let bytes = message::encode_plain(&Request { group, rpc: Rpc::Forward(request) }, size)
-        .map_err(|e| not_sent(e.to_string()))?;
+        .map_err(|e| ForwardError::NotSent { target, reason: e.to_string() })?;
+    forwarding_exchange(shared, target, addr, bytes, ttl).await
+}
+
+/// This node's API address told to `target`, answered with the target's: see
+/// [`super::ClusterLink::announce`].
+pub(crate) async fn announce(
+    shared: Arc<LinkShared>,
+    target: NodeId,
+    addr: &str,
+    group: GroupId,
+    announce: Announce,
+    ttl: Duration,
+) -> Result<String, ForwardError> {
+    let bytes = message::encode(&Request { group, rpc: Rpc::Announce(announce) })
+        .map_err(|e| ForwardError::NotSent { target, reason: e.to_string() })?;
+    forwarding_exchange(shared, target, addr, bytes, ttl).await
+}
+
+/// Sends the encoded request `bytes` to `target` on a forwarding connection (a kept one, or
+/// a new one) and decodes its reply, all within `ttl`.
+async fn forwarding_exchange<T: DeserializeOwned>(
+    shared: Arc<LinkShared>,
+    target: NodeId,
+    addr: &str,
+    bytes: Vec<u8>,
+    ttl: Duration,
+) -> Result<T, ForwardError> {
+    let not_sent = move |reason: String| ForwardError::NotSent { target, reason };
+    let no_answer = move |reason: String| ForwardError::NoAnswer { target, reason };
     let max = shared.config.max_frame_bytes;
     if !message::fits(&bytes, max) {
         return Err(not_sent(format!("a request over the link's cap of {max} bytes")));
@@ -219,8 +246,7 @@ pub(crate) async fn forward(
     }));
     let reply =
         (&mut exchanged.0).await.map_err(|_| not_sent("the cluster link has stopped".into()))??;
-    let reply: Reply<ForwardedReply> =
-        message::decode(&reply, max).map_err(|e| no_answer(e.to_string()))?;
+    let reply: Reply<T> = message::decode(&reply, max).map_err(|e| no_answer(e.to_string()))?;
     reply.map_err(no_answer)
 }
 

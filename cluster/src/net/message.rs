@@ -62,6 +62,20 @@ pub enum Rpc {
     /// A client's request a follower sends on to the leader, answered with a
     /// [`ForwardedReply`].
     Forward(Forwarded),
+    /// A node tells a peer where clients reach it, answered with where clients reach the
+    /// peer.
+    Announce(Announce),
+}
+
+/// A node's API address, told to a peer (docs/spec/cluster.md: a node's public address is
+/// told to its peers). The voters of `--initial-cluster` are listed by raft address only, so
+/// this is how their peers learn where clients reach them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Announce {
+    /// The node telling.
+    pub node: u64,
+    /// Where clients reach it.
+    pub api_addr: String,
 }
 
 /// A client's HTTP request as a follower received it, sent on to the leader over the link
@@ -123,6 +137,7 @@ impl Rpc {
             Rpc::SnapshotPart { .. } => "snapshot_part",
             Rpc::TransferLeader(_) => "transfer_leader",
             Rpc::Forward(_) => "forward",
+            Rpc::Announce(_) => "announce",
         }
     }
 }

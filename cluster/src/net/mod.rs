@@ -57,7 +57,7 @@ mod tls;
 pub use channel::Channel;
 pub use client::{Network, PeerClient};
 pub use frame::HANDSHAKE_FRAME_MAX;
-pub use message::{Forwarded, ForwardedReply, Request, Rpc};
+pub use message::{Announce, Forwarded, ForwardedReply, Request, Rpc};
 pub use server::{ClusterLink, ForwardError, Forwarder};
 pub use tls::{LinkStream, LinkTls};
 
@@ -123,6 +123,9 @@ pub struct LinkConfig {
     /// Where a snapshot arriving in parts is gathered (see [`crate::Spool`]): the data dir,
     /// so a large one is never held whole in memory; in memory when `None`.
     pub spool_dir: Option<std::path::PathBuf>,
+    /// Where clients reach this node, told to peers ([`ClusterLink::announce`]); empty when
+    /// it serves no clients.
+    pub api_addr: String,
 }
 
 impl LinkConfig {
@@ -139,6 +142,7 @@ impl LinkConfig {
             max_connections: 160,
             tls: None,
             spool_dir: None,
+            api_addr: String::new(),
         }
     }
 }

@@ -29,7 +29,7 @@ use tokio::time::timeout;
 
 use super::channel::Channel;
 use super::client::Network;
-use super::message::{self, Forwarded, ForwardedReply, Reply, Request, Rpc};
+use super::message::{self, Announce, Forwarded, ForwardedReply, Reply, Request, Rpc};
 use super::tls::LinkStream;
 use super::LinkConfig;
 use crate::contact::Contact;
@@ -46,6 +46,8 @@ pub(crate) struct LinkShared {
     pub(crate) local_ip: Option<IpAddr>,
     /// What answers requests forwarded to this node, once the server set it.
     pub(crate) forwarder: std::sync::OnceLock<Forwarder>,
+    /// The API addresses peers told this node, by node (see [`ClusterLink::announce`]).
+    pub(crate) told: Mutex<std::collections::HashMap<NodeId, String>>,
     /// Authenticated connections kept for forwarding, by target, with when each was last
     /// used: a forward reuses one instead of a handshake per request.
     pub(crate) forward_pool: Mutex<ForwardPool>,
@@ -58,6 +60,15 @@ pub(crate) struct LinkShared {
     pub(crate) forward_handshakes: Arc<Semaphore>,
     /// Snapshots this node sent whole to a peer that installed them.
     pub(crate) snapshots_sent: std::sync::atomic::AtomicU64,
+}
+
+impl LinkShared {
+    /// Keeps the API address node `id` told (an empty one tells nothing).
+    fn was_told(&self, id: NodeId, api_addr: String) {
+        if !api_addr.is_empty() {
+            lock(&self.told).insert(id, api_addr);
+        }
+    }
 }
 
 impl fmt::Debug for LinkShared {
@@ -154,6 +165,7 @@ impl ClusterLink {
                 handle,
                 local_ip,
                 forwarder: std::sync::OnceLock::new(),
+                told: Mutex::default(),
                 forward_pool: Mutex::default(),
                 forwards: Arc::new(Semaphore::new(super::client::FORWARDS_AT_ONCE)),
                 forward_handshakes: Arc::new(Semaphore::new(super::client::FORWARD_HANDSHAKES)),
@@ -223,6 +235,31 @@ impl ClusterLink {
     /// Sets what answers requests forwarded to this node (once; later calls change nothing).
     pub fn set_forwarder(&self, forwarder: Forwarder) {
         let _ = self.shared.forwarder.set(forwarder);
+    }
+
+    /// Tells node `target` at its raft address `addr` where clients reach this node
+    /// ([`LinkConfig::api_addr`]), and learns where clients reach it from its answer.
+    ///
+    /// # Errors
+    /// See [`ForwardError`]; telling it again is harmless.
+    pub async fn announce(
+        &self,
+        target: NodeId,
+        addr: &str,
+        group: GroupId,
+        ttl: Duration,
+    ) -> Result<(), ForwardError> {
+        let config = &self.shared.config;
+        let announce = Announce { node: config.node_id, api_addr: config.api_addr.clone() };
+        let shared = Arc::clone(&self.shared);
+        let theirs = super::client::announce(shared, target, addr, group, announce, ttl).await?;
+        self.shared.was_told(target, theirs);
+        Ok(())
+    }
+
+    /// The API address node `id` told this one, if it did.
+    pub fn told_api_addr(&self, id: NodeId) -> Option<String> {
+        lock(&self.shared.told).get(&id).cloned()
     }
 
     /// Sends `request` to node `target` at its raft address `addr` and waits at most `ttl` for
@@ -406,7 +443,7 @@ async fn serve_connection<SM>(
                 let part = Part { vote, meta, offset, total, data };
                 snapshot_part(&serving, &mut parts, part).await
             }
-            Ok(request) => dispatch(&serving, request).await,
+            Ok(request) => dispatch(&serving, node, request).await,
             Err(e) => Err(e),
         };
         let sent = match reply {
@@ -504,8 +541,9 @@ where
     message::encode(&installed.map(Some).map_err(|e| e.to_string()))
 }
 
-/// Answers one request with the local Raft: the encoded [`Reply`] of its RPC.
-async fn dispatch<SM>(serving: &Serving<SM>, request: Request) -> io::Result<Vec<u8>>
+/// Answers one request from the authenticated node `from` with the local Raft: the encoded
+/// [`Reply`] of its RPC.
+async fn dispatch<SM>(serving: &Serving<SM>, from: NodeId, request: Request) -> io::Result<Vec<u8>>
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
 {
@@ -549,6 +587,16 @@ where
             };
             let size = reply.as_ref().map_or(0, ForwardedReply::size);
             message::encode_plain(&reply, size)
+        }
+        Rpc::Announce(Announce { node, api_addr }) => {
+            // A node tells only its own address.
+            let reply: Reply<String> = if node == from {
+                serving.shared.was_told(node, api_addr);
+                Ok(serving.shared.config.api_addr.clone())
+            } else {
+                Err(format!("node {from} cannot tell node {node}'s address"))
+            };
+            message::encode(&reply)
         }
     }
 }
