@@ -115,7 +115,7 @@ fn failure(status: StatusCode, why: &str) -> ForwardedReply {
     ForwardedReply {
         status: status.as_u16(),
         headers: vec![("content-type".into(), b"application/json".to_vec())],
-        body: body.to_string().into_bytes(),
+        body: body.to_string().into(),
     }
 }
 
@@ -164,7 +164,7 @@ where
         Err(body) => to_bytes_limited(body, FORWARDED_ANSWER_MAX).await,
     };
     let body = match body {
-        Ok(Ok(body)) => Vec::from(body),
+        Ok(Ok(body)) => body,
         Ok(Err(e)) => return failure(StatusCode::SERVICE_UNAVAILABLE, &e.into().to_string()),
         Err(_) => return failure(StatusCode::SERVICE_UNAVAILABLE, "the answer is too large"),
     };

@@ -238,7 +238,7 @@ async fn a_burst_of_forwards_opens_no_more_connections_than_the_leader_takes_at_
     let answer: Forwarder = Arc::new(|request: Forwarded| {
         Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            ForwardedReply { status: 200, headers: Vec::new(), body: request.body }
+            ForwardedReply { status: 200, headers: Vec::new(), body: request.body.into() }
         })
     });
     leader.link.set_forwarder(answer);

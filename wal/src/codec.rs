@@ -307,6 +307,30 @@ pub fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     Ok(value)
 }
 
+/// Decodes a value made by [`encode_to`] (never compressed) whose fields may borrow from
+/// `bytes` (a `&[u8]` or `&str`) rather than be copied out: a large byte field is then read in
+/// place.
+///
+/// # Errors
+/// As [`decode`]; a compressed value is refused ([`CodecError::Decode`]): it has no bytes in
+/// place to borrow.
+pub fn decode_borrowed<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T> {
+    let (&format, body) = bytes.split_first().ok_or(CodecError::Empty)?;
+    let version = readable_version(format)?;
+    if format & COMPRESSED != 0 {
+        let why = "a compressed value cannot be borrowed from";
+        return Err(CodecError::Decode(bincode::error::DecodeError::Other(why)).into());
+    }
+    let (value, used) = decoding_as(version, || {
+        bincode::serde::borrow_decode_from_slice(body, bincode::config::standard())
+    })
+    .map_err(CodecError::Decode)?;
+    if used != body.len() {
+        return Err(CodecError::TrailingBytes { extra: body.len() - used }.into());
+    }
+    Ok(value)
+}
+
 fn decode_body<T: DeserializeOwned>(version: u8, body: &[u8]) -> Result<T> {
     let (value, used) = decoding_as(version, || {
         bincode::serde::decode_from_slice(body, bincode::config::standard())
@@ -362,6 +386,36 @@ mod tests {
 
         let unit_kind: Kind = decode(&encode(&Kind::Plain).unwrap()).unwrap();
         assert_eq!(unit_kind, Kind::Plain);
+    }
+
+    #[test]
+    fn a_plain_value_decodes_in_place_and_a_compressed_one_is_refused() {
+        #[derive(Serialize, Deserialize)]
+        struct Owned {
+            status: u16,
+            #[serde(with = "serde_bytes")]
+            body: Vec<u8>,
+        }
+        #[derive(Deserialize)]
+        struct InPlace<'a> {
+            status: u16,
+            body: &'a [u8],
+        }
+        let value = Owned { status: 200, body: vec![7; 10_000] };
+        let mut plain = Vec::new();
+        encode_to(&value, &mut plain).unwrap();
+        let read: InPlace<'_> = decode_borrowed(&plain).unwrap();
+        assert_eq!((read.status, read.body), (200, &value.body[..]));
+        let within = plain.as_ptr_range();
+        assert!(within.contains(&read.body.as_ptr()), "the body is read where it lies");
+        // Trailing bytes are refused, as by `decode`.
+        plain.push(0);
+        assert!(decode_borrowed::<InPlace<'_>>(&plain).is_err());
+
+        let compressed = encode(&value).unwrap();
+        assert!(is_compressed(&compressed));
+        assert!(decode_borrowed::<InPlace<'_>>(&compressed).is_err());
+        assert_eq!(decode::<Owned>(&compressed).unwrap().body, value.body);
     }
 
     #[test]

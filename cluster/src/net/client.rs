@@ -164,7 +164,12 @@ pub(crate) async fn forward(
     let size = request.size();
     let bytes = message::encode_plain(&Request { group, rpc: Rpc::Forward(request) }, size)
         .map_err(|e| ForwardError::NotSent { target, reason: e.to_string() })?;
-    forwarding_exchange(shared, target, addr, bytes, ttl).await
+    let max = shared.config.max_frame_bytes;
+    let frame = forwarding_exchange(shared, target, addr, bytes, ttl).await?;
+    let no_answer = move |reason: String| ForwardError::NoAnswer { target, reason };
+    message::decode_forwarded_reply(frame, max)
+        .map_err(|e| no_answer(e.to_string()))?
+        .map_err(no_answer)
 }
 
 /// This node's API address told to `target`, answered with the target's: see
@@ -179,18 +184,23 @@ pub(crate) async fn announce(
 ) -> Result<String, ForwardError> {
     let bytes = message::encode(&Request { group, rpc: Rpc::Announce(announce) })
         .map_err(|e| ForwardError::NotSent { target, reason: e.to_string() })?;
-    forwarding_exchange(shared, target, addr, bytes, ttl).await
+    let max = shared.config.max_frame_bytes;
+    let frame = forwarding_exchange(shared, target, addr, bytes, ttl).await?;
+    let no_answer = move |reason: String| ForwardError::NoAnswer { target, reason };
+    let reply: Reply<String> =
+        message::decode(&frame, max).map_err(|e| no_answer(e.to_string()))?;
+    reply.map_err(no_answer)
 }
 
 /// Sends the encoded request `bytes` to `target` on a forwarding connection (a kept one, or
-/// a new one) and decodes its reply, all within `ttl`.
-async fn forwarding_exchange<T: DeserializeOwned>(
+/// a new one) and receives its reply's frame, all within `ttl`.
+async fn forwarding_exchange(
     shared: Arc<LinkShared>,
     target: NodeId,
     addr: &str,
     bytes: Vec<u8>,
     ttl: Duration,
-) -> Result<T, ForwardError> {
+) -> Result<Vec<u8>, ForwardError> {
     let not_sent = move |reason: String| ForwardError::NotSent { target, reason };
     let no_answer = move |reason: String| ForwardError::NoAnswer { target, reason };
     let max = shared.config.max_frame_bytes;
@@ -244,10 +254,7 @@ async fn forwarding_exchange<T: DeserializeOwned>(
             Err(_) => Err(no_answer(format!("no answer within {ttl:?}"))),
         }
     }));
-    let reply =
-        (&mut exchanged.0).await.map_err(|_| not_sent("the cluster link has stopped".into()))??;
-    let reply: Reply<T> = message::decode(&reply, max).map_err(|e| no_answer(e.to_string()))?;
-    reply.map_err(no_answer)
+    (&mut exchanged.0).await.map_err(|_| not_sent("the cluster link has stopped".into()))?
 }
 
 /// A task aborted when its handle is dropped.

@@ -4,7 +4,7 @@
 //! byte is read, and the body read as it arrives rather than allocated from the prefix), and
 //! writing one in a single buffer.
 
-use std::io;
+use std::io::{self, IoSlice};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -55,12 +55,28 @@ pub(crate) async fn write<S: AsyncWrite + Unpin>(
     let prefix = u32::try_from(len).map_err(|_| {
         io::Error::new(io::ErrorKind::InvalidInput, format!("a frame of {len} bytes"))
     })?;
-    let mut out = Vec::with_capacity(PREFIX + len);
-    out.extend_from_slice(&prefix.to_be_bytes());
-    for part in parts {
-        out.extend_from_slice(part);
+    let prefix = prefix.to_be_bytes();
+    if !stream.is_write_vectored() {
+        let mut out = Vec::with_capacity(PREFIX + len);
+        out.extend_from_slice(&prefix);
+        for part in parts {
+            out.extend_from_slice(part);
+        }
+        stream.write_all(&out).await?;
+        return stream.flush().await;
     }
-    stream.write_all(&out).await?;
+    // Written where they lie, without gathering them into one buffer first: a forwarded page
+    // is tens of kilobytes.
+    let mut slices: Vec<IoSlice<'_>> =
+        std::iter::once(&prefix[..]).chain(parts.iter().copied()).map(IoSlice::new).collect();
+    let mut left = &mut slices[..];
+    while !left.is_empty() {
+        let written = stream.write_vectored(left).await?;
+        if written == 0 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "the stream took no bytes"));
+        }
+        IoSlice::advance_slices(&mut left, written);
+    }
     stream.flush().await
 }
 
@@ -89,5 +105,65 @@ mod tests {
             read(&mut &short[..], 16).await.unwrap_err().kind(),
             io::ErrorKind::UnexpectedEof
         );
+    }
+
+    /// A stream that takes at most three bytes a call, in vectored writes or not.
+    struct Trickle {
+        taken: Vec<u8>,
+        vectored: bool,
+    }
+
+    impl tokio::io::AsyncWrite for Trickle {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<io::Result<usize>> {
+            let n = buf.len().min(3);
+            self.taken.extend_from_slice(&buf[..n]);
+            std::task::Poll::Ready(Ok(n))
+        }
+
+        fn poll_write_vectored(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> std::task::Poll<io::Result<usize>> {
+            let mut n = 0;
+            for byte in bufs.iter().flat_map(|b| b.iter()).take(3) {
+                self.taken.push(*byte);
+                n += 1;
+            }
+            std::task::Poll::Ready(Ok(n))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            self.vectored
+        }
+
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_frame_written_a_few_bytes_at_a_time_arrives_whole() {
+        let parts: [&[u8]; 4] = [b"", b"a body of some length", b"x", b"and its tag"];
+        for vectored in [true, false] {
+            let mut stream = Trickle { taken: Vec::new(), vectored };
+            write(&mut stream, &parts).await.unwrap();
+            let read = read(&mut &stream.taken[..], 64).await.unwrap();
+            assert_eq!(read, parts.concat(), "vectored: {vectored}");
+        }
     }
 }

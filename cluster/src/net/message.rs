@@ -102,9 +102,46 @@ pub struct ForwardedReply {
     pub status: u16,
     /// The end-to-end headers.
     pub headers: Vec<(String, Vec<u8>)>,
-    /// The body.
-    #[serde(with = "serde_bytes")]
-    pub body: Vec<u8>,
+    /// The body: on the receiving side, a slice of the frame it arrived in
+    /// ([`decode_forwarded_reply`]).
+    #[serde(serialize_with = "bytes_out", deserialize_with = "bytes_in")]
+    pub body: bytes::Bytes,
+}
+
+/// A [`ForwardedReply`] as it lies in a frame: the same layout, its body borrowed.
+#[derive(Deserialize)]
+struct ForwardedReplyInPlace<'a> {
+    status: u16,
+    headers: Vec<(String, Vec<u8>)>,
+    body: &'a [u8],
+}
+
+fn bytes_out<S: serde::Serializer>(body: &bytes::Bytes, out: S) -> Result<S::Ok, S::Error> {
+    out.serialize_bytes(body)
+}
+
+fn bytes_in<'de, D: serde::Deserializer<'de>>(input: D) -> Result<bytes::Bytes, D::Error> {
+    serde_bytes::ByteBuf::deserialize(input).map(|b| bytes::Bytes::from(b.into_vec()))
+}
+
+/// Decodes the [`Reply`] to a forwarded request from the frame it arrived in, of at most
+/// `max` decoded bytes. A page of rows is most of a frame: its body is relayed as a slice of
+/// the frame rather than copied out of it.
+pub(crate) fn decode_forwarded_reply(
+    frame: Vec<u8>,
+    max: usize,
+) -> io::Result<Reply<ForwardedReply>> {
+    if codec::is_compressed(&frame) {
+        return decode(&frame, max);
+    }
+    let frame = bytes::Bytes::from(frame);
+    let read: Reply<ForwardedReplyInPlace<'_>> = codec::decode_borrowed(&frame)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    Ok(read.map(|r| ForwardedReply {
+        status: r.status,
+        headers: r.headers,
+        body: frame.slice_ref(r.body),
+    }))
 }
 
 /// The bytes of a message's header pairs and body: about what it encodes to.
