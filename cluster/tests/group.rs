@@ -256,7 +256,7 @@ async fn a_burst_of_forwards_opens_no_more_connections_than_the_leader_takes_at_
     let replies = within(30, "the burst", futures_util::future::join_all(burst)).await;
     for (n, reply) in replies.into_iter().enumerate() {
         let reply = reply.unwrap_or_else(|e| panic!("forward {n}: {e}"));
-        assert_eq!((reply.status, reply.body), (200, vec![n as u8]));
+        assert_eq!((reply.status, &reply.body[..]), (200, &[n as u8][..]));
     }
     follower.stop().await;
     leader.stop().await;
