@@ -151,7 +151,7 @@ impl PeerClient {
     }
 }
 
-/// A forwarded request on a connection of its own, on the link's runtime: see
+/// A forwarded request on a connection of its own, on the caller's thread: see
 /// [`super::ClusterLink::forward`].
 pub(crate) async fn forward(
     shared: Arc<LinkShared>,
@@ -207,62 +207,48 @@ async fn forwarding_exchange(
     if !message::fits(&bytes, max) {
         return Err(not_sent(format!("a request over the link's cap of {max} bytes")));
     }
-    let addr = addr.to_owned();
-    let on_link = Arc::clone(&shared);
-    // Ended with the caller (who may stop waiting: a leader change): an exchange left running
-    // would hold a connection and a forwarding turn until its time ran out.
-    let mut exchanged = AbortOnDrop(shared.handle.spawn(async move {
-        let deadline = Instant::now() + ttl;
-        let Ok(Ok(_turn)) =
-            timeout_at(deadline, Arc::clone(&on_link.forwards).acquire_owned()).await
-        else {
-            return Err(not_sent("too many requests forwarded at once".into()));
-        };
-        let mut channel = match pooled(&on_link, target) {
-            Some(channel) => channel,
-            None => {
-                // A few handshakes at a time; one kept meanwhile by another forward is taken.
-                let handshakes = Arc::clone(&on_link.forward_handshakes);
-                let Ok(Ok(_handshake)) = timeout_at(deadline, handshakes.acquire_owned()).await
-                else {
-                    return Err(not_sent("no connection to the leader in time".into()));
-                };
-                match pooled(&on_link, target) {
-                    Some(channel) => channel,
-                    None => {
-                        let by = deadline.min(Instant::now() + on_link.config.handshake_timeout);
-                        match timeout_at(by, connect(&on_link, target, &addr)).await {
-                            Ok(Ok(channel)) => channel,
-                            Ok(Err(e)) => return Err(not_sent(e.to_string())),
-                            Err(_) => return Err(not_sent("no handshake in time".into())),
-                        }
+    // Run on the caller's thread, over connections that thread opened: their readiness is
+    // the caller's own event loop's, so a forward crosses no thread on this node (on the
+    // link's runtime it crossed two, each a wake-up through another event loop). Dropping
+    // the caller's future (a leader change) drops the exchange and its connection.
+    let deadline = Instant::now() + ttl;
+    let Ok(Ok(_turn)) = timeout_at(deadline, Arc::clone(&shared.forwards).acquire_owned()).await
+    else {
+        return Err(not_sent("too many requests forwarded at once".into()));
+    };
+    let mut channel = match pooled(&shared, target) {
+        Some(channel) => channel,
+        None => {
+            // A few handshakes at a time; one kept meanwhile by another forward is taken.
+            let handshakes = Arc::clone(&shared.forward_handshakes);
+            let Ok(Ok(_handshake)) = timeout_at(deadline, handshakes.acquire_owned()).await else {
+                return Err(not_sent("no connection to the leader in time".into()));
+            };
+            match pooled(&shared, target) {
+                Some(channel) => channel,
+                None => {
+                    let by = deadline.min(Instant::now() + shared.config.handshake_timeout);
+                    match timeout_at(by, connect(&shared, target, addr)).await {
+                        Ok(Ok(channel)) => channel,
+                        Ok(Err(e)) => return Err(not_sent(e.to_string())),
+                        Err(_) => return Err(not_sent("no handshake in time".into())),
                     }
                 }
             }
-        };
-        // From here on the request may have run: no second try, on this connection or another.
-        let round_trip = async {
-            channel.send(&bytes).await?;
-            channel.recv(max).await
-        };
-        match timeout_at(deadline, round_trip).await {
-            Ok(Ok(reply)) => {
-                keep(&on_link, target, channel);
-                Ok(reply)
-            }
-            Ok(Err(e)) => Err(no_answer(e.to_string())),
-            Err(_) => Err(no_answer(format!("no answer within {ttl:?}"))),
         }
-    }));
-    (&mut exchanged.0).await.map_err(|_| not_sent("the cluster link has stopped".into()))?
-}
-
-/// A task aborted when its handle is dropped.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
+    };
+    // From here on the request may have run: no second try, on this connection or another.
+    let round_trip = async {
+        channel.send(&bytes).await?;
+        channel.recv(max).await
+    };
+    match timeout_at(deadline, round_trip).await {
+        Ok(Ok(reply)) => {
+            keep(&shared, target, channel);
+            Ok(reply)
+        }
+        Ok(Err(e)) => Err(no_answer(e.to_string())),
+        Err(_) => Err(no_answer(format!("no answer within {ttl:?}"))),
     }
 }
 
@@ -283,7 +269,7 @@ pub(crate) const FORWARDS_AT_ONCE: usize = 32;
 /// A kept connection to `target` that was used lately, if any.
 fn pooled(shared: &LinkShared, target: NodeId) -> Option<Channel<LinkStream>> {
     let mut pool = shared.forward_pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let kept = pool.get_mut(&target)?;
+    let kept = pool.get_mut(&(std::thread::current().id(), target))?;
     kept.retain(|(_, used)| used.elapsed() < POOL_IDLE);
     kept.pop().map(|(channel, _)| channel)
 }
@@ -291,7 +277,7 @@ fn pooled(shared: &LinkShared, target: NodeId) -> Option<Channel<LinkStream>> {
 /// Keeps `channel` to `target` for the next forward.
 fn keep(shared: &LinkShared, target: NodeId, channel: Channel<LinkStream>) {
     let mut pool = shared.forward_pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let kept = pool.entry(target).or_default();
+    let kept = pool.entry((std::thread::current().id(), target)).or_default();
     if kept.len() < POOL_MAX {
         kept.push((channel, std::time::Instant::now()));
     }

@@ -48,8 +48,8 @@ pub(crate) struct LinkShared {
     pub(crate) forwarder: std::sync::OnceLock<Forwarder>,
     /// The API addresses peers told this node, by node (see [`ClusterLink::announce`]).
     pub(crate) told: Mutex<std::collections::HashMap<NodeId, String>>,
-    /// Authenticated connections kept for forwarding, by target, with when each was last
-    /// used: a forward reuses one instead of a handshake per request.
+    /// Authenticated connections kept for forwarding (see [`ForwardPool`]): a forward reuses
+    /// one instead of a handshake per request.
     pub(crate) forward_pool: Mutex<ForwardPool>,
     /// Forwards under way at once, at most (`super::client::FORWARDS_AT_ONCE`): with the pool's
     /// cap, what keeps forwarding from taking the connections a peer keeps for Raft.
@@ -81,9 +81,11 @@ impl fmt::Debug for LinkShared {
     }
 }
 
-/// Kept forwarding connections by target, each with when it was last used.
+/// Kept forwarding connections by the thread that opened them and their target, each with
+/// when it was last used. A connection is used only on the thread that opened it: its
+/// readiness comes from that thread's event loop.
 pub(crate) type ForwardPool =
-    std::collections::HashMap<NodeId, Vec<(Channel<LinkStream>, Instant)>>;
+    std::collections::HashMap<(std::thread::ThreadId, NodeId), Vec<(Channel<LinkStream>, Instant)>>;
 
 /// Answers a request a follower forwarded to this node.
 pub type Forwarder = Arc<
@@ -264,7 +266,8 @@ impl ClusterLink {
 
     /// Sends `request` to node `target` at its raft address `addr` and waits at most `ttl` for
     /// the answer, on a connection of its own (a request that may have run is never sent
-    /// twice).
+    /// twice). Runs on the caller's tokio runtime, over connections its thread opened and
+    /// keeps (an HTTP worker's own): no thread is crossed on this node.
     ///
     /// # Errors
     /// See [`ForwardError`].
