@@ -82,6 +82,8 @@ const BLOCK_CRC_LEN: usize = 4;
 pub const FILE_NAME: &str = "checkpoint";
 /// File name of the checkpoint being written.
 pub const TMP_FILE_NAME: &str = "checkpoint.tmp";
+/// File name of the replaced checkpoint while its space is given back.
+pub const OLD_FILE_NAME: &str = "checkpoint.old";
 
 /// File name of the sweep marker inside the data dir (see the module docs).
 pub const SWEPT_FILE_NAME: &str = "checkpoint.swept";
@@ -588,6 +590,14 @@ pub(crate) fn write_with(
         let _ = fs::remove_file(&tmp);
     }
     let len = written?;
+    // The checkpoint being replaced keeps a second name until the new one is in place, so the
+    // rename frees none of its blocks: freeing hundreds of megabytes at once is one large
+    // journal transaction, which every group commit's fdatasync then waits behind (patches at
+    // 64 connections saw 59-68 ms at the end of each checkpoint). It is given back in steps
+    // after ([`release_gradually`]). `checkpoint` names a whole checkpoint at every moment.
+    let old = old_path(dir);
+    let _ = fs::remove_file(&old);
+    let kept_old = fs::hard_link(&target, &old).is_ok();
     fs::rename(&tmp, &target).map_err(Error::fs(format!(
         "rename {} to {}",
         tmp.display(),
@@ -595,12 +605,43 @@ pub(crate) fn write_with(
     )))?;
     // The rename is only durable once the directory entry is.
     fsutil::sync_dir(dir)?;
+    if kept_old {
+        release_gradually(&old);
+    }
     Ok(len)
+}
+
+/// Bytes given back at a time by [`release_gradually`].
+const RELEASE_STEP: u64 = 16 << 20;
+
+/// Removes the file at `path` a [`RELEASE_STEP`] at a time, shortening it from its end, each
+/// step its own small transaction of the file system's journal, and a millisecond apart so
+/// group commits fit between them. Nothing here needs to be durable: a leftover is removed
+/// at the next start ([`remove_leftover_tmp`]).
+fn release_gradually(path: &Path) {
+    if let Ok(file) = fs::OpenOptions::new().write(true).open(path) {
+        let mut len = file.metadata().map_or(0, |m| m.len());
+        while len > 0 {
+            len = len.saturating_sub(RELEASE_STEP);
+            if file.set_len(len).is_err() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    let _ = fs::remove_file(path);
+}
+
+/// Path of the replaced checkpoint while it is given back (see [`write_with`]).
+pub(crate) fn old_path(dir: &Path) -> PathBuf {
+    dir.join(OLD_FILE_NAME)
 }
 
 /// Removes a `checkpoint.tmp` left by a crash during [`write()`]; `Ok(true)` if one was found.
 /// Only call this while holding the data dir's lock (a live writer may own the file).
 pub(crate) fn remove_leftover_tmp(dir: &Path) -> Result<bool> {
+    // A replaced checkpoint a crash left before it was given back: no longer needed.
+    fsutil::remove_if_exists(&old_path(dir))?;
     let removed = fsutil::remove_if_exists(&tmp_path(dir))?;
     if removed {
         fsutil::sync_dir(dir)?;
@@ -831,5 +872,19 @@ mod tests {
         assert!(remove_leftover_tmp(dir.path()).unwrap());
         assert!(!tmp_path(dir.path()).exists());
         assert!(!remove_leftover_tmp(dir.path()).unwrap());
+    }
+
+    #[test]
+    fn a_replaced_checkpoint_is_given_back_in_steps_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(OLD_FILE_NAME);
+        let file = fs::File::create(&path).unwrap();
+        // Sparse: its length is three steps and a bit, its blocks few.
+        file.set_len(3 * RELEASE_STEP + 5).unwrap();
+        drop(file);
+        release_gradually(&path);
+        assert!(!path.exists());
+        // Gone already: nothing to do, no error.
+        release_gradually(&path);
     }
 }

@@ -435,6 +435,8 @@ fn checkpoint_truncates_and_rejects_lsns_beyond_durable() {
 
     assert_eq!(testing::record_lsns(dir.path()).unwrap(), vec![9, 10, 11]);
     assert!(!dir.path().join("checkpoint.tmp").exists());
+    // The checkpoints replaced were given back in full.
+    assert!(!dir.path().join("checkpoint.old").exists());
     let (wal, report, collect) = recover(dir.path());
     assert_eq!(collect.checkpoint, Some((8, b"eight again".to_vec())));
     assert_eq!(collect.records[..2], written[8..]);
@@ -635,10 +637,13 @@ fn replayer_errors_and_damaged_checkpoints_stop_recovery() {
     wal.checkpoint(2, b"two").unwrap();
     drop(wal);
 
-    // A leftover temp file from a crashed checkpoint is removed; the checkpoint is used.
+    // A leftover temp file from a crashed checkpoint is removed; the checkpoint is used. So
+    // is a replaced checkpoint a crash left before its space was given back.
     std::fs::write(dir.path().join("checkpoint.tmp"), b"garbage").unwrap();
+    std::fs::write(dir.path().join("checkpoint.old"), b"an older checkpoint").unwrap();
     let (wal, report, collect) = recover(dir.path());
     assert!(!dir.path().join("checkpoint.tmp").exists());
+    assert!(!dir.path().join("checkpoint.old").exists());
     assert_eq!(report.checkpoint_lsn, Some(2));
     assert_eq!(collect.records.len(), 3);
     drop(wal);
