@@ -52,7 +52,7 @@
 //!   LSN][count u32 BE]`, their payloads compressed together (`layout/pack.rs`).
 //! - `checkpoint`: the latest snapshot: `[SHEETDCK][version u8][lsn u64][len u64][crc32]`, then
 //!   the snapshot in 1 MiB blocks, each behind its own CRC (`checkpoint.tmp` exists only while
-//!   one is being written).
+//!   one is being written, `checkpoint.old` only while the one it replaced is given back).
 //! - `state`: the bytes of the last [`Wal::save_state`], `[SHEETDST]` then a frame
 //!   (`state.tmp` exists only while one is being written).
 //!
@@ -82,7 +82,7 @@
 //!    checked (failing with [`Error::NoSpace`], nothing changed, when sled's snapshot could not
 //!    be rewritten) and any snapshot file sled left unfinished is removed: a full disk must
 //!    never turn a start attempt into damage.
-//! 2. Removes a leftover `checkpoint.tmp`, reads and verifies `checkpoint` (damage is an error,
+//! 2. Removes a leftover `checkpoint.tmp` and `checkpoint.old`, reads and verifies `checkpoint` (damage is an error,
 //!    never ignored) and hands it to [`Replayer::checkpoint`].
 //! 3. Walks the log in LSN order: records covered by the checkpoint are stale and deleted; the
 //!    rest must be contiguous and pass their frame check, and go to [`Replayer::record`].
