@@ -12,7 +12,9 @@
 //! - `server.rs`: [`ClusterLink`], the listener, the runtime thread, the dispatch of requests
 //!   to the local [`openraft::Raft`], the caps on connections.
 //! - `client.rs`: [`Network`] and [`PeerClient`], openraft's `RaftNetworkFactory` and
-//!   `RaftNetworkV2`: one connection per client, opened from the node's own raft host.
+//!   `RaftNetworkV2`: one connection per client, opened from the node's own raft host; and
+//!   forwarded requests and API addresses sent to a peer, on the caller's own runtime over
+//!   connections its thread keeps.
 //! - `message.rs`: [`Request`] and [`Rpc`], a request as it travels, and the replies.
 //! - `channel.rs`: [`Channel`], the handshake and the authenticated frames on one connection.
 //! - `tls.rs`: [`LinkTls`] and [`LinkStream`], mutual TLS under the channel when configured.
