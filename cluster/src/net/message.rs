@@ -103,7 +103,7 @@ pub struct ForwardedReply {
     /// The end-to-end headers.
     pub headers: Vec<(String, Vec<u8>)>,
     /// The body: on the receiving side, a slice of the frame it arrived in
-    /// ([`decode_forwarded_reply`]).
+    /// (`decode_forwarded_reply`).
     #[serde(serialize_with = "bytes_out", deserialize_with = "bytes_in")]
     pub body: bytes::Bytes,
 }
