@@ -434,7 +434,7 @@ impl<A: Apply> GroupNode<A> {
     /// membership itself.
     fn api_addr_of(&self, id: NodeId) -> Option<String> {
         if id == self.config.node_id {
-            Some(reachable_api_addr(&self.config.api_addr, self.config.raft_addr))
+            Some(self.link.api_addr().to_owned())
         } else {
             self.link.told_api_addr(id)
         }

@@ -321,19 +321,14 @@ pub fn decode_borrowed<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result
         let why = "a compressed value cannot be borrowed from";
         return Err(CodecError::Decode(bincode::error::DecodeError::Other(why)).into());
     }
-    let (value, used) = decoding_as(version, || {
-        bincode::serde::borrow_decode_from_slice(body, bincode::config::standard())
-    })
-    .map_err(CodecError::Decode)?;
-    if used != body.len() {
-        return Err(CodecError::TrailingBytes { extra: body.len() - used }.into());
-    }
-    Ok(value)
+    decode_body(version, body)
 }
 
-fn decode_body<T: DeserializeOwned>(version: u8, body: &[u8]) -> Result<T> {
+/// Decodes exactly one `T` from `body`, the bytes after the format byte; a `T` that borrows
+/// (see [`decode_borrowed`]) borrows from `body`.
+fn decode_body<'a, T: serde::Deserialize<'a>>(version: u8, body: &'a [u8]) -> Result<T> {
     let (value, used) = decoding_as(version, || {
-        bincode::serde::decode_from_slice(body, bincode::config::standard())
+        bincode::serde::borrow_decode_from_slice(body, bincode::config::standard())
     })
     .map_err(CodecError::Decode)?;
     if used != body.len() {

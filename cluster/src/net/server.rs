@@ -259,6 +259,11 @@ impl ClusterLink {
         Ok(())
     }
 
+    /// Where clients reach this node, as it tells its peers ([`LinkConfig::api_addr`]).
+    pub fn api_addr(&self) -> &str {
+        &self.shared.config.api_addr
+    }
+
     /// The API address node `id` told this one, if it did.
     pub fn told_api_addr(&self, id: NodeId) -> Option<String> {
         lock(&self.shared.told).get(&id).cloned()
