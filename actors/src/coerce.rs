@@ -742,7 +742,7 @@ fn describe_keys(map: &Map<String, Value>) -> String {
 
 /// The values coerced writes set, in their (ascending id) order: a new row's cells, since a
 /// `Clear` of a cell the row never had is nothing.
-pub fn set_values(writes: &[(ColumnId, CellWrite)]) -> impl SortedCells<'_> {
+pub fn set_values(writes: &[(ColumnId, CellWrite)]) -> impl SortedCells + '_ {
     writes.iter().filter_map(|(id, write)| match write {
         CellWrite::Set(value) => Some((*id, value)),
         CellWrite::Clear => None,

@@ -150,6 +150,15 @@ impl KeyIndex {
     /// From `old` (the row as it was, if it was) to `new`: nothing to do when its key is the
     /// same, as it is for every update an upsert makes by its key.
     fn replace_row(&mut self, old: Option<&Row>, new: &Row) {
+        // One stored form per value (coercion), so equal bytes are an equal key: found without
+        // building either (an upsert's updates keep their key).
+        fn raw(row: &Row, column: ColumnId) -> Option<&str> {
+            row.cell_raw(column).map(|cell| cell.get())
+        }
+        let column = self.column;
+        if old.map(|old| raw(old, column)) == Some(raw(new, column)) {
+            return;
+        }
         let key = KeyValue::of_row(new, self.column);
         let old_key = old.and_then(|old| KeyValue::of_row(old, self.column));
         if old_key == key {

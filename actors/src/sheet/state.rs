@@ -417,11 +417,10 @@ impl SheetState {
                     Some(row) => Arc::clone(row),
                     None => Arc::clone(self.row(id)?),
                 };
-                let cells = apply_writes(current.cells(), writes);
-                if current.cells_equal(&cells) {
+                let Some(row) = current.merged(&merge_writes(&writes), now) else {
                     return Ok(Upserted { row: current, action: UpsertAction::Unchanged });
-                }
-                let row = Arc::new(current.next(&cells, now));
+                };
+                let row = Arc::new(row);
                 written.insert(id, Arc::clone(&row));
                 put.push(Arc::clone(&row));
                 Ok(Upserted { row, action: UpsertAction::Updated })
@@ -489,7 +488,7 @@ impl SheetState {
             (None, _) => {}
         }
         let writes = self.coerce(&item.cells)?;
-        Ok(Arc::new(current.next(&apply_writes(current.cells(), writes), now)))
+        Ok(Arc::new(current.patched(&merge_writes(&writes), now)))
     }
 
     /// Decide a delete: 404 when the row is not in this sheet, 412 when `if_match` fails;
@@ -515,6 +514,17 @@ impl SheetState {
         }
         Ok(out)
     }
+}
+
+/// Coerced writes as [`Row::merged`] takes them: the value a cell is set to, `None` to clear it.
+fn merge_writes(writes: &[(ColumnId, CellWrite)]) -> Vec<(ColumnId, Option<&Value>)> {
+    writes
+        .iter()
+        .map(|(col, write)| match write {
+            CellWrite::Set(value) => (*col, Some(value)),
+            CellWrite::Clear => (*col, None),
+        })
+        .collect()
 }
 
 /// The key an upsert item's coerced cells hold in column `key`; refused like a bad cell value
