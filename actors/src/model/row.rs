@@ -467,7 +467,7 @@ impl<'de, F: FnMut(ColumnId, &'de RawValue)> Visitor<'de> for VisitCells<F> {
 /// A row's cells in ascending id order, walked as often as rendering needs (a map's, the
 /// values a coerced write sets, or a merge of a stored row's cells with a write's).
 pub trait SortedCells: DoubleEndedIterator<Item = (ColumnId, Self::Cell)> + Clone {
-    /// A cell as rendering takes it: a value, or a cell's JSON as stored ([`CellRef`]).
+    /// A cell as rendering takes it: a value, or a cell's JSON as stored.
     type Cell: Serialize;
 }
 
