@@ -34,9 +34,6 @@ const MIN_KEPT_LOG: u64 = 100;
 pub fn node_config(args: &ServeArgs) -> anyhow::Result<Option<(NodeConfig, [u8; 32])>> {
     let Some(node_id) = args.node_id else { return Ok(None) };
     let node_id = node_id.get();
-    if args.archive_dir.is_some() {
-        anyhow::bail!("--archive-dir is not supported on a cluster node yet");
-    }
     let (Some(raft_addr), Some(secret_file)) = (args.raft_addr, &args.cluster_secret_file) else {
         anyhow::bail!("--node-id needs --raft-addr and --cluster-secret-file");
     };

@@ -175,7 +175,8 @@ pub struct ServeArgs {
     #[arg(long, env = "SHEETD_CHANGES_RETENTION_MIN", default_value_t = 100_000)]
     pub changes_retention_min: u64,
     /// Keep every durable log record in sealed segment files in this dir (the log archive), so
-    /// `sheetd restore --archive-dir` can roll a backup forward to a point in time.
+    /// `sheetd restore --archive-dir` can roll a backup forward to a point in time. On a
+    /// cluster node: every committed entry of the group, whether the node leads or follows.
     #[arg(long, env = "SHEETD_ARCHIVE_DIR")]
     pub archive_dir: Option<PathBuf>,
     /// Seal an archive segment once its first record is this many milliseconds old: how far

@@ -109,6 +109,14 @@ pub fn exposition(
     if let Some(cluster) = cluster {
         cluster_gauges(&mut e, &cluster.status());
     }
+    // A cluster node's archive is its committed log's, on a follower too.
+    let archived = match cluster {
+        Some(cluster) => cluster.archive_status(),
+        None => service.and_then(Service::archive_status),
+    };
+    if let Some(status) = archived {
+        archive(&mut e, &status);
+    }
     e.finish()
 }
 
@@ -202,44 +210,6 @@ fn domain(e: &mut Exposition, service: &Service, metrics: &Metrics) {
         wal.log_bytes_on_disk as f64,
     );
 
-    if let Some(a) = service.archive_status() {
-        e.gauge(
-            "sheetd_archive_position_lsn",
-            "Every record up to this LSN is in a sealed segment of the log archive.",
-            a.position as f64,
-        );
-        e.gauge(
-            "sheetd_archive_lag_records",
-            "Durable log records the archive has not sealed yet.",
-            a.lag_records as f64,
-        );
-        e.gauge(
-            "sheetd_archive_failing",
-            "1 while the archive cannot write (its last error is in /admin/v1/health), else 0.",
-            f64::from(u8::from(a.last_error.is_some())),
-        );
-        e.counter(
-            "sheetd_archive_errors_total",
-            "Failed attempts to write the archive since the process started.",
-            a.errors as f64,
-        );
-        e.counter(
-            "sheetd_archive_gaps_total",
-            "Ranges of records the archive lost because the log dropped them first.",
-            a.gaps.len() as f64,
-        );
-        e.counter(
-            "sheetd_archive_segments_total",
-            "Archive segments sealed since the process started.",
-            a.segments_sealed as f64,
-        );
-        e.counter(
-            "sheetd_archive_bytes_total",
-            "Bytes of archive segments sealed since the process started.",
-            a.bytes_sealed as f64,
-        );
-    }
-
     e.gauge("sheetd_users", "Users.", counts.users as f64);
     e.gauge("sheetd_projects", "Projects.", counts.projects as f64);
     e.gauge("sheetd_sheets", "Sheets.", counts.sheets as f64);
@@ -252,6 +222,45 @@ fn domain(e: &mut Exposition, service: &Service, metrics: &Metrics) {
         sides.idempotency as f64,
     );
     e.gauge("sheetd_events", "Internal events held in the outbox.", sides.events as f64);
+}
+
+/// The log archive's figures (`--archive-dir`), a single node's or a cluster node's.
+fn archive(e: &mut Exposition, a: &actors::archive::ArchiveStatus) {
+    e.gauge(
+        "sheetd_archive_position_lsn",
+        "Every record up to this LSN is in a sealed segment of the log archive.",
+        a.position as f64,
+    );
+    e.gauge(
+        "sheetd_archive_lag_records",
+        "Durable log records the archive has not sealed yet.",
+        a.lag_records as f64,
+    );
+    e.gauge(
+        "sheetd_archive_failing",
+        "1 while the archive cannot write (its last error is in /admin/v1/health), else 0.",
+        f64::from(u8::from(a.last_error.is_some())),
+    );
+    e.counter(
+        "sheetd_archive_errors_total",
+        "Failed attempts to write the archive since the process started.",
+        a.errors as f64,
+    );
+    e.counter(
+        "sheetd_archive_gaps_total",
+        "Ranges of records the archive lost because the log dropped them first.",
+        a.gaps.len() as f64,
+    );
+    e.counter(
+        "sheetd_archive_segments_total",
+        "Archive segments sealed since the process started.",
+        a.segments_sealed as f64,
+    );
+    e.counter(
+        "sheetd_archive_bytes_total",
+        "Bytes of archive segments sealed since the process started.",
+        a.bytes_sealed as f64,
+    );
 }
 
 /// A cluster node's view of its group.

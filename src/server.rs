@@ -242,6 +242,11 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
                 .with_context(|| {
                     format!("cannot start the cluster node in {}", args.data_dir.display())
                 })?;
+            if let Some(archive) = service_config(&opts).archive {
+                let dir = archive.dir.display().to_string();
+                domain.start_archive(archive).context("cannot start the log archive")?;
+                tracing::info!(%dir, "log archive of the committed log started");
+            }
             (None, Some(domain), cursors)
         }
     };
@@ -275,7 +280,8 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         let seeding = opts.clone();
         actix_rt::spawn(crate::cluster::lead_when_elected(
             state.clone(),
-            service_config(&opts),
+            // The archive is the node's (`ClusterDomain::start_archive`), not its actors'.
+            ServiceConfig { archive: None, ..service_config(&opts) },
             move |service: Service| async move { seed(&service, &seeding).await },
         ));
     }
@@ -336,6 +342,9 @@ pub async fn stop(running: Running) -> anyhow::Result<()> {
         service.close().context("closing the log")?;
     }
     if let Some(cluster) = &running.state.cluster {
+        // The archive takes what is committed before the node stops (its thread joins).
+        let archived = cluster.clone();
+        let _ = actix_web::rt::task::spawn_blocking(move || archived.stop_archive()).await;
         cluster.shutdown().await.context("stopping the cluster node")?;
     }
     Ok(())

@@ -65,6 +65,48 @@ use crate::model::Millis;
 use crate::record::Record;
 use crate::shared::Clock;
 
+/// What the archiver reads: a log's durable records as stored, and how far it reaches. A single
+/// node's [`RecordLog`]; on a cluster node, the group's committed entries
+/// (`crate::replica::ClusterDomain::start_archive`), where an entry without a record of its own
+/// (a membership change, a new leader's blank entry, a record skipped for landing elsewhere)
+/// reads as a [`Record::Marker`], so positions stay consecutive and a restore replays nothing
+/// for it.
+pub trait ArchiveSource: Send + Sync + 'static {
+    /// The record at `lsn` as stored ([`codec`] bytes), if the log still holds it. Blocking.
+    ///
+    /// # Errors
+    /// The log failing to read, or a damaged record.
+    fn read_stored(&self, lsn: Lsn) -> crate::error::Result<Option<Vec<u8>>>;
+
+    /// Every record at or below this is durable (on a cluster node: committed), so archived
+    /// records never change.
+    fn durable_lsn(&self) -> Lsn;
+
+    /// The highest position the log holds: an archive past it belongs to another history.
+    fn last_lsn(&self) -> Lsn;
+
+    /// The log's beginning: records at or below it are gone, unless it retains them.
+    fn checkpoint_lsn(&self) -> Lsn;
+}
+
+impl ArchiveSource for Arc<dyn RecordLog> {
+    fn read_stored(&self, lsn: Lsn) -> crate::error::Result<Option<Vec<u8>>> {
+        RecordLog::read_stored(&**self, lsn)
+    }
+
+    fn durable_lsn(&self) -> Lsn {
+        RecordLog::durable_lsn(&**self)
+    }
+
+    fn last_lsn(&self) -> Lsn {
+        RecordLog::last_lsn(&**self)
+    }
+
+    fn checkpoint_lsn(&self) -> Lsn {
+        self.stats().checkpoint_lsn
+    }
+}
+
 /// A segment file's first bytes.
 pub const MAGIC: &[u8; 8] = b"SHEETDAR";
 /// The format this build writes, and the newest it reads.
@@ -474,7 +516,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The running archive: its status, and the thread writing it.
 pub struct Archive {
     shared: Arc<Shared>,
-    log: Arc<dyn RecordLog>,
+    log: Arc<dyn ArchiveSource>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -493,7 +535,7 @@ impl Archive {
     /// The dir cannot be created or listed.
     pub(crate) fn start(
         config: ArchiveConfig,
-        log: Arc<dyn RecordLog>,
+        log: Arc<dyn ArchiveSource>,
         clock: Clock,
     ) -> Result<Archive, ArchiveError> {
         let dir_name = config.dir.display().to_string();
@@ -518,7 +560,7 @@ impl Archive {
             }
             expected = Some(s.last + 1);
         }
-        let checkpoint = log.stats().checkpoint_lsn;
+        let checkpoint = log.checkpoint_lsn();
         let (position, previous_at) = match segments.last() {
             Some(last) => {
                 let summary = File::open(&last.path)
@@ -639,7 +681,7 @@ struct Open {
 /// The archiver thread's own state.
 struct Writer {
     config: ArchiveConfig,
-    log: Arc<dyn RecordLog>,
+    log: Arc<dyn ArchiveSource>,
     shared: Arc<Shared>,
     clock: Clock,
     open: Option<Open>,
@@ -749,7 +791,7 @@ impl Writer {
     /// The log no longer holds the record at the cursor: report the gap, seal what came
     /// before it, and go on after the log's checkpoint.
     fn gap(&mut self) -> Result<(), Failure> {
-        let checkpoint = self.log.stats().checkpoint_lsn;
+        let checkpoint = self.log.checkpoint_lsn();
         if self.cursor > checkpoint {
             return Err(Failure::Retry(format!(
                 "the log lacks record {}, above its checkpoint {checkpoint}",

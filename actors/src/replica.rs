@@ -47,6 +47,7 @@ pub use cluster::{
 };
 use cluster::{GroupNode, ProposeError};
 
+use crate::archive::{Archive, ArchiveConfig, ArchiveError, ArchiveSource, ArchiveStatus};
 use crate::digest::StateDigest;
 use crate::error::{ClusterOutcome, Error, Result};
 use crate::local::{LocalView, Touched};
@@ -214,6 +215,8 @@ pub struct ClusterDomain {
     node: Arc<GroupNode<Replica>>,
     guard: Arc<LeaderGuard>,
     local: LocalReads,
+    /// The log archive of this node's committed entries, once started.
+    archive: Arc<std::sync::OnceLock<Arc<Archive>>>,
 }
 
 /// A follower's local reads (docs/spec/cluster.md, "Local reads"): its applied state, and its
@@ -314,7 +317,48 @@ impl ClusterDomain {
             tainted_now: tokio::sync::Notify::new(),
         });
         let local = LocalReads { view, node: Arc::clone(&node), spans: Arc::default(), clock };
-        Ok(ClusterDomain { node, guard, local })
+        Ok(ClusterDomain { node, guard, local, archive: Arc::default() })
+    }
+
+    /// Starts the log archive (see [`crate::archive`]) of this node's committed entries in
+    /// `config.dir`, after the segments it holds, whether the node leads or follows: every
+    /// node's committed log is the same, so any node's archive rolls a backup of the group
+    /// forward. From now on a purge of the log keeps what the archive has not taken, as a
+    /// single node's checkpoint does (up to `hold_records` behind it). Once only.
+    ///
+    /// # Errors
+    /// The dir cannot be created or listed, or an archive runs already.
+    pub fn start_archive(&self, config: ArchiveConfig) -> std::result::Result<(), ArchiveError> {
+        let dir = config.dir.display().to_string();
+        let source: Arc<dyn ArchiveSource> =
+            Arc::new(CommittedLog { node: Arc::clone(&self.node) });
+        let archive = Arc::new(Archive::start(config, source, self.local.clock.clone())?);
+        if let Err(archive) = self.archive.set(Arc::clone(&archive)) {
+            archive.stop();
+            return Err(ArchiveError::Io {
+                dir,
+                source: io::Error::other("an archive runs already"),
+            });
+        }
+        // Weak: the store outlives nothing it holds, and the archive holds the node.
+        let held = Arc::downgrade(&archive);
+        self.node
+            .store()
+            .hold_for_archive(Arc::new(move |lsn| held.upgrade().map_or(lsn, |a| a.hold(lsn))));
+        Ok(())
+    }
+
+    /// The log archive's position, lag and last error; `None` without an archive.
+    pub fn archive_status(&self) -> Option<ArchiveStatus> {
+        self.archive.get().map(|archive| archive.status())
+    }
+
+    /// Lets the archive take what is committed now (a few seconds at most), then stops it.
+    /// Blocking.
+    pub fn stop_archive(&self) {
+        if let Some(archive) = self.archive.get() {
+            archive.stop();
+        }
     }
 
     /// Where a read sent with `Sheetd-Consistency: local` is answered from on this follower:
@@ -479,6 +523,42 @@ impl ClusterDomain {
     /// The log's failure, if it had failed.
     pub async fn shutdown(&self) -> Result<()> {
         self.node.shutdown().await.map_err(|e| Error::Cluster(e.to_string()))
+    }
+}
+
+/// The group's committed entries, as the log archive reads them: an entry's record as the
+/// leader encoded it (the bytes a single node's log stores for it), and a
+/// [`Record::Marker`] for an entry that holds none, so positions stay those of the group.
+struct CommittedLog {
+    node: Arc<GroupNode<Replica>>,
+}
+
+impl ArchiveSource for CommittedLog {
+    fn read_stored(&self, lsn: Lsn) -> Result<Option<Vec<u8>>> {
+        let Some(index) = lsn.checked_sub(1) else { return Ok(None) };
+        let held = self
+            .node
+            .store()
+            .read_for_archive(index)
+            .map_err(|e| Error::Inconsistent(e.to_string()))?;
+        match held {
+            None => Ok(None),
+            Some(Some(record)) => Ok(Some(record.payload)),
+            Some(None) => Ok(Some(codec::encode(&Record::Marker)?)),
+        }
+    }
+
+    fn durable_lsn(&self) -> Lsn {
+        // Applied here means committed on a majority: an archived entry never changes.
+        self.node.applied_index().map_or(0, |i| i + 1)
+    }
+
+    fn last_lsn(&self) -> Lsn {
+        self.node.store().stats().last_lsn
+    }
+
+    fn checkpoint_lsn(&self) -> Lsn {
+        self.node.store().stats().checkpoint_lsn
     }
 }
 

@@ -1025,8 +1025,8 @@ impl Service {
     /// The dir cannot be created or listed, or an archive runs already.
     pub fn start_archive(&self, config: ArchiveConfig) -> std::result::Result<(), ArchiveError> {
         let dir = config.dir.display().to_string();
-        let archive =
-            Archive::start(config, Arc::clone(&self.shared.log), self.shared.clock.clone())?;
+        let log: Arc<dyn crate::archive::ArchiveSource> = Arc::new(Arc::clone(&self.shared.log));
+        let archive = Archive::start(config, log, self.shared.clock.clone())?;
         self.archive.set(Arc::new(archive)).map_err(|archive| {
             archive.stop();
             ArchiveError::Io { dir, source: std::io::Error::other("an archive runs already") }

@@ -65,7 +65,7 @@ mod types;
 pub use adopt::{begin_with_state, holds_group};
 pub use contact::Contact;
 pub use error::{Error, Result};
-pub use log_store::{RaftState, WalLogStore};
+pub use log_store::{ArchiveHold, RaftState, WalLogStore};
 pub use machine::{Apply, DomainSnapshot, Machine, SnapshotCounts, WriteState};
 pub use membership::{Action, ChangeError, MembershipChange, Phase};
 pub use node::{

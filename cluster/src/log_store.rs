@@ -104,7 +104,13 @@ struct Inner {
     /// beginning, read by [`WalLogStore::read_record`] only), for the domain still reads them
     /// by position (a change feed's retained changes).
     retained: Mutex<Arc<std::collections::BTreeSet<u64>>>,
+    /// The log archive's hold, when one runs ([`WalLogStore::hold_for_archive`]).
+    archive_hold: Mutex<Option<ArchiveHold>>,
 }
+
+/// Given the wal LSN a purge would begin the log after, the LSN above which entries must stay
+/// for a log archive that has not taken them yet (the archive decides how far back it holds).
+pub type ArchiveHold = Arc<dyn Fn(Lsn) -> Lsn + Send + Sync>;
 
 /// The entries present: indexes `first..=last.index`, none when `last` is `None`.
 #[derive(Debug, Clone, Copy)]
@@ -224,6 +230,7 @@ impl WalLogStore {
                 unflushed: Mutex::new(BTreeMap::new()),
                 ends: Mutex::new(ends),
                 retained: Mutex::default(),
+                archive_hold: Mutex::default(),
             }),
         })
     }
@@ -273,6 +280,26 @@ impl WalLogStore {
     pub fn is_pristine(&self) -> bool {
         let state = lock(&self.inner.state);
         lock(&self.inner.ends).last.is_none() && state.vote.is_none() && state.last_purged.is_none()
+    }
+
+    /// What the entry at `index` holds for a copy of the committed log (a log archive):
+    /// `None` when the log does not hold the entry, `Some(None)` when it holds no record to
+    /// apply (a blank or membership entry, a skipped record), else its record. Blocking; the
+    /// caller asks only for committed indexes, as for [`WalLogStore::read_record`].
+    ///
+    /// # Errors
+    /// As [`WalLogStore::read_record`].
+    pub fn read_for_archive(&self, index: u64) -> Result<Option<Option<Record>>> {
+        Ok(self.entry(index)?.map(|entry| match entry.payload {
+            openraft::EntryPayload::Normal(record) if record.belongs_at(index) => Some(record),
+            _ => None,
+        }))
+    }
+
+    /// Makes every later purge keep the entries `hold` says a log archive has not taken (read
+    /// back by [`WalLogStore::read_for_archive`], below the log's beginning as retained ones are).
+    pub fn hold_for_archive(&self, hold: ArchiveHold) {
+        *lock(&self.inner.archive_hold) = Some(hold);
     }
 
     /// The entries the last snapshot retains.
@@ -536,16 +563,20 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
         self.save(move |state| state.last_purged = Some(log_id)).await?;
         let wal = self.inner.wal.clone();
         let retained = Arc::clone(&lock(&self.inner.retained));
+        let archive_hold = lock(&self.inner.archive_hold).clone();
         blocking(move || {
             let lsn = lsn_of(log_id.index);
             if wal.stats().checkpoint_lsn >= lsn {
                 return Ok(());
             }
-            if retained.is_empty() || lsn > wal.durable_lsn() {
+            let archive = archive_hold.map(|hold| hold(lsn)).filter(|above| *above < lsn);
+            if (retained.is_empty() && archive.is_none()) || lsn > wal.durable_lsn() {
                 return Ok(wal.purge_through(lsn)?);
             }
-            // The records the last snapshot retains stay below the log's new beginning.
-            Ok(wal.checkpoint_retaining(lsn, &[], &|l| retained.contains(&index_of(l)))?)
+            // The records the last snapshot retains, and those the archive has not taken, stay
+            // below the log's new beginning.
+            let keeps = |l: Lsn| retained.contains(&index_of(l)) || archive.is_some_and(|a| l > a);
+            Ok(wal.checkpoint_retaining(lsn, &[], &keeps)?)
         })
         .await?;
         let mut unflushed = lock(&self.inner.unflushed);
@@ -636,5 +667,47 @@ mod tests {
         let mut expected: Vec<Entry> = (0..4).map(entry).collect();
         expected.push(replacement);
         assert_eq!(store.try_get_log_entries(..).await.unwrap(), expected);
+    }
+
+    /// A purge keeps the entries a log archive has not taken (as the hold says), readable
+    /// below the log's new beginning, and drops the rest; an entry that holds no record reads
+    /// as held but empty, one purged as not held.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_purge_keeps_what_the_archive_has_not_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = WalLogStore::open(dir.path()).unwrap();
+        // One append each: the wal keeps a batch's records together (a pack), all or none.
+        for index in 0..10 {
+            let mut one = entry(index);
+            if index == 2 {
+                one.payload = EntryPayload::Blank;
+            }
+            let (tx, rx) = TypeConfig::oneshot();
+            store.append(vec![one], IOFlushed::signal(tx)).await.unwrap();
+            rx.await.unwrap().unwrap();
+        }
+        // The archive took every entry up to index 3 (LSN 4).
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&asked);
+        store.hold_for_archive(Arc::new(move |lsn| {
+            lock(&seen).push(lsn);
+            lsn_of(3)
+        }));
+        assert_eq!(store.read_for_archive(2).unwrap(), Some(None), "a blank entry is held, empty");
+        store.purge(entry(7).log_id).await.unwrap();
+        assert_eq!(*lock(&asked), [lsn_of(7)]);
+        for index in 0..=3 {
+            assert_eq!(store.read_for_archive(index).unwrap(), None, "{index} was archived");
+        }
+        for index in 4..10 {
+            let kept = store.read_for_archive(index).unwrap().flatten();
+            assert_eq!(kept.map(|r| r.payload), Some(format!("record {index}").into_bytes()));
+        }
+        assert_eq!(store.get_log_state().await.unwrap().last_purged_log_id, Some(entry(7).log_id));
+        // Without a hold, the next purge drops them.
+        *lock(&store.inner.archive_hold) = None;
+        store.purge(entry(8).log_id).await.unwrap();
+        assert_eq!(store.read_for_archive(5).unwrap(), None);
+        assert!(store.read_for_archive(9).unwrap().is_some());
     }
 }

@@ -54,8 +54,11 @@ use crate::views::{
 pub async fn health(_: AdminCaller, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let service = state.try_service();
     let reason = service.and_then(|s| s.unwritable_reason());
-    let archive = service.and_then(|s| s.archive_status());
-    let Some(cluster) = &state.cluster else { return ok(&HealthView::new(reason, archive)) };
+    let Some(cluster) = &state.cluster else {
+        return ok(&HealthView::new(reason, service.and_then(|s| s.archive_status())));
+    };
+    // A cluster node's archive is its committed log's, on a follower too.
+    let archive = cluster.archive_status();
     let status = cluster.status();
     let reason = reason.or_else(|| status.leader.is_none().then(|| "no leader is known".into()));
     let view = HealthView::new(reason, archive);

@@ -524,6 +524,136 @@ async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() 
     leader.child = None;
 }
 
+/// The log archive on cluster nodes (`--archive-dir`, docs/backups.md): every node archives
+/// its committed log, a follower too, and a killed leader goes on where it stopped once it is
+/// back; the leader's backup, restored with any node's archive, rolls forward through a
+/// leader change to the state every node agrees on.
+#[actix_rt::test]
+async fn any_nodes_archive_rolls_the_leaders_backup_forward_past_a_leader_change() {
+    let _one = ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let archive = |id: u64| dir.path().join(format!("archive{id}"));
+    // A snapshot every 4 entries, so the log is purged behind the archive as it goes.
+    let mut nodes = three_with(dir.path(), |id| {
+        let archive = archive(id).display().to_string();
+        let flags = ["--archive-dir", &archive, "--archive-seal-ms", "300"];
+        let mut flags: Vec<String> = flags.map(str::to_owned).to_vec();
+        flags.extend(["--checkpoint-every-records".to_owned(), "4".to_owned()]);
+        flags
+    })
+    .await;
+    let apis: Vec<String> = nodes.iter().map(|n| n.api.clone()).collect();
+    let add = |phase: &str, n: usize| {
+        let body = json!({"rows": [{"cells": {"100": format!("{phase} {n}")}}]});
+        (format!("archive-{phase}-{n}"), body)
+    };
+    let path = "/sheets/10/rows:bulkAdd";
+    for n in 0..5 {
+        let (key, body) = add("before", n);
+        let (status, reply) = until_acknowledged(&apis, n, "POST", path, &key, &body).await;
+        assert_eq!(status, 200, "{reply}");
+    }
+    let at = agreed_leader(&nodes).await;
+    let file = dir.path().join("cluster.backup");
+    let out = backup::sheetd(backup::args(&[
+        "backup",
+        "--admin-url",
+        &format!("http://{}", nodes[at].admin),
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--out",
+        backup::path(&file),
+    ]))
+    .await;
+    assert!(out.status.success(), "{}", backup::stderr(&out));
+    // A follower's archive dir is unusable for a while (a file where the dir was): its
+    // archive fails and falls behind while the log is snapshotted and purged, which must keep
+    // what the archive has not taken.
+    let follower = (at + 1) % 3;
+    let broken = archive(nodes[follower].id);
+    let away = dir.path().join("archive-away");
+    std::fs::rename(&broken, &away).unwrap();
+    std::fs::write(&broken, "not a dir").unwrap();
+    // More entries than a purge keeps behind a snapshot (100 at the least).
+    for n in 0..150 {
+        let (key, body) = add("after", n);
+        let (status, reply) = until_acknowledged(&apis, n, "POST", path, &key, &body).await;
+        assert_eq!(status, 200, "{reply}");
+    }
+    // The leader dies; the next one takes writes; the old one comes back as a follower.
+    nodes[at].kill9();
+    for n in 0..5 {
+        let (key, body) = add("later", n);
+        let (status, reply) = until_acknowledged(&apis, at + 1, "POST", path, &key, &body).await;
+        assert_eq!(status, 200, "{reply}");
+    }
+    nodes[at].start();
+    let (index, digest) = converged(&nodes).await;
+    let health = admin_get(&nodes[follower].admin_url("/health")).await.unwrap();
+    assert!(health["archive"]["lastError"].is_string(), "the archive fails: {health}");
+    assert_eq!(health["status"], "degraded", "{health}");
+    // The follower's log purged past what its archive has taken (entry `purgedIndex` is at
+    // LSN `purgedIndex + 1`).
+    let archived = health["archive"]["position"].as_u64().unwrap();
+    let purged = |node: &Node| {
+        let url = node.admin_url("/cluster");
+        async move { admin_get(&url).await.and_then(|c| c["purgedIndex"].as_u64()) }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while purged(&nodes[follower]).await.is_none_or(|index| index < archived) {
+        assert!(Instant::now() < deadline, "no purge past {archived} on the follower");
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    std::fs::remove_file(&broken).unwrap();
+    std::fs::rename(&away, &broken).unwrap();
+    // The state at `index` is the record at LSN `index + 1` (the wal position of its entry).
+    let until = (index + 1).to_string();
+    for i in [follower, at] {
+        let node = &nodes[i];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let health = admin_get(&node.admin_url("/health")).await;
+            let archived = health.as_ref().and_then(|h| h["archive"]["position"].as_u64());
+            if archived.is_some_and(|p| p > index) {
+                let health = health.unwrap();
+                assert_eq!(health["archive"]["gaps"], json!([]), "{health}");
+                assert_eq!(health["archive"]["lastError"], Value::Null, "{health}");
+                let url = node.admin_url("/metrics");
+                let (_, metrics, _) = send("GET", &url, Some(ADMIN_TOKEN), &[], None).await;
+                let metrics = metrics.as_str().unwrap_or_default();
+                assert!(metrics.contains("sheetd_archive_position_lsn "), "{metrics}");
+                assert!(metrics.contains("sheetd_archive_gaps_total 0"), "{metrics}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {}: {health:?}", node.id);
+            actix_rt::time::sleep(Duration::from_millis(100)).await;
+        }
+        let restored = dir.path().join(format!("restored{}", node.id));
+        let out = backup::sheetd(backup::args(&[
+            "restore",
+            "--from",
+            backup::path(&file),
+            "--data-dir",
+            backup::path(&restored),
+            "--archive-dir",
+            backup::path(&archive(node.id)),
+            "--until-position",
+            &until,
+        ]))
+        .await;
+        assert!(out.status.success(), "node {}: {}", node.id, backup::stderr(&out));
+        let out =
+            backup::sheetd(backup::args(&["check", "--data-dir", backup::path(&restored)])).await;
+        assert!(out.status.success(), "{}", backup::stderr(&out));
+        assert_eq!(
+            backup::field(&out, "digest: "),
+            digest,
+            "node {}'s archive rolls the backup forward to the cluster's state at {index}",
+            node.id
+        );
+    }
+}
+
 #[actix_rt::test]
 async fn killing_the_leader_again_and_again_loses_no_acknowledged_write() {
     let _one = ONE_CLUSTER.lock().await;
