@@ -86,6 +86,8 @@ pub fn node_config(args: &ServeArgs) -> anyhow::Result<Option<(NodeConfig, [u8; 
         // behind each snapshot for followers a little behind.
         snapshot_every: Some(args.checkpoint_every_records).filter(|&n| n > 0).unwrap_or(u64::MAX),
         keep_log: (args.checkpoint_every_records / 2).max(MIN_KEPT_LOG),
+        // Set by `ClusterDomain::start` for `--archive-dir`.
+        archive_hold: None,
     };
     Ok(Some((config, cursors)))
 }

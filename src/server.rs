@@ -237,12 +237,14 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
         Some((node, key)) => {
             let cursors = CursorCodec::new(key);
             adopt_if_single_node(&node, service_config(&opts).retention).await?;
-            let domain = actors::replica::ClusterDomain::start(node, opts.clock.clone())
+            let archive = service_config(&opts).archive;
+            let clock = opts.clock.clone();
+            let domain = actors::replica::ClusterDomain::start(node, clock, archive.as_ref())
                 .await
                 .with_context(|| {
                     format!("cannot start the cluster node in {}", args.data_dir.display())
                 })?;
-            if let Some(archive) = service_config(&opts).archive {
+            if let Some(archive) = archive {
                 let dir = archive.dir.display().to_string();
                 domain.start_archive(archive).context("cannot start the log archive")?;
                 tracing::info!(%dir, "log archive of the committed log started");

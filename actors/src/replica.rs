@@ -42,8 +42,8 @@ pub use cluster::net::{
     ClusterSecret, ForwardError, Forwarded, ForwardedReply, Forwarder, LinkTls,
 };
 pub use cluster::{
-    Action, ChangeError, ClusterNode as Peer, Member, MembershipChange, NodeConfig, NodeId, Phase,
-    Status, ELECTION_TIMEOUT_MS, HEARTBEAT_MS,
+    Action, ChangeError, ClusterNode as Peer, HoldForArchive, Member, MembershipChange, NodeConfig,
+    NodeId, Phase, Status, ELECTION_TIMEOUT_MS, HEARTBEAT_MS,
 };
 use cluster::{GroupNode, ProposeError};
 
@@ -306,9 +306,27 @@ impl ClusterDomain {
     ///
     /// # Errors
     /// As [`GroupNode::start`].
-    pub async fn start(config: NodeConfig, clock: Clock) -> Result<ClusterDomain> {
+    pub async fn start(
+        mut config: NodeConfig,
+        clock: Clock,
+        archive: Option<&ArchiveConfig>,
+    ) -> Result<ClusterDomain> {
         let replica = Replica::new();
         let view = Arc::clone(&replica.view);
+        let slot: Arc<std::sync::OnceLock<Arc<Archive>>> = Arc::default();
+        if let Some(archive) = archive {
+            // Until the archive runs ([`ClusterDomain::start_archive`]), a purge keeps what its
+            // dir's last segment lacks, as the archive itself will ask (a single node's start
+            // does the same). Weak: the archive holds the node, whose store holds this.
+            let sealed = crate::archive::archived_position(&archive.dir);
+            let (started, hold_records) = (Arc::downgrade(&slot), archive.hold_records);
+            config.archive_hold = Some(HoldForArchive(Arc::new(move |lsn| {
+                match started.upgrade().and_then(|slot| slot.get().cloned()) {
+                    Some(archive) => archive.hold(lsn),
+                    None => sealed.map_or(lsn, |p| p.max(lsn.saturating_sub(hold_records))),
+                }
+            })));
+        }
         let node =
             GroupNode::start(config, replica).await.map_err(|e| Error::Cluster(e.to_string()))?;
         let guard = Arc::new(LeaderGuard {
@@ -317,14 +335,15 @@ impl ClusterDomain {
             tainted_now: tokio::sync::Notify::new(),
         });
         let local = LocalReads { view, node: Arc::clone(&node), spans: Arc::default(), clock };
-        Ok(ClusterDomain { node, guard, local, archive: Arc::default() })
+        Ok(ClusterDomain { node, guard, local, archive: slot })
     }
 
     /// Starts the log archive (see [`crate::archive`]) of this node's committed entries in
     /// `config.dir`, after the segments it holds, whether the node leads or follows: every
     /// node's committed log is the same, so any node's archive rolls a backup of the group
-    /// forward. From now on a purge of the log keeps what the archive has not taken, as a
-    /// single node's checkpoint does (up to `hold_records` behind it). Once only.
+    /// forward. A purge of the log keeps what the archive has not taken, as a single node's
+    /// checkpoint does (up to `hold_records` behind it), from the node's start when
+    /// [`ClusterDomain::start`] was given the same config. Once only.
     ///
     /// # Errors
     /// The dir cannot be created or listed, or an archive runs already.
@@ -333,18 +352,13 @@ impl ClusterDomain {
         let source: Arc<dyn ArchiveSource> =
             Arc::new(CommittedLog { node: Arc::clone(&self.node) });
         let archive = Arc::new(Archive::start(config, source, self.local.clock.clone())?);
-        if let Err(archive) = self.archive.set(Arc::clone(&archive)) {
+        if let Err(archive) = self.archive.set(archive) {
             archive.stop();
             return Err(ArchiveError::Io {
                 dir,
                 source: io::Error::other("an archive runs already"),
             });
         }
-        // Weak: the store outlives nothing it holds, and the archive holds the node.
-        let held = Arc::downgrade(&archive);
-        self.node
-            .store()
-            .hold_for_archive(Arc::new(move |lsn| held.upgrade().map_or(lsn, |a| a.hold(lsn))));
         Ok(())
     }
 

@@ -69,7 +69,8 @@ pub use log_store::{ArchiveHold, RaftState, WalLogStore};
 pub use machine::{Apply, DomainSnapshot, Machine, SnapshotCounts, WriteState};
 pub use membership::{Action, ChangeError, MembershipChange, Phase};
 pub use node::{
-    raft_config, GroupNode, Member, NodeConfig, Status, ELECTION_TIMEOUT_MS, HEARTBEAT_MS,
+    raft_config, GroupNode, HoldForArchive, Member, NodeConfig, Status, ELECTION_TIMEOUT_MS,
+    HEARTBEAT_MS,
 };
 pub use proposer::{Leadership, Proposal, ProposeError, Proposer};
 pub use snapshot_data::{SnapshotData, Spool};

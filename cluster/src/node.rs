@@ -67,6 +67,19 @@ pub struct NodeConfig {
     /// Entries kept in the log behind a snapshot, so that a follower a little behind (or one
     /// that took long to receive a snapshot) catches up from the log (openraft #1706).
     pub keep_log: u64,
+    /// A log archive's hold ([`WalLogStore::hold_for_archive`]), on the store before the node
+    /// takes part in the group, so no purge runs without it.
+    pub archive_hold: Option<HoldForArchive>,
+}
+
+/// [`NodeConfig::archive_hold`]: an [`crate::ArchiveHold`], shown by name only.
+#[derive(Clone)]
+pub struct HoldForArchive(pub crate::ArchiveHold);
+
+impl std::fmt::Debug for HoldForArchive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HoldForArchive")
+    }
 }
 
 /// What this node knows of its group, as `GET /admin/v1/cluster` shows it.
@@ -159,6 +172,9 @@ impl<A: Apply> GroupNode<A> {
                 .map_err(io::Error::other)?
                 .map_err(io::Error::other)?
         };
+        if let Some(hold) = &config.archive_hold {
+            store.hold_for_archive(Arc::clone(&hold.0));
+        }
         let pristine = store.is_pristine();
         if pristine && config.initial.is_none() && !config.join {
             return Err(io::Error::other(
