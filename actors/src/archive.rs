@@ -518,7 +518,13 @@ pub struct Archive {
     shared: Arc<Shared>,
     log: Arc<dyn ArchiveSource>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// `LOCK_FILE`, locked for as long as the archive runs.
+    _lock: File,
 }
+
+/// The file an archive locks in its dir, so two servers (or two nodes of a cluster) never write
+/// one dir: their segments would collide.
+const LOCK_FILE: &str = "archive.lock";
 
 impl std::fmt::Debug for Archive {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -541,6 +547,23 @@ impl Archive {
         let dir_name = config.dir.display().to_string();
         let dir_error = |source| ArchiveError::Io { dir: dir_name.clone(), source };
         std::fs::create_dir_all(&config.dir).map_err(dir_error)?;
+        let lock_file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(config.dir.join(LOCK_FILE))
+            .map_err(dir_error)?;
+        // Fully qualified: std's inherent `File::try_lock*` (Rust 1.89+) would shadow fs2's.
+        if let Err(e) = fs2::FileExt::try_lock_exclusive(&lock_file) {
+            return Err(dir_error(if e.kind() == fs2::lock_contended_error().kind() {
+                io::Error::other(
+                    "another server archives into this dir; give each server (each node of a \
+                     cluster) an archive dir of its own",
+                )
+            } else {
+                e
+            }));
+        }
         // A segment left unfinished by a crash or a full disk: it is written again.
         for entry in std::fs::read_dir(&config.dir).map_err(dir_error)?.flatten() {
             if entry.file_name().to_str().is_some_and(|n| n.ends_with(".seg.tmp")) {
@@ -608,7 +631,7 @@ impl Archive {
                 .map_err(dir_error)?;
             Some(thread)
         };
-        Ok(Archive { shared, log, thread: Mutex::new(thread) })
+        Ok(Archive { shared, log, thread: Mutex::new(thread), _lock: lock_file })
     }
 
     /// How far the archive has come: every record up to it is archived (or in a reported gap).
@@ -1001,6 +1024,13 @@ mod tests {
         .unwrap()
         .0;
         service.start_archive(config(1_000_000)).unwrap();
+        // A second archive into the same dir (another server's) is refused while this runs.
+        let other: Arc<dyn ArchiveSource> = Arc::new(service.log());
+        let refused = Archive::start(config(1_000_000), other, Default::default()).err();
+        assert!(
+            refused.as_ref().is_some_and(|e| e.to_string().contains("an archive dir of its own")),
+            "{refused:?}"
+        );
         add(&service, 40).await;
         let last = service.durable_lsn();
         let status = archived_up_to(&service, last).await;
