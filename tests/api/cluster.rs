@@ -187,6 +187,23 @@ async fn leader(nodes: &[Node]) -> usize {
     }
 }
 
+/// `sheetd backup` of the leader `node` into `file`, which must succeed.
+async fn backup_of(node: &Node, file: &Path) -> std::process::Output {
+    let url = format!("http://{}", node.admin);
+    let out = backup::sheetd(backup::args(&[
+        "backup",
+        "--admin-url",
+        &url,
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--out",
+        backup::path(file),
+    ]))
+    .await;
+    assert!(out.status.success(), "{}", backup::stderr(&out));
+    out
+}
+
 /// Waits until every node answers the same digest; returns it.
 async fn converged(nodes: &[Node]) -> (u64, String) {
     // A restarted node replays its whole log (no snapshots yet), slowly in a debug build on
@@ -465,23 +482,12 @@ async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() 
     // The leader's backup holds the state every node agrees on, and restores into a single
     // node with the same digest.
     let file = dir.path().join("cluster.backup");
-    let url = format!("http://{}", nodes[at].admin);
     let mut digest = None;
     // The leader's housekeeping may write between the digests: then the state moved, and the
     // backup is taken again.
     for _ in 0..5 {
         let (_, before) = converged(&nodes).await;
-        let out = backup::sheetd(backup::args(&[
-            "backup",
-            "--admin-url",
-            &url,
-            "--admin-token",
-            ADMIN_TOKEN,
-            "--out",
-            backup::path(&file),
-        ]))
-        .await;
-        assert!(out.status.success(), "{}", backup::stderr(&out));
+        let out = backup_of(&nodes[at], &file).await;
         let (_, after) = converged(&nodes).await;
         if before == after {
             assert_eq!(backup::field(&out, "digest: "), before, "the cluster's state");
@@ -555,17 +561,7 @@ async fn any_nodes_archive_rolls_the_leaders_backup_forward_past_a_leader_change
     }
     let at = agreed_leader(&nodes).await;
     let file = dir.path().join("cluster.backup");
-    let out = backup::sheetd(backup::args(&[
-        "backup",
-        "--admin-url",
-        &format!("http://{}", nodes[at].admin),
-        "--admin-token",
-        ADMIN_TOKEN,
-        "--out",
-        backup::path(&file),
-    ]))
-    .await;
-    assert!(out.status.success(), "{}", backup::stderr(&out));
+    backup_of(&nodes[at], &file).await;
     // A follower's archive dir is unusable for a while (a file where the dir was): its
     // archive fails and falls behind while the log is snapshotted and purged, which must keep
     // what the archive has not taken.
