@@ -34,8 +34,9 @@
 //!
 //! # The archiver
 //!
-//! It runs on its own thread, reads records the log has made durable ([`RecordLog::read_stored`],
-//! after the writers, never in their way), fills a segment and seals it when it holds
+//! It runs on its own thread, reads records the log has made durable ([`ArchiveSource`]: a
+//! single node's [`RecordLog::read_stored`], or a cluster node's committed entries; after the
+//! writers, never in their way), fills a segment and seals it when it holds
 //! [`ArchiveConfig::segment_bytes`] or its first record is [`ArchiveConfig::seal_after`] old, so
 //! the archive trails the log by about that much. After a failure (a full or unwritable dir)
 //! it drops the unsealed segment, reports the error, and tries again from the last sealed

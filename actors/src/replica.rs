@@ -1,5 +1,6 @@
 //! The domain of a cluster node: [`Replica`], what the Raft state machine applies committed
-//! records to, and `RaftLog`, the log seam over the group.
+//! records to, `RaftLog`, the log seam over the group, and `CommittedLog`, what the node's log
+//! archive reads (its committed entries, on a follower too).
 //!
 //! # Roles
 //!
