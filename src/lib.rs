@@ -51,6 +51,7 @@ pub mod cursor;
 pub mod docs;
 pub mod error;
 pub mod forward;
+pub mod forwarded;
 pub mod idempotency;
 pub mod input;
 pub mod local_cluster;

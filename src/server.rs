@@ -303,7 +303,7 @@ pub async fn start(opts: Options) -> anyhow::Result<Running> {
     let admin_state = state.clone();
     let admin_token = web::Data::new(AdminToken::new(&admin_token));
     if let Some(cluster) = &state.cluster {
-        crate::forward::serve_forwarded(cluster, state.clone(), admin_token.clone());
+        crate::forwarded::serve_forwarded(cluster, state.clone(), admin_token.clone());
     }
     let admin = HttpServer::new(move || {
         crate::apps::application(crate::apps::admin(admin_state.clone(), admin_token.clone()))
