@@ -28,8 +28,24 @@ use crate::model::{
     ApiKey, Column, Folder, KeyId, Millis, Plan, Project, Report, Row, RowId, Share, SheetId,
     SheetMeta, User, UserId,
 };
-use crate::shared::Retention;
 use crate::webhook::WebhookChange;
+
+/// How long changes are kept: at least `days` and at least the last `min_changes` per sheet.
+/// Here, beside [`Record::FeedRetention`] that carries it, so records depend on nothing the
+/// actors share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retention {
+    /// Days a change is kept at least.
+    pub days: u32,
+    /// Changes per sheet kept at least.
+    pub min_changes: u64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention { days: 7, min_changes: 100_000 }
+    }
+}
 
 /// One entry of the write-ahead log.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -28,6 +28,8 @@ use crate::error::Result;
 use crate::log::{AppendOptions, Appended, Lsn, RecordLog};
 use crate::model::{KeyId, Millis, RowId, SheetId};
 use crate::record::{IdemEntry, Record};
+// Defined beside the record that changes it; the actors name it here.
+pub use crate::record::Retention;
 use crate::webhook::WebhookStore;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
@@ -301,21 +303,6 @@ impl Outbox {
     /// Whether no event is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-/// How long changes are kept: at least `days` and at least the last `min_changes` per sheet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Retention {
-    /// Days a change is kept at least.
-    pub days: u32,
-    /// Changes per sheet kept at least.
-    pub min_changes: u64,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Retention { days: 7, min_changes: 100_000 }
     }
 }
 
