@@ -29,8 +29,7 @@ use tokio::time::{timeout_at, Instant};
 
 use super::channel::Channel;
 use super::message::{self, Announce, Forwarded, ForwardedReply, Reply, Request, Rpc};
-use super::server::ForwardError;
-use super::server::LinkShared;
+use super::shared::{ForwardError, LinkShared};
 use super::tls::LinkStream;
 use crate::snapshot_data::SnapshotData;
 use crate::types::{ClusterNode, GroupId, NodeId, TypeConfig, Vote};

@@ -15,6 +15,8 @@
 //!   `RaftNetworkV2`: one connection per client, opened from the node's own raft host; and
 //!   forwarded requests and API addresses sent to a peer, on the caller's own runtime over
 //!   connections its thread keeps.
+//! - `shared.rs`: what both ends share: the link's state (`LinkShared`), the kept forwarding
+//!   connections, [`Forwarder`] and [`ForwardError`].
 //! - `message.rs`: [`Request`] and [`Rpc`], a request as it travels, and the replies.
 //! - `channel.rs`: [`Channel`], the handshake and the authenticated frames on one connection.
 //! - `tls.rs`: [`LinkTls`] and [`LinkStream`], mutual TLS under the channel when configured.
@@ -54,13 +56,15 @@ mod client;
 mod frame;
 mod message;
 mod server;
+mod shared;
 mod tls;
 
 pub use channel::Channel;
 pub use client::{Network, PeerClient};
 pub use frame::HANDSHAKE_FRAME_MAX;
 pub use message::{Announce, Forwarded, ForwardedReply, Request, Rpc};
-pub use server::{ClusterLink, ForwardError, Forwarder};
+pub use server::ClusterLink;
+pub use shared::{ForwardError, Forwarder};
 pub use tls::{LinkStream, LinkTls};
 
 /// The shortest cluster secret accepted, in bytes: 256 bits, the HMAC-SHA256 key size.
