@@ -3,7 +3,8 @@
 //! `:8081`, the cluster link on `:9101` by default), keeps its data in `<data-dir>/node<i>`
 //! and logs to `<data-dir>/node<i>.log`. The secret and the admin token are made once and kept
 //! in the data dir, so a second `up` on the same dir brings the same cluster back. Ctrl-C (or
-//! SIGTERM) stops every node gracefully.
+//! SIGTERM) stops every node gracefully. An `--archive-dir D` among the serve flags gives node
+//! `i` the archive dir `D/node<i>`: an archive dir serves one node only.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -31,7 +32,7 @@ pub struct UpArgs {
     #[arg(long, default_value_t = 9101)]
     pub raft_port: u16,
     /// More `sheetd serve` flags for every node, after `--` (e.g. `-- --rate-limit-per-minute
-    /// 100000`).
+    /// 100000`); `--archive-dir D` becomes `D/node<i>` for node `i`.
     #[arg(last = true)]
     pub serve_flags: Vec<String>,
 }
@@ -50,6 +51,29 @@ fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     rand::thread_rng().fill_bytes(&mut buf);
     buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The serve flags for node `i`: as given, but an archive dir of its own (`--archive-dir D`
+/// or `--archive-dir=D` becomes `D/node<i>`), since two nodes never archive into one dir.
+fn node_flags(flags: &[String], i: u64) -> Vec<String> {
+    let own = |dir: &str| Path::new(dir).join(format!("node{i}")).display().to_string();
+    let mut out = Vec::with_capacity(flags.len());
+    let mut flags = flags.iter();
+    while let Some(flag) = flags.next() {
+        match flag.strip_prefix("--archive-dir") {
+            Some("") => {
+                out.push(flag.clone());
+                if let Some(dir) = flags.next() {
+                    out.push(own(dir));
+                }
+            }
+            Some(value) if value.starts_with('=') => {
+                out.push(format!("--archive-dir={}", own(&value[1..])));
+            }
+            _ => out.push(flag.clone()),
+        }
+    }
+    out
 }
 
 /// Runs the cluster until Ctrl-C or SIGTERM.
@@ -93,7 +117,7 @@ fn run(args: &UpArgs) -> anyhow::Result<()> {
             .args(["--initial-cluster", &initial])
             .arg("--cluster-secret-file")
             .arg(&secret_file)
-            .args(&args.serve_flags)
+            .args(node_flags(&args.serve_flags, i))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -155,4 +179,43 @@ fn wait_for_demo_keys(dir: &Path, nodes: u8, children: &mut [(u64, Child)]) -> O
         std::thread::sleep(Duration::from_millis(100));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node_flags;
+
+    fn flags(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn each_node_gets_an_archive_dir_of_its_own_and_other_flags_as_given() {
+        let given = flags(&[
+            "--rate-limit-per-minute",
+            "9",
+            "--archive-dir",
+            "/a",
+            "--archive-seal-ms",
+            "100",
+        ]);
+        assert_eq!(
+            node_flags(&given, 2),
+            flags(&[
+                "--rate-limit-per-minute",
+                "9",
+                "--archive-dir",
+                "/a/node2",
+                "--archive-seal-ms",
+                "100"
+            ])
+        );
+        assert_eq!(
+            node_flags(&flags(&["--archive-dir=/b"]), 3),
+            flags(&["--archive-dir=/b/node3"])
+        );
+        // Another flag that only begins alike, and a flag without its value, pass as given.
+        let alike = flags(&["--archive-dir-x", "y", "--archive-dir"]);
+        assert_eq!(node_flags(&alike, 1), alike);
+    }
 }

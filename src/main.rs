@@ -69,7 +69,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => {
             sheetd::logging::init_server(args.log_json);
             let opts = Options { args: *args, clock: Default::default(), print_secrets: true };
-            let result = actix_rt::System::new().block_on(async move {
+            let system = actix_rt::System::new();
+            let result = system.block_on(async move {
                 let running = server::start(opts).await?;
                 server::wait_for_signal().await;
                 tracing::info!("stopping: draining in-flight requests");
@@ -81,6 +82,10 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sheetd: {e:#}");
+                    // A start that failed after the actors began (the log archive's dir in use,
+                    // a refused seed) leaves them on the runtime; dropping it would drop them
+                    // outside it, which panics. The process ends here: nothing is left to run.
+                    std::mem::forget(system);
                     ExitCode::FAILURE
                 }
             }

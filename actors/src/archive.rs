@@ -184,6 +184,15 @@ pub enum ArchiveError {
         /// Which records are missing.
         why: String,
     },
+    /// Another server archives into the dir (it holds the dir's lock).
+    #[error(
+        "another server archives into {dir}; give each server (each node of a cluster) an \
+         archive dir of its own"
+    )]
+    InUse {
+        /// The archive dir.
+        dir: String,
+    },
     /// Listing or reading failed.
     #[error("cannot read the archive in {dir}: {source}")]
     Io {
@@ -556,14 +565,10 @@ impl Archive {
             .map_err(dir_error)?;
         // Fully qualified: std's inherent `File::try_lock*` (Rust 1.89+) would shadow fs2's.
         if let Err(e) = fs2::FileExt::try_lock_exclusive(&lock_file) {
-            return Err(dir_error(if e.kind() == fs2::lock_contended_error().kind() {
-                io::Error::other(
-                    "another server archives into this dir; give each server (each node of a \
-                     cluster) an archive dir of its own",
-                )
-            } else {
-                e
-            }));
+            if e.kind() == fs2::lock_contended_error().kind() {
+                return Err(ArchiveError::InUse { dir: dir_name });
+            }
+            return Err(dir_error(e));
         }
         // A segment left unfinished by a crash or a full disk: it is written again.
         for entry in std::fs::read_dir(&config.dir).map_err(dir_error)?.flatten() {
@@ -1029,7 +1034,7 @@ mod tests {
         let other: Arc<dyn ArchiveSource> = Arc::new(service.log());
         let refused = Archive::start(config(1_000_000), other, Default::default()).err();
         assert!(
-            refused.as_ref().is_some_and(|e| e.to_string().contains("an archive dir of its own")),
+            refused.as_ref().is_some_and(|e| matches!(e, ArchiveError::InUse { .. })),
             "{refused:?}"
         );
         add(&service, 40).await;

@@ -354,3 +354,26 @@ async fn an_archive_on_a_full_disk_falls_behind_says_so_and_catches_up_without_a
     }
     assert_eq!(rows, live, "the restored rows are the live ones");
 }
+
+/// Two servers never archive into one dir: the second refuses to start, says why and names
+/// the dir, and exits without a panic; the first goes on archiving.
+#[actix_rt::test]
+async fn a_second_server_on_an_archive_dir_in_use_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("archive");
+    let flags = ["--archive-dir", path(&archive), "--archive-seal-ms", "100"];
+    let first = Binary::start(&dir.path().join("one"), &flags).await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sheetd"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("two"))
+        .args(flags)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another server archives into") && err.contains(path(&archive)), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let health = health(&first.admin).await;
+    assert_eq!(health["archive"]["lastError"], Value::Null, "{health}");
+    assert_eq!(health["status"], "ok", "{health}");
+}
