@@ -79,7 +79,9 @@ struct Prepared {
     /// Its Raft index: its oldest tag's position minus one.
     index: u64,
     retained: std::collections::BTreeSet<u64>,
-    bytes: Vec<u8>,
+    /// Its bytes, in a nameless file in the data dir ([`cluster::Spool`]): a large state's
+    /// snapshot is never held whole in memory, here as nowhere else.
+    data: cluster::SnapshotData,
 }
 
 /// A snapshot's bytes: `[len u64 LE][the feeds' retention, encoded][the checkpoint file]`.
@@ -187,7 +189,7 @@ impl cluster::Apply for Replica {
             Role::Leading => Ok(self.prepared.take().map(|prepared| cluster::DomainSnapshot {
                 index: prepared.index,
                 retained: prepared.retained,
-                write: Box::new(move |out| out.write_all(&prepared.bytes)),
+                write: Box::new(move |out| io::copy(&mut prepared.data.reader(), out).map(|_| ())),
             })),
         }
     }
@@ -687,14 +689,16 @@ impl RecordLog for RaftLog {
         if self.guard.is_tainted() {
             return Err(Error::Unavailable("checkpoint: this node stops leading"));
         }
-        let mut bytes = Vec::new();
-        snapshot_header(self.retention, &mut bytes).map_err(|e| Error::Cluster(e.to_string()))?;
-        snapshot(&mut bytes)?;
+        let store = self.node.store();
+        let spooled = |e: io::Error| Error::Cluster(format!("spooling the snapshot: {e}"));
+        let mut spool = cluster::Spool::new(Some(store.dir())).map_err(spooled)?;
+        snapshot_header(self.retention, &mut spool).map_err(spooled)?;
+        snapshot(&mut spool)?;
+        let data = spool.finish().map_err(spooled)?;
         // Every record the feeds still retain at or below `index`: those the last snapshot
         // retained, and any after it.
         let machine = self.node.machine();
         let since = machine.snapshot_log_id().map_or(0, |l| l.index + 1);
-        let store = self.node.store();
         let retained = store
             .retained()
             .iter()
@@ -703,7 +707,7 @@ impl RecordLog for RaftLog {
             .filter(|&i| i <= index && retains(i + 1))
             .collect();
         machine.with_domain(|replica, _| {
-            replica.prepared = Some(Prepared { index, retained, bytes });
+            replica.prepared = Some(Prepared { index, retained, data });
         });
         self.node.request_snapshot();
         Ok(())

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Resident memory of a 3-node cluster's nodes once they hold a large state and have each built
 # a Raft snapshot of it: bulk-adds through the leader for a while, a pause for the snapshots,
-# then every node's VmRSS beside the size of its kept `raft-snapshot`. Run it for two builds
-# to compare them (one after the other, same flags).
+# then every node's VmRSS (and its peak, VmHWM) beside the size of its kept `raft-snapshot`.
+# Run it for two builds to compare them (one after the other, same flags).
 #
 #   bash benches/cluster/snapshot_memory.sh target/release/sheetd [load=20s]
 set -euo pipefail
@@ -27,7 +27,9 @@ for n in 1 2 3; do
   # The process listening on node n's API address.
   pid=$(ss -ltnpH "src 127.0.0.$n:28080" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
   rss=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
+  hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
   snap=$(stat -c %s "$WORK/cluster/node$n/raft-snapshot" 2>/dev/null || echo 0)
   role=follower; [ "$n" = "$LEADER" ] && role=leader
-  printf 'node %s (%s): VmRSS %d MB, raft-snapshot %d MB\n' "$n" "$role" $((rss / 1024)) $((snap / 1048576))
+  printf 'node %s (%s): VmRSS %d MB (peak VmHWM %d MB), raft-snapshot %d MB\n' "$n" "$role" \
+    $((rss / 1024)) $((hwm / 1024)) $((snap / 1048576))
 done

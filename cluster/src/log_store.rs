@@ -302,6 +302,11 @@ impl WalLogStore {
         *lock(&self.inner.archive_hold) = Some(hold);
     }
 
+    /// The data dir the log is in.
+    pub fn dir(&self) -> &std::path::Path {
+        self.inner.wal.dir()
+    }
+
     /// The entries the last snapshot retains.
     pub fn retained(&self) -> Arc<std::collections::BTreeSet<u64>> {
         Arc::clone(&lock(&self.inner.retained))

@@ -198,6 +198,21 @@ impl Spool {
     }
 }
 
+/// A spool written as a stream (a checkpoint's writer takes a [`Write`]).
+impl Write for Spool {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        Spool::write(self, bytes)?;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.out {
+            SpoolOut::Memory(_) => Ok(()),
+            SpoolOut::File(w) => w.flush(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
