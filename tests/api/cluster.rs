@@ -204,6 +204,19 @@ async fn backup_of(node: &Node, file: &Path) -> std::process::Output {
     out
 }
 
+/// `sheetd restore` of the backup `file` into `target` with `extra` flags, then `sheetd check`
+/// of it: the restored state's digest. Both must succeed.
+async fn restored_digest(file: &Path, target: &Path, extra: &[&str]) -> String {
+    let mut restore =
+        vec!["restore", "--from", backup::path(file), "--data-dir", backup::path(target)];
+    restore.extend_from_slice(extra);
+    let out = backup::sheetd(backup::args(&restore)).await;
+    assert!(out.status.success(), "{}", backup::stderr(&out));
+    let out = backup::sheetd(backup::args(&["check", "--data-dir", backup::path(target)])).await;
+    assert!(out.status.success(), "{}", backup::stderr(&out));
+    backup::field(&out, "digest: ")
+}
+
 /// Waits until every node answers the same digest; returns it.
 async fn converged(nodes: &[Node]) -> (u64, String) {
     // A restarted node replays its whole log (no snapshots yet), slowly in a debug build on
@@ -496,19 +509,8 @@ async fn three_nodes_elect_one_leader_seed_once_and_every_node_serves_the_api() 
         }
     }
     let digest = digest.expect("the state held still for one backup in five");
-    let restored = dir.path().join("restored");
-    let out = backup::sheetd(backup::args(&[
-        "restore",
-        "--from",
-        backup::path(&file),
-        "--data-dir",
-        backup::path(&restored),
-    ]))
-    .await;
-    assert!(out.status.success(), "{}", backup::stderr(&out));
-    let out = backup::sheetd(backup::args(&["check", "--data-dir", backup::path(&restored)])).await;
-    assert!(out.status.success(), "{}", backup::stderr(&out));
-    assert_eq!(backup::field(&out, "digest: "), digest, "restored as it was taken");
+    let restored = restored_digest(&file, &dir.path().join("restored"), &[]).await;
+    assert_eq!(restored, digest, "restored as it was taken");
 
     // SIGTERM stops the leader for good: its leadership ends with its shutdown, which must not
     // make it start itself again as a follower.
@@ -625,24 +627,10 @@ async fn any_nodes_archive_rolls_the_leaders_backup_forward_past_a_leader_change
             actix_rt::time::sleep(Duration::from_millis(100)).await;
         }
         let restored = dir.path().join(format!("restored{}", node.id));
-        let out = backup::sheetd(backup::args(&[
-            "restore",
-            "--from",
-            backup::path(&file),
-            "--data-dir",
-            backup::path(&restored),
-            "--archive-dir",
-            backup::path(&archive(node.id)),
-            "--until-position",
-            &until,
-        ]))
-        .await;
-        assert!(out.status.success(), "node {}: {}", node.id, backup::stderr(&out));
-        let out =
-            backup::sheetd(backup::args(&["check", "--data-dir", backup::path(&restored)])).await;
-        assert!(out.status.success(), "{}", backup::stderr(&out));
+        let archived = archive(node.id);
+        let extra = ["--archive-dir", backup::path(&archived), "--until-position", &until];
         assert_eq!(
-            backup::field(&out, "digest: "),
+            restored_digest(&file, &restored, &extra).await,
             digest,
             "node {}'s archive rolls the backup forward to the cluster's state at {index}",
             node.id
