@@ -278,6 +278,14 @@ struct IdemHead {
     completed_at: Millis,
 }
 
+/// The hold rule: a truncation at `checkpoint` keeps the records above the returned LSN for an
+/// archive at `position`, but at most `hold_records` behind the checkpoint (so a broken archive
+/// cannot grow the log without end). The one rule for a running archive ([`Archive::hold`]),
+/// a single node's start before it runs, and a cluster node's purge before it runs.
+pub(crate) fn held_above(position: Lsn, checkpoint: Lsn, hold_records: u64) -> Lsn {
+    position.max(checkpoint.saturating_sub(hold_records))
+}
+
 /// The last LSN the sealed segments in `dir` hold; `None` for an empty or unreadable dir.
 pub fn archived_position(dir: &Path) -> Option<Lsn> {
     list(dir).ok()?.last().map(|s| s.last)
@@ -662,7 +670,7 @@ impl Archive {
                  has not taken (--archive-hold-records); it will have a gap"
             );
         }
-        position.max(floor)
+        held_above(position, checkpoint, self.shared.hold_records)
     }
 
     /// The archive's state now.

@@ -326,7 +326,9 @@ impl ClusterDomain {
             config.archive_hold = Some(HoldForArchive(Arc::new(move |lsn| {
                 match started.upgrade().and_then(|slot| slot.get().cloned()) {
                     Some(archive) => archive.hold(lsn),
-                    None => sealed.map_or(lsn, |p| p.max(lsn.saturating_sub(hold_records))),
+                    None => {
+                        sealed.map_or(lsn, |p| crate::archive::held_above(p, lsn, hold_records))
+                    }
                 }
             })));
         }

@@ -190,7 +190,7 @@ impl Replay for Rebuild {
             self.sheets.values().flat_map(|(state, _, _)| state.changes.lsns()).collect()
         });
         let for_archive = self.archive_hold.is_some_and(|(position, hold)| {
-            lsn > position.max(self.checkpoint_lsn.saturating_sub(hold))
+            lsn > crate::archive::held_above(position, self.checkpoint_lsn, hold)
         });
         retained.contains(&lsn) || for_archive
     }
