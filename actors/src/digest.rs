@@ -90,7 +90,7 @@ pub fn digest(mut parts: StateParts<'_>) -> StateDigest {
         feed.number(sheet.rows.len() as u64);
         for row in sheet.rows.values() {
             feed.number(row.id);
-            feed.number(row.parent_id.map_or(0, |p| p + 1));
+            feed.number(row.parent_id().map_or(0, |p| p + 1));
             feed.number(row.version);
             feed.bytes(row.json().get().as_bytes());
         }

@@ -442,12 +442,13 @@ pub fn prepare(
             .map_err(|e| Error::invalid(format!("rows[{i}] (id {}): {e}", r.id)))?;
         let cells = apply_writes(BTreeMap::new(), writes);
         let mut row = Row::new(r.id, r.sheet_id, cells, SOURCE_IMPORT, now);
-        row.parent_id = r.parent_id;
-        row.attachments = r
-            .attachments
-            .into_iter()
-            .map(|a| Attachment { name: a.name, bytes: a.bytes })
-            .collect();
+        row.set_parent_id(r.parent_id);
+        row.set_attachments(
+            r.attachments
+                .into_iter()
+                .map(|a| Attachment { name: a.name, bytes: a.bytes })
+                .collect(),
+        );
         sheet.rows.push(row);
     }
     for (i, s) in fx.shares.into_iter().enumerate() {
@@ -621,7 +622,7 @@ mod tests {
         assert_eq!(positions, [0, 1], "order of appearance");
         let root = &batch.sheets[0].rows[0];
         assert_eq!(root.cell(2), Some(json!("2026-01-02T02:04:05Z")), "cells are coerced");
-        assert_eq!(batch.sheets[0].rows[1].parent_id, Some(100));
+        assert_eq!(batch.sheets[0].rows[1].parent_id(), Some(100));
         assert_eq!((batch.shares.len(), batch.reports.len()), (1, 1));
 
         let keys: Vec<(KeyId, &str)> = batch.keys.iter().map(|k| (k.id, k.name.as_str())).collect();

@@ -163,11 +163,11 @@ impl SheetState {
         let mut children = Vec::new();
         let (mut count, mut bytes) = (0, 0);
         for row in self.rows.values() {
-            if let Some(parent) = row.parent_id {
+            if let Some(parent) = row.parent_id() {
                 children.push((parent, row.id));
             }
-            count += row.attachments.len() as u64;
-            bytes += row.attachments.iter().map(|a| a.bytes).sum::<u64>();
+            count += row.attachments().len() as u64;
+            bytes += row.attachments().iter().map(|a| a.bytes).sum::<u64>();
         }
         self.children = children.into_iter().collect();
         self.attachments = (count, bytes);
@@ -194,7 +194,7 @@ impl SheetState {
     pub fn recount_attachments(&self) -> (u64, u64) {
         self.rows
             .values()
-            .flat_map(|r| &r.attachments)
+            .flat_map(|r| r.attachments())
             .fold((0, 0), |(n, b), a| (n + 1, b + a.bytes))
     }
 
@@ -262,11 +262,11 @@ impl SheetState {
     }
 
     fn put(&mut self, row: Arc<Row>) {
-        let (id, parent) = (row.id, row.parent_id);
+        let (id, parent) = (row.id, row.parent_id());
         self.count_attachments(&row, true);
         if let Some(old) = self.rows.insert(id, row) {
             self.count_attachments(&old, false);
-            if let Some(old_parent) = old.parent_id {
+            if let Some(old_parent) = old.parent_id() {
                 self.children.remove(&(old_parent, id));
             }
         }
@@ -277,7 +277,7 @@ impl SheetState {
 
     fn remove(&mut self, id: RowId) {
         if let Some(row) = self.rows.remove(&id) {
-            if let Some(parent) = row.parent_id {
+            if let Some(parent) = row.parent_id() {
                 self.children.remove(&(parent, id));
             }
             self.count_attachments(&row, false);
@@ -285,8 +285,10 @@ impl SheetState {
     }
 
     fn count_attachments(&mut self, row: &Row, add: bool) {
-        let (n, bytes) =
-            (row.attachments.len() as u64, row.attachments.iter().map(|a| a.bytes).sum::<u64>());
+        let (n, bytes) = (
+            row.attachments().len() as u64,
+            row.attachments().iter().map(|a| a.bytes).sum::<u64>(),
+        );
         self.attachments = if add {
             (self.attachments.0 + n, self.attachments.1 + bytes)
         } else {
@@ -607,8 +609,8 @@ mod tests {
         };
         let row = |id, parent: Option<RowId>, bytes: u64| {
             let mut row = Row::new(id, 9, BTreeMap::new(), crate::model::SOURCE_IMPORT, 0);
-            row.parent_id = parent;
-            row.attachments = Box::new([Attachment { name: "f".into(), bytes }]);
+            row.set_parent_id(parent);
+            row.set_attachments(Box::new([Attachment { name: "f".into(), bytes }]));
             row
         };
         SheetState::new(
@@ -864,11 +866,13 @@ mod props {
                 match op {
                     Op::Put { id, parent, attachments } => {
                         let mut row = Row::new(id, 9, BTreeMap::new(), crate::model::SOURCE_API, at);
-                        row.parent_id = parent;
-                        row.attachments = attachments
-                            .into_iter()
-                            .map(|bytes| Attachment { name: "f".into(), bytes })
-                            .collect();
+                        row.set_parent_id(parent);
+                        row.set_attachments(
+                            attachments
+                                .into_iter()
+                                .map(|bytes| Attachment { name: "f".into(), bytes })
+                                .collect(),
+                        );
                         s.apply(&SheetWrite { sheet_id: 9, at, put: vec![Arc::new(row)], deleted: Vec::new(), idem: None }, 1);
                     }
                     Op::Delete { id } => {
