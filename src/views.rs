@@ -215,7 +215,7 @@ impl From<&Row> for RowView {
     fn from(r: &Row) -> Self {
         RowView {
             id: r.id,
-            sheet_id: r.sheet_id,
+            sheet_id: r.sheet_id(),
             version: r.version,
             cells: r.cells().into_iter().map(|(k, v)| (k.to_string(), v.0)).collect(),
             created_at: timestamp(r.created_at),
