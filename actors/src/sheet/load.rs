@@ -7,7 +7,7 @@
 //! fed in chunks, so on two cores the two halves overlap. Small sheets decode inline: a thread
 //! would cost more than it saves.
 //!
-//! The map is built with full leaves ([`insert_packed`]): rows inserted in ascending order, as
+//! The map is built with full leaves ([`packed_order`]): rows inserted in ascending order, as
 //! a checkpoint holds them, would leave every leaf of the B+tree half full (a full leaf splits
 //! at its median and only the right half fills again), which is about 20 bytes per row more.
 
@@ -97,25 +97,26 @@ impl<'de> Visitor<'de> for RowsVisitor {
     }
 }
 
-/// Inserts `chunk`, rows in ascending id order above every row `rows` holds, so that the
-/// leaves they land in end up full: every other row first, then the rest.
+/// The order to insert `len` rows in, given in ascending id order above every row the map
+/// holds, so that the leaves they land in end up full: every other row first, then the rest.
 ///
 /// Appended one by one, rows split each full leaf at its median and fill only its right half
-/// again, so every leaf ends half full. Inserted at even positions first, each leaf splits off
-/// holding 8 of 16 slots and spans twice as many ids; the odd rows then fall between those, 8
-/// into each leaf, filling it without another split. Any order gives the same map: only its
-/// memory differs.
+/// again, so every leaf ends half full (about 20 bytes a row more). Inserted at even positions
+/// first, each leaf splits off holding half its slots and spans twice as many ids; the odd rows
+/// then fall between those, as many into each leaf, filling it without another split. Any
+/// order gives the same map: only its memory differs. A start's chunks go in this order, and
+/// so does a write that adds rows in ascending order (a bulkAdd's).
+pub(super) fn packed_order(len: usize) -> impl Iterator<Item = usize> {
+    (0..len).step_by(2).chain((1..len).step_by(2))
+}
+
+/// Inserts `chunk` (see [`packed_order`]).
 fn insert_packed(rows: &mut OrdMap<RowId, Arc<Row>>, chunk: Vec<(RowId, Row)>) {
-    let mut odd = Vec::with_capacity(chunk.len() / 2);
-    for (i, (id, row)) in chunk.into_iter().enumerate() {
-        if i % 2 == 0 {
+    let mut slots: Vec<Option<(RowId, Row)>> = chunk.into_iter().map(Some).collect();
+    for i in packed_order(slots.len()) {
+        if let Some((id, row)) = slots[i].take() {
             rows.insert(id, Arc::new(row));
-        } else {
-            odd.push((id, row));
         }
-    }
-    for (id, row) in odd {
-        rows.insert(id, Arc::new(row));
     }
 }
 

@@ -250,8 +250,17 @@ impl SheetState {
         let deleted_versions =
             write.deleted.iter().map(|id| self.rows.get(id).map_or(0, |r| r.version)).collect();
         self.changes.record(lsn, write.at, write.put.len() + write.deleted.len(), deleted_versions);
-        for row in &write.put {
-            self.put(Arc::clone(row));
+        if write.put.windows(2).all(|w| w[0].id < w[1].id) {
+            // Distinct rows in ascending order (a bulkAdd's new rows): in the order that
+            // leaves the map's leaves full.
+            for i in super::load::packed_order(write.put.len()) {
+                self.put(Arc::clone(&write.put[i]));
+            }
+        } else {
+            // The same row may come twice: the later version wins.
+            for row in &write.put {
+                self.put(Arc::clone(row));
+            }
         }
         for id in &write.deleted {
             self.remove(*id);
@@ -596,6 +605,34 @@ mod tests {
 
     use super::*;
     use crate::model::{Attachment, ColumnType, Json};
+
+    #[test]
+    fn a_write_applies_its_rows_in_any_order_with_the_later_version_of_a_row_winning() {
+        let row = |id: RowId, version: u64| {
+            let cells = BTreeMap::from([(1, Json(json!(format!("{id} v{version}"))))]);
+            Arc::new(Row::at_version(id, 9, version, &cells, crate::model::SOURCE_API, (0, 0)))
+        };
+        let write = |put: Vec<Arc<Row>>| SheetWrite {
+            sheet_id: 9,
+            at: 1,
+            put,
+            deleted: Vec::new(),
+            idem: None,
+        };
+        // Ascending (the order a start's rows and a bulkAdd's come in), after rows it holds.
+        let mut s = SheetState::new(9, 0, Vec::new(), vec![(*row(1, 1)).clone()]);
+        s.apply(&write((2..=1001).map(|id| row(id, 1)).collect()), 1);
+        assert!(s
+            .rows
+            .iter()
+            .map(|(id, r)| (*id, r.id, r.version))
+            .eq((1..=1001).map(|i| (i, i, 1))));
+        // A row named twice: its later version stays (every other row first would not do).
+        s.apply(&write(vec![row(3, 2), row(5, 3), row(5, 4)]), 2);
+        let versions: Vec<u64> = [3, 5].iter().map(|id| s.rows[id].version).collect();
+        assert_eq!(versions, [2, 4]);
+        assert_eq!(s.rows.len(), 1001);
+    }
 
     fn sheet() -> SheetState {
         let col = Column {
