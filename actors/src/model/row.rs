@@ -58,7 +58,7 @@ pub struct Row {
     /// Optimistic-concurrency version: 1 when created, +1 on every successful write.
     pub version: u64,
     /// The parent and the attachments, which few rows have: behind one pointer, `None` when
-    /// the row has neither (32 bytes less per row).
+    /// the row has neither (24 bytes less per row than the two fields were).
     family: Option<Box<Family>>,
     /// Creation time.
     pub created_at: Millis,

@@ -6,18 +6,16 @@
 //! canonical form) and the indexes themselves ([`KeyIndexes`]). The sheet's actor keeps them in
 //! its working state, never in [`SheetState`]: a state is copied into every published snapshot,
 //! and these maps are O(rows) to copy. An index is built on the first upsert naming its column
-//! (one scan of the rows) and then kept exact by [`KeyIndexes::before_apply`], which the actor
-//! calls for every write it applies, whatever the write was; a state replaced wholesale (after
-//! the log was re-opened) drops them all ([`KeyIndexes::clear`]).
+//! (one scan of the rows) and then kept exact by [`KeyIndexes::replaced`], which the actor
+//! calls for every row each write it applies puts or removes, whatever the write was; a state
+//! replaced wholesale (after the log was re-opened) drops them all ([`KeyIndexes::clear`]).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::SheetState;
 use crate::model::{ColumnId, ColumnType, Row, RowId};
-use crate::record::SheetWrite;
 
 /// The column types a key column may have: the ones whose cells hold one scalar that equality
 /// can match (not a checkbox's two values, a list, or a datetime's instants).
@@ -211,29 +209,15 @@ impl KeyIndexes {
         self.by_column.entry(column).or_insert_with(|| KeyIndex::build(state, column))
     }
 
-    /// Bring every index from `state` to `state` after `write`. Called just before the write
-    /// is applied, while `state` still holds the rows it replaces or removes, so their old keys
-    /// can be taken out. A row may appear more than once in `put` (an upsert updating it twice);
-    /// each entry replaces the one before.
-    pub fn before_apply(&mut self, state: &SheetState, write: &SheetWrite) {
-        if self.by_column.is_empty() {
-            return;
-        }
-        let mut replaced: HashMap<RowId, &Arc<Row>, foldhash::fast::RandomState> =
-            HashMap::with_capacity_and_hasher(write.put.len(), Default::default());
-        for row in &write.put {
-            let old = replaced.get(&row.id).copied().or_else(|| state.rows.get(&row.id));
-            for index in self.by_column.values_mut() {
-                index.replace_row(old.map(|old| &**old), row);
-            }
-            replaced.insert(row.id, row);
-        }
-        for id in &write.deleted {
-            let old = replaced.remove(id).or_else(|| state.rows.get(id));
-            if let Some(old) = old {
-                for index in self.by_column.values_mut() {
-                    index.remove_row(old);
-                }
+    /// Bring every index past one row's change, as [`SheetState::apply_with`] tells it:
+    /// `old` the row as it was (if it was), `new` as it is now (if it is). The actor applies
+    /// every write through it, whatever the write was.
+    pub fn replaced(&mut self, old: Option<&Row>, new: Option<&Row>) {
+        for index in self.by_column.values_mut() {
+            match (old, new) {
+                (old, Some(new)) => index.replace_row(old, new),
+                (Some(old), None) => index.remove_row(old),
+                (None, None) => {}
             }
         }
     }
@@ -247,11 +231,13 @@ impl KeyIndexes {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+    use std::sync::Arc;
 
     use serde_json::json;
 
     use super::*;
     use crate::model::{Json, SOURCE_API};
+    use crate::record::SheetWrite;
 
     #[test]
     fn a_cell_counts_as_its_value_and_numbers_as_numbers() {
@@ -278,8 +264,8 @@ mod tests {
         SheetWrite { sheet_id: 9, at: 1, put, deleted, idem: None }
     }
 
-    /// Every write through `before_apply` then `apply` leaves the index equal to one built
-    /// afresh from the rows.
+    /// Every write applied through `replaced` leaves the index equal to one built afresh from
+    /// the rows.
     #[test]
     fn the_index_follows_every_write_and_equals_a_rebuild() {
         let mut state = SheetState::new(9, 0, Vec::new(), Vec::new());
@@ -299,8 +285,9 @@ mod tests {
             write(vec![row(2, 3, json!(7.0))], vec![1]),
         ];
         for w in &writes {
-            indexes.before_apply(&state, w);
-            state.apply(w, 1);
+            state.apply_with(w, 1, |old, new| {
+                indexes.replaced(old.map(|r| &**r), new.map(|r| &**r))
+            });
             let kept = indexes.get_or_build(&state, 1);
             let rebuilt = KeyIndex::build(&state, 1);
             assert_eq!(kept.rows.len(), rebuilt.rows.len());

@@ -275,11 +275,13 @@ impl SheetActor {
         };
         let Record::Sheet(write) = record else { unreachable!("built as a sheet record") };
         // Applied only once the log has taken the record: a refused append (no space, a failed
-        // log) leaves memory as it was, so no reader ever sees that write. The indexes first:
-        // `state` still holds the rows the write replaces.
+        // log) leaves memory as it was, so no reader ever sees that write. The key indexes
+        // follow each row the map gives back.
         let lsn = appended.lsn();
-        self.keys.before_apply(&self.state, &write);
-        self.state.apply(&write, lsn);
+        let keys = &mut self.keys;
+        self.state.apply_with(&write, lsn, |old, new| {
+            keys.replaced(old.map(|r| &**r), new.map(|r| &**r));
+        });
         self.state.changes.prune(at, self.shared.retention);
         self.applied_lsn = lsn;
         let snapshot = Arc::new(SheetSnapshot { state: self.state.clone(), lsn });

@@ -247,34 +247,55 @@ impl SheetState {
 
     /// Apply a decided write, held by the record at `lsn` (also the replay path).
     pub fn apply(&mut self, write: &SheetWrite, lsn: Lsn) {
+        self.apply_with(write, lsn, |_, _| {});
+    }
+
+    /// [`SheetState::apply`], telling `replaced` of each row it puts or removes, as the map
+    /// gives it back: `(the row as it was, if it was; as it is now, if it is)`. A row put twice
+    /// by one write is told twice, its second time with its first version as the old one; the
+    /// actor keeps its key indexes by it, without looking any row up again.
+    pub fn apply_with(
+        &mut self,
+        write: &SheetWrite,
+        lsn: Lsn,
+        mut replaced: impl FnMut(Option<&Arc<Row>>, Option<&Arc<Row>>),
+    ) {
         let deleted_versions =
             write.deleted.iter().map(|id| self.rows.get(id).map_or(0, |r| r.version)).collect();
         self.changes.record(lsn, write.at, write.put.len() + write.deleted.len(), deleted_versions);
+        let mut put = |state: &mut Self, row: &Arc<Row>| {
+            let old = state.put(Arc::clone(row));
+            replaced(old.as_ref(), Some(row));
+        };
         if write.put.windows(2).all(|w| w[0].id < w[1].id) {
             // Distinct rows in ascending order (a bulkAdd's new rows): in the order that
             // leaves the map's leaves full.
             for i in super::load::packed_order(write.put.len()) {
-                self.put(Arc::clone(&write.put[i]));
+                put(self, &write.put[i]);
             }
         } else {
             // The same row may come twice: the later version wins.
             for row in &write.put {
-                self.put(Arc::clone(row));
+                put(self, row);
             }
         }
         for id in &write.deleted {
-            self.remove(*id);
+            if let Some(old) = self.remove(*id) {
+                replaced(Some(&old), None);
+            }
         }
         if !write.put.is_empty() || !write.deleted.is_empty() {
             self.updated_at = self.updated_at.max(write.at);
         }
     }
 
-    fn put(&mut self, row: Arc<Row>) {
+    /// Puts `row`, giving back the version it replaced.
+    fn put(&mut self, row: Arc<Row>) -> Option<Arc<Row>> {
         let (id, parent) = (row.id, row.parent_id());
         self.count_attachments(&row, true);
-        if let Some(old) = self.rows.insert(id, row) {
-            self.count_attachments(&old, false);
+        let old = self.rows.insert(id, row);
+        if let Some(old) = &old {
+            self.count_attachments(old, false);
             if let Some(old_parent) = old.parent_id() {
                 self.children.remove(&(old_parent, id));
             }
@@ -282,15 +303,17 @@ impl SheetState {
         if let Some(parent) = parent {
             self.children.insert((parent, id));
         }
+        old
     }
 
-    fn remove(&mut self, id: RowId) {
-        if let Some(row) = self.rows.remove(&id) {
-            if let Some(parent) = row.parent_id() {
-                self.children.remove(&(parent, id));
-            }
-            self.count_attachments(&row, false);
+    /// Removes the row `id`, giving it back.
+    fn remove(&mut self, id: RowId) -> Option<Arc<Row>> {
+        let row = self.rows.remove(&id)?;
+        if let Some(parent) = row.parent_id() {
+            self.children.remove(&(parent, id));
         }
+        self.count_attachments(&row, false);
+        Some(row)
     }
 
     fn count_attachments(&mut self, row: &Row, add: bool) {
