@@ -659,18 +659,18 @@ impl Archive {
     /// reports the gap when it gets there).
     pub(crate) fn hold(&self, checkpoint: Lsn) -> Lsn {
         let position = self.position();
-        let floor = checkpoint.saturating_sub(self.shared.hold_records);
-        if position < floor {
+        let held = held_above(position, checkpoint, self.shared.hold_records);
+        if held > position {
             tracing::warn!(
                 archived = position,
                 checkpoint,
                 dropped_from = position + 1,
-                dropped_to = floor,
+                dropped_to = held,
                 "the log archive is too far behind: the checkpoint no longer keeps records it \
                  has not taken (--archive-hold-records); it will have a gap"
             );
         }
-        held_above(position, checkpoint, self.shared.hold_records)
+        held
     }
 
     /// The archive's state now.

@@ -471,10 +471,11 @@ impl SheetState {
                     put.push(Arc::clone(&row));
                     return Ok(Upserted { row, action: UpsertAction::Created });
                 };
-                let current = match (written.get(&id), stored) {
-                    (Some(row), _) => Arc::clone(row),
-                    (None, Some(row)) if row.id == id => Arc::clone(row),
-                    (None, _) => Arc::clone(self.row(id)?),
+                // Not written by an earlier item: the one row the index holds under the key,
+                // found above (a key created here is always in `written`).
+                let current = match (written.get(&id), *stored) {
+                    (Some(row), _) | (None, Some(row)) => Arc::clone(row),
+                    (None, None) => Arc::clone(self.row(id)?),
                 };
                 let Some(row) = current.merged(&merge_writes(&writes), now) else {
                     return Ok(Upserted { row: current, action: UpsertAction::Unchanged });
