@@ -3,6 +3,10 @@
 //! serves, in process, so it is authenticated, limited, logged and answered exactly as a
 //! request sent to it directly. Sending a request on is [`crate::forward`]'s.
 //!
+//! The connections forwarded requests arrive on are served here too, on the actix thread that
+//! runs them: each request is read, run and answered on one thread (the cluster link hands
+//! such a connection over after its first request, `cluster::net::ForwardedConnection`).
+//!
 //! Apart from `forward` so that the middleware, which forwards, and the applications, which
 //! this runs, do not import each other.
 
@@ -15,8 +19,8 @@ use actix_web::dev::{AppConfig, Payload, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::{Method, StatusCode, Uri};
 use actix_web::web;
-use actors::replica::{ClusterDomain, Forwarded, ForwardedReply};
-use tokio::sync::{mpsc, oneshot};
+use actors::replica::{ClusterDomain, Forwarded, ForwardedConnection, ForwardedReply};
+use tokio::sync::mpsc;
 
 use crate::auth::AdminToken;
 use crate::forward::{relayed, FORWARDED_FROM};
@@ -27,13 +31,14 @@ const FORWARDED_ANSWER_MAX: usize = 64 << 20;
 
 /// Makes this node answer requests forwarded to it, through its public application (its
 /// admin application, for an admin request) run in process on the current actix thread: the
-/// request is not sent through this node's own listener again.
+/// request is not sent through this node's own listener again. The connections they arrive
+/// on are served on this thread too.
 pub fn serve_forwarded(
     cluster: &ClusterDomain,
     state: web::Data<AppState>,
     admin_token: web::Data<AdminToken>,
 ) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<(Forwarded, oneshot::Sender<ForwardedReply>)>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<ForwardedConnection>();
     actix_rt::spawn(async move {
         let apps = async {
             use crate::apps::{admin, application, public};
@@ -49,29 +54,24 @@ pub fn serve_forwarded(
             return;
         };
         let (public, admin) = (Rc::new(public), Rc::new(admin));
-        while let Some((request, answer)) = rx.recv().await {
+        while let Some(connection) = rx.recv().await {
             let (public, admin) = (public.clone(), admin.clone());
-            actix_rt::spawn(async move {
-                let reply = if request.path.starts_with("/admin/") {
-                    run_locally(&*admin, request).await
-                } else {
-                    run_locally(&*public, request).await
-                };
-                let _ = answer.send(reply);
-            });
+            // A connection's requests come one at a time; each connection is a task.
+            actix_rt::spawn(connection.serve(move |request: Forwarded| {
+                let (public, admin) = (public.clone(), admin.clone());
+                async move {
+                    if request.path.starts_with("/admin/") {
+                        run_locally(&*admin, request).await
+                    } else {
+                        run_locally(&*public, request).await
+                    }
+                }
+            }));
         }
     });
-    cluster.set_forwarder(std::sync::Arc::new(move |request| {
-        let tx = tx.clone();
-        Box::pin(async move {
-            let (answer, reply) = oneshot::channel();
-            if tx.send((request, answer)).is_err() {
-                return failure(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping");
-            }
-            reply.await.unwrap_or_else(|_| {
-                failure(StatusCode::SERVICE_UNAVAILABLE, "the node dropped the request")
-            })
-        })
+    cluster.set_forward_taker(std::sync::Arc::new(move |connection| {
+        // The thread is gone only when the node stops: the connection closes with it.
+        let _ = tx.send(connection);
     }));
 }
 

@@ -40,7 +40,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use cluster::net::{
-    ClusterSecret, ForwardError, Forwarded, ForwardedReply, Forwarder, LinkTls,
+    ClusterSecret, ForwardError, ForwardTaker, Forwarded, ForwardedConnection, ForwardedReply,
+    LinkTls,
 };
 pub use cluster::{
     Action, ChangeError, ClusterNode as Peer, HoldForArchive, Member, MembershipChange, NodeConfig,
@@ -404,9 +405,9 @@ impl ClusterDomain {
         self.node.applied_index()
     }
 
-    /// Sets what answers requests other nodes forward to this one.
-    pub fn set_forwarder(&self, forwarder: Forwarder) {
-        self.node.set_forwarder(forwarder);
+    /// Sets what takes the connections other nodes forward requests to this one on.
+    pub fn set_forward_taker(&self, taker: ForwardTaker) {
+        self.node.set_forward_taker(taker);
     }
 
     /// Sends a client's request on to the leader; its id and answer.

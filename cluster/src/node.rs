@@ -26,7 +26,7 @@ use crate::contact::Contact;
 use crate::machine::{Apply, Machine};
 use crate::membership::{self, Action, ChangeError, ChangeSlot, MembershipChange};
 use crate::net::{
-    ClusterLink, ClusterSecret, ForwardError, Forwarded, ForwardedReply, Forwarder, LinkConfig,
+    ClusterLink, ClusterSecret, ForwardError, ForwardTaker, Forwarded, ForwardedReply, LinkConfig,
     LinkTls,
 };
 use crate::proposer::Proposer;
@@ -397,9 +397,9 @@ impl<A: Apply> GroupNode<A> {
         self.link.runtime().spawn(wait).await.map_err(io::Error::other)?
     }
 
-    /// Sets what answers requests other nodes forward to this one.
-    pub fn set_forwarder(&self, forwarder: Forwarder) {
-        self.link.set_forwarder(forwarder);
+    /// Sets what takes the connections other nodes forward requests to this one on.
+    pub fn set_forward_taker(&self, taker: ForwardTaker) {
+        self.link.set_forward_taker(taker);
     }
 
     /// Sends `request` to the leader this node knows of; returns the leader's id and its answer.

@@ -228,20 +228,20 @@ async fn a_snapshot_over_the_frame_cap_is_sent_in_parts() {
 async fn a_burst_of_forwards_opens_no_more_connections_than_the_leader_takes_at_once() {
     use std::sync::Arc;
 
-    use cluster::net::{Forwarded, ForwardedReply, Forwarder};
+    use cluster::net::{ForwardTaker, Forwarded, ForwardedReply};
 
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let leader = Node::start(1, dirs[0].path(), "127.0.0.1:0".parse().unwrap()).await;
     let follower = Node::start(2, dirs[1].path(), "127.0.0.2:0".parse().unwrap()).await;
     // Each forwarded request takes a while, so the burst's requests overlap: each needs a
     // connection of its own.
-    let answer: Forwarder = Arc::new(|request: Forwarded| {
-        Box::pin(async move {
+    let answer: ForwardTaker = Arc::new(|connection| {
+        tokio::spawn(connection.serve(|request: Forwarded| async move {
             tokio::time::sleep(Duration::from_millis(100)).await;
             ForwardedReply { status: 200, headers: Vec::new(), body: request.body.into() }
-        })
+        }));
     });
-    leader.link.set_forwarder(answer);
+    leader.link.set_forward_taker(answer);
     let addr = leader.addr.to_string();
     let burst = (0..32u8).map(|n| {
         let request = Forwarded {

@@ -246,3 +246,93 @@ async fn a_peer_tells_its_own_api_address_and_learns_the_nodes_but_no_other() {
     assert_eq!(node.link.told_api_addr(PEER).as_deref(), Some("127.0.0.9:8080"));
     node.stop().await;
 }
+
+/// A connection whose first request is a forwarded one leaves the link's runtime for the
+/// taker's thread, with its keys and sequence numbers: its later requests are answered there,
+/// its peer's address is still taken on it, Raft on it closes it, and so does the link's stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarding_connection_is_served_on_the_takers_thread_until_the_link_stops() {
+    use std::sync::Arc;
+
+    use cluster::net::{Announce, ForwardTaker, Forwarded, ForwardedConnection, ForwardedReply};
+
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        LinkConfig { api_addr: "127.0.0.1:8080".into(), ..LinkConfig::new(NODE, secret()) };
+    let node = Node::start_with(config, dir.path(), "127.0.0.1:0".parse().unwrap()).await;
+
+    // The taker's thread runs a runtime of its own, as an actix thread does; every answer
+    // names the thread that made it.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ForwardedConnection>();
+    let taker_thread = std::thread::Builder::new()
+        .name("taker".into())
+        .spawn(move || {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&runtime, async move {
+                // Ends when the link, which holds the taker, is dropped.
+                while let Some(connection) = rx.recv().await {
+                    assert_eq!(connection.node(), PEER);
+                    tokio::task::spawn_local(connection.serve(|request: Forwarded| async move {
+                        let thread = std::thread::current().name().unwrap_or("").to_owned();
+                        ForwardedReply {
+                            status: 200,
+                            headers: vec![("thread".into(), thread.into_bytes())],
+                            body: request.body.into(),
+                        }
+                    }));
+                }
+            });
+        })
+        .unwrap();
+    let taker: ForwardTaker = Arc::new(move |connection| tx.send(connection).unwrap());
+    node.link.set_forward_taker(taker);
+
+    let forward = |body: &[u8]| {
+        let request = Forwarded {
+            from: PEER,
+            method: "GET".into(),
+            path: "/".into(),
+            headers: Vec::new(),
+            body: body.to_vec(),
+        };
+        wal::codec::encode(&Request { group: DEFAULT_GROUP, rpc: Rpc::Forward(request) }).unwrap()
+    };
+    async fn answer<T: serde::de::DeserializeOwned>(channel: &mut Channel<TcpStream>) -> T {
+        let reply = within(5, "an answer", channel.recv(1 << 20)).await.unwrap();
+        wal::codec::decode(&reply).unwrap()
+    }
+
+    let mut channel = within(5, "a handshake", connect(node.addr, &secret())).await.unwrap();
+    for n in 0..3u8 {
+        channel.send(&forward(&[n; 40_000])).await.unwrap();
+        let reply: Result<ForwardedReply, String> = answer(&mut channel).await;
+        let reply = reply.unwrap();
+        assert_eq!(reply.headers, vec![("thread".to_owned(), b"taker".to_vec())]);
+        assert_eq!(&reply.body[..], &[n; 40_000][..]);
+    }
+    let rpc = Rpc::Announce(Announce { node: PEER, api_addr: "127.0.0.9:8080".into() });
+    channel
+        .send(&wal::codec::encode(&Request { group: DEFAULT_GROUP, rpc }).unwrap())
+        .await
+        .unwrap();
+    let told: Result<String, String> = answer(&mut channel).await;
+    assert_eq!(told, Ok("127.0.0.1:8080".to_owned()));
+    assert_eq!(node.link.told_api_addr(PEER).as_deref(), Some("127.0.0.9:8080"));
+    // Raft belongs on connections of its own: this one is closed.
+    channel.send(&vote_request()).await.unwrap();
+    let closed = within(5, "the node closes it", channel.recv(1 << 20)).await;
+    assert!(closed.is_err(), "Raft on a forwarding connection is refused");
+
+    // The link's stop closes a connection served on another thread.
+    let mut channel = within(5, "a handshake", connect(node.addr, &secret())).await.unwrap();
+    channel.send(&forward(b"once")).await.unwrap();
+    let reply: Result<ForwardedReply, String> = answer(&mut channel).await;
+    assert_eq!(&reply.unwrap().body[..], b"once");
+    node.link.shutdown();
+    let closed = within(5, "the stop closes it", channel.recv(1 << 20)).await;
+    assert!(closed.is_err(), "a handed-over connection outlived its link");
+    node.stop().await;
+    taker_thread.join().unwrap();
+}

@@ -351,7 +351,7 @@ async fn connect(
     let config = &shared.config;
     let stream = match &config.tls {
         Some(tls) => tls.connect(addr, stream).await?,
-        None => LinkStream::Plain(stream),
+        None => LinkStream::plain(stream),
     };
     Channel::client(stream, config.node_id, &config.secret, Some(target)).await
 }

@@ -15,8 +15,10 @@
 //!   `RaftNetworkV2`: one connection per client, opened from the node's own raft host; and
 //!   forwarded requests and API addresses sent to a peer, on the caller's own runtime over
 //!   connections its thread keeps.
+//! - `handoff.rs`: [`ForwardedConnection`], a connection a peer forwards requests on, taken
+//!   off the link's runtime and served on the thread that runs forwarded requests.
 //! - `shared.rs`: what both ends share: the link's state (`LinkShared`), the kept forwarding
-//!   connections, [`Forwarder`] and [`ForwardError`].
+//!   connections and [`ForwardError`].
 //! - `message.rs`: [`Request`] and [`Rpc`], a request as it travels, and the replies.
 //! - `channel.rs`: [`Channel`], the handshake and the authenticated frames on one connection.
 //! - `tls.rs`: [`LinkTls`] and [`LinkStream`], mutual TLS under the channel when configured.
@@ -54,6 +56,7 @@ use crate::types::NodeId;
 mod channel;
 mod client;
 mod frame;
+mod handoff;
 mod message;
 mod server;
 mod shared;
@@ -62,10 +65,11 @@ mod tls;
 pub use channel::Channel;
 pub use client::{Network, PeerClient};
 pub use frame::HANDSHAKE_FRAME_MAX;
+pub use handoff::{ForwardTaker, ForwardedConnection};
 pub use message::{Announce, Forwarded, ForwardedReply, Request, Rpc};
 pub use server::ClusterLink;
-pub use shared::{ForwardError, Forwarder};
-pub use tls::{LinkStream, LinkTls};
+pub use shared::ForwardError;
+pub use tls::{LinkStream, LinkTls, Socket};
 
 /// The shortest cluster secret accepted, in bytes: 256 bits, the HMAC-SHA256 key size.
 pub const MIN_SECRET_LEN: usize = 32;

@@ -29,9 +29,10 @@ use tokio::time::timeout;
 
 use super::channel::Channel;
 use super::client::Network;
+use super::handoff::{ForwardTaker, ForwardedConnection};
 use super::message::{self, Announce, Forwarded, ForwardedReply, Reply, Request, Rpc};
+pub use super::shared::ForwardError;
 use super::shared::LinkShared;
-pub use super::shared::{ForwardError, Forwarder};
 use super::tls::LinkStream;
 use super::LinkConfig;
 use crate::contact::Contact;
@@ -40,15 +41,26 @@ use crate::types::{GroupId, NodeId, SnapshotMeta, TypeConfig, Vote};
 
 /// A node's cluster link: a listener on its raft address, a small runtime on a thread of its
 /// own, and the [`Network`] openraft sends through. Stops when dropped.
-#[derive(Debug)]
 pub struct ClusterLink {
     shared: Arc<LinkShared>,
     local_addr: SocketAddr,
     /// The bound listener, until [`ClusterLink::serve`] takes it.
     listener: Mutex<Option<StdListener>>,
+    /// What takes the connections peers forward requests on, once set.
+    forward_taker: Arc<std::sync::OnceLock<ForwardTaker>>,
     /// Ends the runtime thread's wait (the thread then drops the runtime and every task).
     stop: Mutex<Option<oneshot::Sender<()>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for ClusterLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterLink")
+            .field("shared", &self.shared)
+            .field("local_addr", &self.local_addr)
+            .field("forwarding", &self.forward_taker.get().is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -88,7 +100,7 @@ impl ClusterLink {
                 config,
                 handle,
                 local_ip,
-                forwarder: std::sync::OnceLock::new(),
+                stopping: tokio::sync::watch::Sender::new(false),
                 told: Mutex::default(),
                 forward_pool: Mutex::default(),
                 forwards: Arc::new(Semaphore::new(super::client::FORWARDS_AT_ONCE)),
@@ -96,6 +108,7 @@ impl ClusterLink {
                 snapshots_sent: Default::default(),
             }),
             local_addr,
+            forward_taker: Arc::default(),
             listener: Mutex::new(Some(listener)),
             stop: Mutex::new(Some(stop)),
             thread: Mutex::new(Some(thread)),
@@ -145,6 +158,7 @@ impl ClusterLink {
             group,
             raft,
             contact,
+            forward_taker: Arc::clone(&self.forward_taker),
             refusals: RefusalLog::new(),
         });
         self.shared.handle.spawn(accept_loop(listener, serving));
@@ -156,9 +170,10 @@ impl ClusterLink {
         self.shared.snapshots_sent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Sets what answers requests forwarded to this node (once; later calls change nothing).
-    pub fn set_forwarder(&self, forwarder: Forwarder) {
-        let _ = self.shared.forwarder.set(forwarder);
+    /// Sets what takes the connections peers forward requests on (once; later calls change
+    /// nothing). Until it is set, a forwarded request is answered with an error.
+    pub fn set_forward_taker(&self, taker: ForwardTaker) {
+        let _ = self.forward_taker.set(taker);
     }
 
     /// Tells node `target` at its raft address `addr` where clients reach this node
@@ -212,6 +227,7 @@ impl ClusterLink {
     /// Stops the link: the listener closes, every connection in and out is dropped, RPCs
     /// under way fail. Waits for the runtime thread to end. Idempotent.
     pub fn shutdown(&self) {
+        self.shared.stopping.send_replace(true);
         if let Some(stop) = lock(&self.stop).take() {
             let _ = stop.send(());
         }
@@ -241,6 +257,7 @@ struct Serving<SM: RaftStateMachine<TypeConfig>> {
     raft: Raft<TypeConfig, SM>,
     /// Where the leader's messages are noted, for local reads.
     contact: Arc<Contact>,
+    forward_taker: Arc<std::sync::OnceLock<ForwardTaker>>,
     refusals: RefusalLog,
 }
 
@@ -324,7 +341,7 @@ async fn serve_connection<SM>(
     let shake = async {
         let stream = match &config.tls {
             Some(tls) => tls.accept(stream).await?,
-            None => LinkStream::Plain(stream),
+            None => LinkStream::plain(stream),
         };
         Channel::server(stream, config.node_id, &config.secret).await
     };
@@ -341,7 +358,7 @@ async fn serve_connection<SM>(
         }
     };
     drop(handshake);
-    let Ok(_connection) = connections.try_acquire_owned() else {
+    let Ok(connection) = connections.try_acquire_owned() else {
         serving.refusals.warn(peer, &"too many connections open");
         return;
     };
@@ -372,6 +389,25 @@ async fn serve_connection<SM>(
             {
                 let part = Part { vote, meta, offset, total, data };
                 snapshot_part(&serving, &mut parts, part).await
+            }
+            Ok(Request { group, rpc: Rpc::Forward(first) }) if group == serving.group => {
+                match serving.forward_taker.get() {
+                    Some(taker) => {
+                        let shared = Arc::clone(&serving.shared);
+                        match ForwardedConnection::detach(
+                            channel, first, peer, group, shared, connection,
+                        ) {
+                            Ok(forwarding) => taker(forwarding),
+                            Err(e) => {
+                                tracing::warn!(%peer, node, error = %e, "cluster link: forwarding connection lost");
+                            }
+                        }
+                        return;
+                    }
+                    None => message::encode(&Reply::<ForwardedReply>::Err(
+                        "this node does not take forwarded requests yet".into(),
+                    )),
+                }
             }
             Ok(request) => dispatch(&serving, node, request).await,
             Err(e) => Err(e),
@@ -510,23 +546,11 @@ where
         Rpc::TransferLeader(rpc) => {
             message::encode(&raft.handle_transfer_leader(rpc).await.map_err(|e| e.to_string()))
         }
-        Rpc::Forward(request) => {
-            let reply: Reply<ForwardedReply> = match serving.shared.forwarder.get() {
-                Some(forwarder) => Ok(forwarder(request).await),
-                None => Err("this node does not take forwarded requests yet".into()),
-            };
-            let size = reply.as_ref().map_or(0, ForwardedReply::size);
-            message::encode_plain(&reply, size)
+        Rpc::Forward(_) => {
+            // Taken before dispatch; here only when in the wrong group, refused above.
+            let refusal: Reply<()> = Err("a forwarded request for another group".into());
+            message::encode(&refusal)
         }
-        Rpc::Announce(Announce { node, api_addr }) => {
-            // A node tells only its own address.
-            let reply: Reply<String> = if node == from {
-                serving.shared.was_told(node, api_addr);
-                Ok(serving.shared.config.api_addr.clone())
-            } else {
-                Err(format!("node {from} cannot tell node {node}'s address"))
-            };
-            message::encode(&reply)
-        }
+        Rpc::Announce(announce) => message::encode(&serving.shared.announced(from, announce)),
     }
 }

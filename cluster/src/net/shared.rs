@@ -1,7 +1,7 @@
 //! What the cluster link's two ends share: the link's settings and runtime, the addresses
 //! peers told, the kept forwarding connections and their caps, and how a forward fails.
 //!
-//! Owns: [`LinkShared`], [`ForwardPool`], [`Forwarder`] and [`ForwardError`]. Apart from
+//! Owns: [`LinkShared`], [`ForwardPool`] and [`ForwardError`]. Apart from
 //! `server` (which makes a link's state) and `client` (which sends on it), so that neither
 //! imports the other's internals.
 
@@ -14,7 +14,7 @@ use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 
 use super::channel::Channel;
-use super::message::{Forwarded, ForwardedReply};
+use super::message::{Announce, Reply};
 use super::tls::LinkStream;
 use super::LinkConfig;
 use crate::types::NodeId;
@@ -27,8 +27,8 @@ pub(crate) struct LinkShared {
     /// The listener's IP, unless it listens on every address: outgoing connections are bound
     /// to it, so that cutting traffic between two raft addresses cuts everything between them.
     pub(crate) local_ip: Option<IpAddr>,
-    /// What answers requests forwarded to this node, once the server set it.
-    pub(crate) forwarder: std::sync::OnceLock<Forwarder>,
+    /// Turns true when the link stops: connections handed to other threads close then too.
+    pub(crate) stopping: tokio::sync::watch::Sender<bool>,
     /// The API addresses peers told this node, by node (see [`ClusterLink::announce`]).
     pub(crate) told: Mutex<std::collections::HashMap<NodeId, String>>,
     /// Authenticated connections kept for forwarding (see [`ForwardPool`]): a forward reuses
@@ -52,6 +52,17 @@ impl LinkShared {
             self.told.lock().unwrap_or_else(PoisonError::into_inner).insert(id, api_addr);
         }
     }
+
+    /// Answers what the authenticated node `from` told: where clients reach this node, or why
+    /// it is refused (a node tells only its own address).
+    pub(crate) fn announced(&self, from: NodeId, announce: Announce) -> Reply<String> {
+        let Announce { node, api_addr } = announce;
+        if node != from {
+            return Err(format!("node {from} cannot tell node {node}'s address"));
+        }
+        self.was_told(node, api_addr);
+        Ok(self.config.api_addr.clone())
+    }
 }
 
 impl fmt::Debug for LinkShared {
@@ -59,7 +70,6 @@ impl fmt::Debug for LinkShared {
         f.debug_struct("LinkShared")
             .field("config", &self.config)
             .field("local_ip", &self.local_ip)
-            .field("forwarding", &self.forwarder.get().is_some())
             .finish_non_exhaustive()
     }
 }
@@ -69,13 +79,6 @@ impl fmt::Debug for LinkShared {
 /// readiness comes from that thread's event loop.
 pub(crate) type ForwardPool =
     std::collections::HashMap<(std::thread::ThreadId, NodeId), Vec<(Channel<LinkStream>, Instant)>>;
-
-/// Answers a request a follower forwarded to this node.
-pub type Forwarder = Arc<
-    dyn Fn(Forwarded) -> std::pin::Pin<Box<dyn std::future::Future<Output = ForwardedReply> + Send>>
-        + Send
-        + Sync,
->;
 
 /// Why a forwarded request got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

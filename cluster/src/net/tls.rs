@@ -4,7 +4,7 @@
 //! (`channel.rs`) still runs inside it, so a peer needs both.
 //!
 //! Owns: [`LinkTls`] (the dir's files, read once at start), [`LinkStream`] (a connection,
-//! plain or TLS).
+//! plain or TLS, and its move from one thread's runtime to another's).
 //!
 //! # The dir
 //!
@@ -105,24 +105,158 @@ impl LinkTls {
             Err(_) => ServerName::try_from(host.to_owned())
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
         };
-        let tls = self.connector.connect(name, stream).await?;
+        let tls = self.connector.connect(name, Socket::Registered(stream)).await?;
         Ok(LinkStream::Client(Box::new(tls)))
     }
 
     /// The server's side over `stream`: the peer's certificate must chain to the CA.
     pub(crate) async fn accept(&self, stream: TcpStream) -> io::Result<LinkStream> {
-        Ok(LinkStream::Server(Box::new(self.acceptor.accept(stream).await?)))
+        let tls = self.acceptor.accept(Socket::Registered(stream)).await?;
+        Ok(LinkStream::Server(Box::new(tls)))
     }
 }
 
 /// One connection of the link: plain TCP, or TLS from either side.
 pub enum LinkStream {
     /// Without `--cluster-tls-dir`.
-    Plain(TcpStream),
+    Plain(Socket),
     /// A connection this node opened.
-    Client(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    Client(Box<tokio_rustls::client::TlsStream<Socket>>),
     /// A connection a peer opened.
-    Server(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    Server(Box<tokio_rustls::server::TlsStream<Socket>>),
+}
+
+impl LinkStream {
+    /// A plain connection over `stream`.
+    pub(crate) fn plain(stream: TcpStream) -> Self {
+        LinkStream::Plain(Socket::Registered(stream))
+    }
+
+    fn socket(&mut self) -> &mut Socket {
+        match self {
+            LinkStream::Plain(s) => s,
+            LinkStream::Client(s) => s.get_mut().0,
+            LinkStream::Server(s) => s.get_mut().0,
+        }
+    }
+
+    /// Takes the connection off the runtime of the thread it is used on, to be
+    /// [`attach`](LinkStream::attach)ed on another thread's. TLS keeps its session state:
+    /// only the socket moves.
+    ///
+    /// # Errors
+    /// The socket's deregistration failed; the stream is unusable then.
+    pub(crate) fn detach(&mut self) -> io::Result<()> {
+        self.socket().detach()
+    }
+
+    /// Registers a [`detach`](LinkStream::detach)ed connection with the runtime of the
+    /// calling thread, where it is used from then on.
+    ///
+    /// # Errors
+    /// No runtime runs on this thread, or the registration failed.
+    pub(crate) fn attach(&mut self) -> io::Result<()> {
+        self.socket().attach()
+    }
+}
+
+/// A link connection's socket: registered with the runtime of the thread that uses it, or on
+/// its way to another (a forwarding connection the link thread accepted and hands to the
+/// thread that runs forwarded requests: readiness then wakes the thread that does the work,
+/// not the link's thread and then that one).
+pub enum Socket {
+    /// In use on this thread's runtime.
+    Registered(TcpStream),
+    /// Between runtimes: every read and write fails until it is attached.
+    Detached(std::net::TcpStream),
+    /// A detach or attach failed half way.
+    Lost,
+}
+
+impl Socket {
+    fn detach(&mut self) -> io::Result<()> {
+        match std::mem::replace(self, Socket::Lost) {
+            Socket::Registered(s) => *self = Socket::Detached(s.into_std()?),
+            other => *self = other,
+        }
+        Ok(())
+    }
+
+    fn attach(&mut self) -> io::Result<()> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(io::Error::other("no runtime on this thread to attach a connection to"));
+        }
+        match std::mem::replace(self, Socket::Lost) {
+            Socket::Detached(s) => *self = Socket::Registered(TcpStream::from_std(s)?),
+            other => *self = other,
+        }
+        Ok(())
+    }
+
+    fn registered(&mut self) -> io::Result<Pin<&mut TcpStream>> {
+        match self {
+            Socket::Registered(s) => Ok(Pin::new(s)),
+            _ => Err(io::Error::new(io::ErrorKind::NotConnected, "a connection between threads")),
+        }
+    }
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut().registered() {
+            Ok(s) => s.poll_read(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut().registered() {
+            Ok(s) => s.poll_write(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut().registered() {
+            Ok(s) => s.poll_flush(cx),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut().registered() {
+            Ok(s) => s.poll_shutdown(cx),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut().registered() {
+            Ok(s) => s.poll_write_vectored(cx, bufs),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Socket::Registered(s) => s.is_write_vectored(),
+            _ => false,
+        }
+    }
 }
 
 impl AsyncRead for LinkStream {
