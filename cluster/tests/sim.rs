@@ -7,8 +7,9 @@
 //! of a catch-up.
 //!
 //! Everything runs on one thread under tokio's paused clock, openraft draws its randomness
-//! from the seed, and the store's fsyncs run inline (the `sim` feature), so no real time
-//! passes behind the simulated clock. Tasks woken at the same simulated instant may still run
+//! from the seed, and the store's blocking work (fsyncs, snapshots built and installed) runs
+//! on that thread after 1 ms of simulated time (the `sim` feature): other tasks run meanwhile,
+//! as beside a blocking thread, and no real time passes behind the simulated clock. Tasks woken at the same simulated instant may still run
 //! in either order, so each network link draws its delays and losses from dice of its own: a
 //! run's outcome (each leader and its term, each proposal's fate and index) is a function of
 //! its seed. A failure prints the seed, and
