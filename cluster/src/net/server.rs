@@ -547,7 +547,8 @@ where
             message::encode(&raft.handle_transfer_leader(rpc).await.map_err(|e| e.to_string()))
         }
         Rpc::Forward(_) => {
-            // Taken before dispatch; here only when in the wrong group, refused above.
+            // Never reached: one for this group is taken before dispatch, one for another
+            // group refused above.
             let refusal: Reply<()> = Err("a forwarded request for another group".into());
             message::encode(&refusal)
         }
