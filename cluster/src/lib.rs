@@ -66,14 +66,14 @@ pub use adopt::{begin_with_state, holds_group};
 pub use contact::Contact;
 pub use error::{Error, Result};
 pub use log_store::{ArchiveHold, RaftState, WalLogStore};
-pub use machine::{Apply, DomainSnapshot, Machine, SnapshotCounts, WriteState};
+pub use machine::{kept_head, Apply, DomainSnapshot, Machine, SnapshotCounts, WriteState};
 pub use membership::{Action, ChangeError, MembershipChange, Phase};
 pub use node::{
     raft_config, GroupNode, HoldForArchive, Member, NodeConfig, Status, ELECTION_TIMEOUT_MS,
     HEARTBEAT_MS,
 };
 pub use proposer::{Leadership, Proposal, ProposeError, Proposer};
-pub use snapshot_data::{SnapshotData, Spool};
+pub use snapshot_data::{remove_stale_spools, SnapshotData, Spool, SpoolName};
 pub use state_machine::{RecordsState, RecordsStateMachine};
 pub use types::{
     Applied, ClusterNode, Entry, GroupId, LogId, NodeId, Record, SnapshotMeta, StoredMembership,

@@ -175,13 +175,11 @@ pub(crate) fn keep_snapshot(
     meta: &SnapshotMeta,
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<SnapshotData> {
-    let head = codec::encode(meta).map_err(io::Error::other)?;
+    let head = kept_head(meta)?;
     let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
     let file =
         fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&tmp)?;
     let mut out = io::BufWriter::with_capacity(1 << 20, file);
-    out.write_all(MAGIC)?;
-    out.write_all(&(head.len() as u64).to_le_bytes())?;
     out.write_all(&head)?;
     write(&mut out)?;
     let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
@@ -189,9 +187,43 @@ pub(crate) fn keep_snapshot(
     fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
     File::open(dir)?.sync_all()?;
     // The bytes from the handle that wrote them: the layout `read_kept` reads.
-    let start = HEAD_AT + head.len() as u64;
+    let start = head.len() as u64;
     let len = file.metadata()?.len() - start;
-    Ok(SnapshotData::File { file: Arc::new(file), start, len })
+    Ok(SnapshotData::File { file: Arc::new(file), start, len, spooled: None })
+}
+
+/// What `raft-snapshot` holds before a snapshot's bytes when it keeps `meta`'s: the magic, the
+/// metadata's length and the metadata. A receiver gathers a snapshot's parts after it
+/// ([`crate::Spool::to_keep`]), so that keeping it is a rename.
+///
+/// # Errors
+/// The metadata cannot be encoded.
+pub fn kept_head(meta: &SnapshotMeta) -> io::Result<Vec<u8>> {
+    let encoded = codec::encode(meta).map_err(io::Error::other)?;
+    let mut head = Vec::with_capacity(HEAD_AT as usize + encoded.len());
+    head.extend_from_slice(MAGIC);
+    head.extend_from_slice(&(encoded.len() as u64).to_le_bytes());
+    head.extend_from_slice(&encoded);
+    Ok(head)
+}
+
+/// Keeps `data` as the last snapshot of `dir`, `meta`'s, by renaming the file it was gathered
+/// in, when that file is a spool of `dir` laid out for `meta` ([`crate::Spool::to_keep`]):
+/// fsynced, renamed, the directory fsynced. `false` when `data` is anything else, or the
+/// rename failed: then it is kept by a copy.
+fn keep_spooled(dir: &Path, meta: &SnapshotMeta, data: &SnapshotData) -> io::Result<bool> {
+    let SnapshotData::File { file, spooled: Some(name), .. } = data else { return Ok(false) };
+    if name.path().parent() != Some(dir) || name.head() != kept_head(meta)? {
+        return Ok(false);
+    }
+    file.sync_all()?;
+    if let Err(e) = fs::rename(name.path(), dir.join(SNAPSHOT_FILE)) {
+        tracing::warn!(error = %e, "a gathered snapshot not renamed to be kept: copied instead");
+        return Ok(false);
+    }
+    name.kept();
+    File::open(dir)?.sync_all()?;
+    Ok(true)
 }
 
 /// The snapshot kept in the data dir `dir`: its metadata, and its bytes still in the file
@@ -226,7 +258,8 @@ pub(crate) fn read_kept(dir: &Path) -> io::Result<Option<(SnapshotMeta, Snapshot
     file.read_exact_at(&mut head, HEAD_AT)?;
     let meta: SnapshotMeta = codec::decode(&head).map_err(|_| damaged())?;
     let start = HEAD_AT + head_len;
-    Ok(Some((meta, SnapshotData::File { file: Arc::new(file), start, len: len - start })))
+    let data = SnapshotData::File { file: Arc::new(file), start, len: len - start, spooled: None };
+    Ok(Some((meta, data)))
 }
 
 /// Reads the head [`write_packed`] wrote from `input` (see [`packed_reader`]): the retained
@@ -339,6 +372,7 @@ impl<A: Apply> Machine<A> {
     /// # Errors
     /// The kept snapshot cannot be read or the domain refuses it.
     pub fn open(dir: &Path, mut domain: A, store: WalLogStore) -> io::Result<Machine<A>> {
+        crate::snapshot_data::remove_stale_spools(dir)?;
         let (mut last_applied, mut memberships, mut snapshot) = (None, Vec::new(), None);
         let mut former = BTreeSet::new();
         if let Some((meta, data)) = read_kept(dir)? {
@@ -419,10 +453,15 @@ impl<A: Apply> Machine<A> {
         self.lock().domain.install(index, &mut input)?;
         drop(input);
         // Kept before the log moves past it: a crash in between starts from this snapshot,
-        // and the start finishes the move (`Machine::open`).
+        // and the start finishes the move (`Machine::open`). Gathered in parts, the bytes lie
+        // in the data dir already, after the head they are kept with: renamed, not copied.
         {
             let _one = self.keeping.lock().unwrap_or_else(PoisonError::into_inner);
-            keep_snapshot(&self.dir, meta, |out| io::copy(&mut data.reader(), out).map(|_| ()))?;
+            if !keep_spooled(&self.dir, meta, &data)? {
+                keep_snapshot(&self.dir, meta, |out| {
+                    io::copy(&mut data.reader(), out).map(|_| ())
+                })?;
+            }
         }
         if let Some(last) = meta.last_log_id {
             self.store.begin_after_snapshot(last, &retained).map_err(io::Error::other)?;

@@ -3,7 +3,8 @@
 //! sent or received (a 1M-row sheet's checkpoint is hundreds of megabytes).
 //!
 //! Owns: [`SnapshotData`] (what openraft hands between the state machine and the network)
-//! and [`Spool`] (where a receiver gathers a snapshot's parts).
+//! and [`Spool`] (where a receiver gathers a snapshot's parts, and the name of a spool file
+//! that can become the kept snapshot).
 //!
 //! A file's bytes are read by position (`pread`), never through a shared cursor, so one kept
 //! snapshot can be sent to two followers at once and read by an install meanwhile; and the
@@ -14,8 +15,8 @@ use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A snapshot's bytes.
@@ -30,7 +31,63 @@ pub enum SnapshotData {
         start: u64,
         /// How many there are.
         len: u64,
+        /// The file's name when it is a spool laid out to be kept as it is ([`Spool::to_keep`]).
+        spooled: Option<Arc<SpoolName>>,
     },
+}
+
+/// The name of a spool file in its dir, laid out to be kept as it is: `head`, then the
+/// snapshot's bytes. Whoever keeps the snapshot renames the file ([`SpoolName::kept`]); a
+/// spool never kept is removed when the last handle to its bytes goes.
+#[derive(Debug)]
+pub struct SpoolName {
+    path: PathBuf,
+    head: Vec<u8>,
+    kept: AtomicBool,
+}
+
+impl SpoolName {
+    /// Where the file is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What the file holds before the snapshot's bytes.
+    pub fn head(&self) -> &[u8] {
+        &self.head
+    }
+
+    /// Says the file was renamed to be kept: it is not removed.
+    pub fn kept(&self) {
+        self.kept.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for SpoolName {
+    fn drop(&mut self) {
+        if !self.kept.load(Ordering::Relaxed) {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The prefix of a spool file's name in its dir: [`remove_stale_spools`] removes what a crash
+/// left of them.
+const SPOOL_PREFIX: &str = "raft-snapshot.incoming.";
+
+/// Removes the spool files a process that stopped in the middle of gathering left in `dir`.
+/// Call it before anything spools there.
+///
+/// # Errors
+/// The dir cannot be listed, or a file cannot be removed.
+pub fn remove_stale_spools(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with(SPOOL_PREFIX) {
+            fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 impl fmt::Debug for SnapshotData {
@@ -82,7 +139,7 @@ impl SnapshotData {
     pub fn reader(&self) -> impl Read + '_ {
         let inner: Box<dyn Read + '_> = match self {
             SnapshotData::Bytes(b) => Box::new(&b[..]),
-            SnapshotData::File { file, start, len } => {
+            SnapshotData::File { file, start, len, .. } => {
                 Box::new(FileReader { file, at: *start, end: start + len })
             }
         };
@@ -131,11 +188,17 @@ impl Read for FileReader<'_> {
 /// Where a receiver gathers a snapshot's parts: a file in a dir (the data dir, so a large
 /// snapshot counts against the disk that will keep it, not against memory), or memory.
 ///
-/// The file has no name: it is unlinked as soon as it is created, so a crash leaves nothing
-/// behind, and two snapshots received at once (from an old and a new leader) never share one.
+/// The file has no name ([`Spool::new`]): it is unlinked as soon as it is created, so a crash
+/// leaves nothing behind, and two snapshots received at once (from an old and a new leader)
+/// never share one. Or it keeps a name of its own and starts with the head a kept snapshot
+/// starts with ([`Spool::to_keep`]), so that keeping it is a rename, not a copy; a crash may
+/// leave such a file, which [`remove_stale_spools`] removes.
 pub struct Spool {
     out: SpoolOut,
     written: u64,
+    /// Where the bytes begin in the file: after the head of a spool to keep.
+    start: u64,
+    name: Option<SpoolName>,
 }
 
 enum SpoolOut {
@@ -149,19 +212,40 @@ impl Spool {
     /// # Errors
     /// The file cannot be created in `dir`.
     pub fn new(dir: Option<&Path>) -> io::Result<Spool> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
         let out = match dir {
             None => SpoolOut::Memory(Vec::new()),
             Some(dir) => {
-                let n = NEXT.fetch_add(1, Ordering::Relaxed);
-                let path = dir.join(format!("raft-snapshot.incoming.{}.{n}", std::process::id()));
-                let file =
-                    OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+                let (path, file) = Spool::create(dir)?;
                 fs::remove_file(&path)?;
                 SpoolOut::File(io::BufWriter::with_capacity(1 << 20, file))
             }
         };
-        Ok(Spool { out, written: 0 })
+        Ok(Spool { out, written: 0, start: 0, name: None })
+    }
+
+    /// A spool in a file of `dir` with a name of its own, starting with `head` (not counted in
+    /// [`Spool::written`]): its finished bytes carry the name ([`SnapshotData::File`]'s
+    /// `spooled`), for whoever keeps them to rename the file rather than copy it.
+    ///
+    /// # Errors
+    /// The file cannot be created in `dir`, or the head written.
+    pub fn to_keep(dir: &Path, head: Vec<u8>) -> io::Result<Spool> {
+        let (path, file) = Spool::create(dir)?;
+        // Named from here on: removed if anything below fails, or the spool is dropped.
+        let name = SpoolName { path, head, kept: AtomicBool::new(false) };
+        let mut out = io::BufWriter::with_capacity(1 << 20, file);
+        out.write_all(&name.head)?;
+        let start = name.head.len() as u64;
+        Ok(Spool { out: SpoolOut::File(out), written: 0, start, name: Some(name) })
+    }
+
+    /// A new file of a name no other spool has, in `dir`.
+    fn create(dir: &Path) -> io::Result<(PathBuf, File)> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!("{SPOOL_PREFIX}{}.{n}", std::process::id()));
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+        Ok((path, file))
     }
 
     /// How many bytes were written.
@@ -192,7 +276,12 @@ impl Spool {
             SpoolOut::Memory(v) => Ok(SnapshotData::Bytes(v)),
             SpoolOut::File(w) => {
                 let file = w.into_inner().map_err(io::IntoInnerError::into_error)?;
-                Ok(SnapshotData::File { file: Arc::new(file), start: 0, len: self.written })
+                Ok(SnapshotData::File {
+                    file: Arc::new(file),
+                    start: self.start,
+                    len: self.written,
+                    spooled: self.name.map(Arc::new),
+                })
             }
         }
     }
@@ -239,8 +328,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         fs::write(&path, b"headerPAYLOADtrailer").unwrap();
-        let data =
-            SnapshotData::File { file: Arc::new(File::open(&path).unwrap()), start: 6, len: 7 };
+        let data = SnapshotData::File {
+            file: Arc::new(File::open(&path).unwrap()),
+            start: 6,
+            len: 7,
+            spooled: None,
+        };
         let mut read = Vec::new();
         data.reader().read_to_end(&mut read).unwrap();
         assert_eq!(read, b"PAYLOAD");
@@ -255,5 +348,39 @@ mod tests {
         let data = spool.finish().unwrap();
         assert_eq!(data.read_at(2, 3).unwrap(), b"cde");
         assert_eq!(data.into_bytes().unwrap(), b"abcdef");
+    }
+
+    #[test]
+    fn a_spool_to_keep_starts_with_its_head_and_goes_unless_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = || fs::read_dir(dir.path()).unwrap().count();
+        // Dropped before it is finished: gone.
+        let mut spool = Spool::to_keep(dir.path(), b"HEAD".to_vec()).unwrap();
+        spool.write(b"abc").unwrap();
+        assert_eq!(names(), 1);
+        drop(spool);
+        assert_eq!(names(), 0);
+        // Finished: the bytes after the head, the file gone with the last handle.
+        let mut spool = Spool::to_keep(dir.path(), b"HEAD".to_vec()).unwrap();
+        spool.write(b"abc").unwrap();
+        let data = spool.finish().unwrap();
+        let SnapshotData::File { spooled: Some(name), .. } = &data else { panic!("{data:?}") };
+        assert_eq!(fs::read(name.path()).unwrap(), b"HEADabc");
+        assert_eq!(data.read_at(0, 10).unwrap(), b"abc");
+        drop(data);
+        assert_eq!(names(), 0);
+        // Kept (renamed by its keeper): left where it was put.
+        let spool = Spool::to_keep(dir.path(), b"HEAD".to_vec()).unwrap();
+        let data = spool.finish().unwrap();
+        let SnapshotData::File { spooled: Some(name), .. } = &data else { panic!("{data:?}") };
+        fs::rename(name.path(), dir.path().join("kept")).unwrap();
+        name.kept();
+        drop(data);
+        assert_eq!(fs::read(dir.path().join("kept")).unwrap(), b"HEAD");
+        // What a crash leaves is removed; nothing else is.
+        std::mem::forget(Spool::to_keep(dir.path(), Vec::new()).unwrap());
+        assert_eq!(names(), 2);
+        remove_stale_spools(dir.path()).unwrap();
+        assert_eq!(names(), 1);
     }
 }

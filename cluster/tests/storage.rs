@@ -383,6 +383,66 @@ async fn a_snapshot_installed_elsewhere_carries_its_retained_records_into_that_l
     assert!(other_store.read_record(1).unwrap().is_some());
 }
 
+/// A snapshot gathered in parts into a spool laid out to be kept is kept by renaming that file,
+/// not by copying it; a spool left by a crash is removed at the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_gathered_to_be_kept_is_renamed_into_place_not_copied() {
+    use std::os::unix::fs::MetadataExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = WalLogStore::open(dir.path()).unwrap();
+    let mut entries = vec![membership_entry(1, 0, &[1])];
+    entries.extend((1..=4).map(|i| record_entry(1, i, format!("r{i}").as_bytes())));
+    append(&mut store, entries.clone()).await;
+    let mut machine = Machine::open(dir.path(), Applied::default(), store.clone()).unwrap();
+    let stream = futures_util::stream::iter(entries.into_iter().map(|e| Ok((e, None))));
+    machine.apply(stream).await.unwrap();
+    let mut builder = machine.try_create_snapshot_builder(false).await.expect("a state to give");
+    let built = builder.build_snapshot().await.unwrap();
+
+    let other_dir = tempfile::tempdir().unwrap();
+    // What a crash in the middle of gathering leaves: removed when the machine opens.
+    let left = Spool::to_keep(other_dir.path(), b"head".to_vec()).unwrap();
+    std::mem::forget(left);
+    let incoming = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains("incoming"))
+            .count()
+    };
+    assert_eq!(incoming(other_dir.path()), 1);
+    let other_store = WalLogStore::open(other_dir.path()).unwrap();
+    let mut other =
+        Machine::open(other_dir.path(), Applied::default(), other_store.clone()).unwrap();
+    assert_eq!(incoming(other_dir.path()), 0, "a crash's spool is removed at the start");
+
+    let head = cluster::kept_head(&built.meta).unwrap();
+    let mut spool = Spool::to_keep(other_dir.path(), head).unwrap();
+    let mut offset = 0;
+    while offset < built.snapshot.len() {
+        let part = built.snapshot.read_at(offset, 7).unwrap();
+        spool.write(&part).unwrap();
+        offset += part.len() as u64;
+    }
+    let gathered = spool.finish().unwrap();
+    let SnapshotData::File { file, .. } = &gathered else { panic!("a file: {gathered:?}") };
+    let gathered_inode = file.metadata().unwrap().ino();
+    other.install_snapshot(&built.meta, gathered).await.unwrap();
+    let kept = std::fs::metadata(other_dir.path().join("raft-snapshot")).unwrap();
+    assert_eq!(kept.ino(), gathered_inode, "the gathered file itself is kept");
+    assert_eq!(incoming(other_dir.path()), 0);
+    let current = other.get_current_snapshot().await.unwrap().expect("the installed one");
+    assert_eq!(current.meta, built.meta);
+    assert_eq!(current.snapshot.into_bytes().unwrap(), built.snapshot.into_bytes().unwrap());
+    assert_eq!(other.with_domain(|d, _| d.0.clone()), machine.with_domain(|d, _| d.0.clone()));
+    drop(other);
+
+    // A restart reads it from its place.
+    let other_store = restart(other_store, other_dir.path());
+    let again = Machine::open(other_dir.path(), Applied::default(), other_store.clone()).unwrap();
+    assert_eq!(again.with_domain(|d, _| d.0.len()), 4);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_forgets_at_most_the_committed_log_id_not_yet_written_never_a_vote() {
     let dir = tempfile::tempdir().unwrap();

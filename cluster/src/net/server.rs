@@ -467,7 +467,13 @@ where
         if part.total > MAX_SNAPSHOT_BYTES {
             return refuse(parts, format!("a snapshot of {} bytes is too large", part.total));
         }
-        let spool = match Spool::new(serving.shared.config.spool_dir.as_deref()) {
+        // Gathered in the data dir after the head it will be kept with, so that keeping it is
+        // a rename (`machine::keep_spooled`).
+        let spool = match serving.shared.config.spool_dir.as_deref() {
+            Some(dir) => crate::machine::kept_head(&part.meta).and_then(|h| Spool::to_keep(dir, h)),
+            None => Spool::new(None),
+        };
+        let spool = match spool {
             Ok(spool) => spool,
             Err(e) => return refuse(parts, format!("no room to gather a snapshot: {e}")),
         };
