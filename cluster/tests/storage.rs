@@ -328,19 +328,33 @@ async fn a_purge_keeps_what_the_snapshot_retains_and_so_does_a_log_begun_after_o
     assert_eq!(all_entries(&mut other).await, vec![record_entry(2, 11, b"eleven")]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_snapshot_installed_elsewhere_carries_its_retained_records_into_that_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = WalLogStore::open(dir.path()).unwrap();
-    let mut entries = vec![membership_entry(1, 0, &[1])];
-    entries.push(record_entry(1, 1, b"keep: one"));
-    entries.extend((2..=4).map(|i| record_entry(1, i, format!("r{i}").as_bytes())));
+/// A machine on `dir` that applied `entries`, appended to its log first, and the snapshot it
+/// then built of them.
+async fn built_over(
+    dir: &Path,
+    entries: Vec<Entry>,
+) -> (
+    WalLogStore,
+    Machine<Applied>,
+    openraft::type_config::alias::SnapshotOf<TypeConfig, SnapshotData>,
+) {
+    let mut store = WalLogStore::open(dir).unwrap();
     append(&mut store, entries.clone()).await;
-    let mut machine = Machine::open(dir.path(), Applied::default(), store.clone()).unwrap();
+    let mut machine = Machine::open(dir, Applied::default(), store.clone()).unwrap();
     let stream = futures_util::stream::iter(entries.into_iter().map(|e| Ok((e, None))));
     machine.apply(stream).await.unwrap();
     let mut builder = machine.try_create_snapshot_builder(false).await.expect("a state to give");
     let built = builder.build_snapshot().await.unwrap();
+    (store, machine, built)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_installed_elsewhere_carries_its_retained_records_into_that_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut entries = vec![membership_entry(1, 0, &[1])];
+    entries.push(record_entry(1, 1, b"keep: one"));
+    entries.extend((2..=4).map(|i| record_entry(1, i, format!("r{i}").as_bytes())));
+    let (store, mut machine, built) = built_over(dir.path(), entries).await;
     assert_eq!(built.meta.last_log_id, Some(log_id(1, 1, 4)));
     assert_eq!(machine.counts().built, 1);
     // Nothing newer to give: no builder.
@@ -390,15 +404,9 @@ async fn a_snapshot_gathered_to_be_kept_is_renamed_into_place_not_copied() {
     use std::os::unix::fs::MetadataExt;
 
     let dir = tempfile::tempdir().unwrap();
-    let mut store = WalLogStore::open(dir.path()).unwrap();
     let mut entries = vec![membership_entry(1, 0, &[1])];
     entries.extend((1..=4).map(|i| record_entry(1, i, format!("r{i}").as_bytes())));
-    append(&mut store, entries.clone()).await;
-    let mut machine = Machine::open(dir.path(), Applied::default(), store.clone()).unwrap();
-    let stream = futures_util::stream::iter(entries.into_iter().map(|e| Ok((e, None))));
-    machine.apply(stream).await.unwrap();
-    let mut builder = machine.try_create_snapshot_builder(false).await.expect("a state to give");
-    let built = builder.build_snapshot().await.unwrap();
+    let (_store, machine, built) = built_over(dir.path(), entries).await;
 
     let other_dir = tempfile::tempdir().unwrap();
     // What a crash in the middle of gathering leaves: removed when the machine opens.
