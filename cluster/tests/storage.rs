@@ -348,6 +348,18 @@ async fn built_over(
     (store, machine, built)
 }
 
+/// `snapshot` gathered in `spool` as a link gathers a large one: in parts (of 7 bytes here)
+/// read by position.
+fn gathered_in_parts(mut spool: Spool, snapshot: &SnapshotData) -> SnapshotData {
+    let mut offset = 0;
+    while offset < snapshot.len() {
+        let part = snapshot.read_at(offset, 7).unwrap();
+        spool.write(&part).unwrap();
+        offset += part.len() as u64;
+    }
+    spool.finish().unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_installed_elsewhere_carries_its_retained_records_into_that_log() {
     let dir = tempfile::tempdir().unwrap();
@@ -366,14 +378,8 @@ async fn a_snapshot_installed_elsewhere_carries_its_retained_records_into_that_l
     // Sent as a link sends a large one: in parts read by position, gathered in a spool in the
     // receiver's data dir.
     let other_dir = tempfile::tempdir().unwrap();
-    let mut spool = Spool::new(Some(other_dir.path())).unwrap();
-    let mut offset = 0;
-    while offset < built.snapshot.len() {
-        let part = built.snapshot.read_at(offset, 7).unwrap();
-        spool.write(&part).unwrap();
-        offset += part.len() as u64;
-    }
-    let gathered = spool.finish().unwrap();
+    let spool = Spool::new(Some(other_dir.path())).unwrap();
+    let gathered = gathered_in_parts(spool, &built.snapshot);
     assert_eq!(gathered.len(), built.snapshot.len());
     let other_store = WalLogStore::open(other_dir.path()).unwrap();
     let mut other =
@@ -425,14 +431,8 @@ async fn a_snapshot_gathered_to_be_kept_is_renamed_into_place_not_copied() {
     assert_eq!(incoming(other_dir.path()), 0, "a crash's spool is removed at the start");
 
     let head = cluster::kept_head(&built.meta).unwrap();
-    let mut spool = Spool::to_keep(other_dir.path(), head).unwrap();
-    let mut offset = 0;
-    while offset < built.snapshot.len() {
-        let part = built.snapshot.read_at(offset, 7).unwrap();
-        spool.write(&part).unwrap();
-        offset += part.len() as u64;
-    }
-    let gathered = spool.finish().unwrap();
+    let spool = Spool::to_keep(other_dir.path(), head).unwrap();
+    let gathered = gathered_in_parts(spool, &built.snapshot);
     let SnapshotData::File { file, .. } = &gathered else { panic!("a file: {gathered:?}") };
     let gathered_inode = file.metadata().unwrap().ino();
     other.install_snapshot(&built.meta, gathered).await.unwrap();
