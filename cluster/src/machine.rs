@@ -372,7 +372,10 @@ impl<A: Apply> Machine<A> {
     /// # Errors
     /// The kept snapshot cannot be read or the domain refuses it.
     pub fn open(dir: &Path, mut domain: A, store: WalLogStore) -> io::Result<Machine<A>> {
-        crate::snapshot_data::remove_stale_spools(dir)?;
+        // A leftover that cannot be removed costs disk, not correctness: the start goes on.
+        if let Err(e) = crate::snapshot_data::remove_stale_spools(dir) {
+            tracing::warn!(error = %e, "a snapshot spool a crash left could not be removed");
+        }
         let (mut last_applied, mut memberships, mut snapshot) = (None, Vec::new(), None);
         let mut former = BTreeSet::new();
         if let Some((meta, data)) = read_kept(dir)? {
