@@ -176,6 +176,10 @@ pub(crate) struct LogStore {
 #[derive(Debug, Default)]
 struct Unpacked {
     packs: std::collections::VecDeque<(Lsn, Vec<Vec<u8>>)>,
+    /// Counts removals of records. A read keeps the pack it decoded only when no removal
+    /// came since it began: one that read the pack just before a removal would otherwise put
+    /// back a copy of records that are gone (or whose LSNs are about to be reused).
+    generation: u64,
 }
 
 impl Unpacked {
@@ -189,7 +193,10 @@ impl Unpacked {
         })
     }
 
-    fn insert(&mut self, first: Lsn, records: Vec<Vec<u8>>) {
+    fn insert(&mut self, first: Lsn, records: Vec<Vec<u8>>, read_in: u64) {
+        if read_in != self.generation {
+            return;
+        }
         if self.packs.len() == Self::PACKS {
             self.packs.pop_front();
         }
@@ -452,6 +459,8 @@ impl LogStore {
         }
         if removed > 0 {
             self.write(batch)?;
+            // A purged record reads as gone, also from a pack decoded before.
+            self.forget_unpacked();
         }
         let bytes = kept.iter().map(|k| k.bytes).sum();
         self.set_kept(lsn, kept);
@@ -474,10 +483,13 @@ impl LogStore {
     /// The payload of the record at `lsn`: its one frame, its chunks in order, or its place in
     /// a pack.
     pub(crate) fn read(&self, lsn: Lsn) -> Result<Option<Vec<u8>>> {
-        if let Some(payload) = self.unpacked.lock().unwrap_or_else(PoisonError::into_inner).get(lsn)
-        {
-            return Ok(Some(payload));
-        }
+        let generation = {
+            let unpacked = self.unpacked.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(payload) = unpacked.get(lsn) {
+                return Ok(Some(payload));
+            }
+            unpacked.generation
+        };
         // A record stored whole: one lookup, no range scan.
         if let Some(stored) = self.db.get(key(lsn))? {
             return match crate::frame::decode(&stored) {
@@ -517,17 +529,22 @@ impl LogStore {
         let payloads =
             frame::decode(&stored).and_then(|body| pack::decode(body, count)).map_err(damaged)?;
         let payload = payloads[(lsn - first) as usize].clone();
-        self.unpacked.lock().unwrap_or_else(PoisonError::into_inner).insert(first, payloads);
+        self.unpacked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(first, payloads, generation);
         Ok(Some(payload))
     }
 
     /// Removes every record with LSN > `lsn` in one batch and makes that durable. Returns how
     /// many sled values (records and chunks) were removed.
     pub(crate) fn remove_after(&self, lsn: Lsn) -> Result<u64> {
-        match lsn.checked_add(1) {
-            Some(next) => self.remove_all(self.db.range(key(next)..)),
-            None => Ok(0),
-        }
+        let removed = match lsn.checked_add(1) {
+            Some(next) => self.remove_all(self.db.range(key(next)..))?,
+            None => 0,
+        };
+        self.forget_unpacked();
+        Ok(removed)
     }
 
     /// Removes every record with LSN > `lsn` and makes that durable, keeping the records up
@@ -562,12 +579,20 @@ impl LogStore {
             batch.remove(k);
             removed += 1;
         }
-        // Decoded packs may hold records removed here, and the LSNs are about to be reused.
-        self.unpacked.lock().unwrap_or_else(PoisonError::into_inner).packs.clear();
         if removed > 0 {
             self.write(batch)?;
         }
+        // Decoded packs may hold records removed here, and the LSNs are about to be reused.
+        self.forget_unpacked();
         Ok(removed)
+    }
+
+    /// Drops the decoded packs: called once records were removed, so that no read answers
+    /// from a copy of one (see [`Unpacked::generation`]).
+    fn forget_unpacked(&self) {
+        let mut unpacked = self.unpacked.lock().unwrap_or_else(PoisonError::into_inner);
+        unpacked.packs.clear();
+        unpacked.generation += 1;
     }
 
     /// Removes the keys of `items` in one durable batch; returns how many.
