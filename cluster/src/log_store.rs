@@ -10,7 +10,7 @@
 //! | entry at index `i`        | record at LSN `i + 1`: the [`Entry`] (log id and payload) encoded with [`wal::codec`] |
 //! | `append`                  | [`Wal::append_batch_at`]: one batch, at the LSNs the leader chose |
 //! | `truncate_after(i)`       | [`Wal::truncate_after`]`(i + 1)`                            |
-//! | `purge(i)`                | [`Wal::purge_through`]`(i + 1)` (the wal's checkpoint at `i + 1`, empty) |
+//! | `purge(i)`                | [`Wal::purge_through_retaining`]`(i + 1, …)` (the wal's checkpoint at `i + 1`, empty; a snapshot's retained records stay) |
 //! | vote, committed, purged   | [`Wal::save_state`]: one encoded [`RaftState`]              |
 //!
 //! Why `i + 1` and not `i`: openraft's first entry (the membership `initialize` writes) has
@@ -210,10 +210,12 @@ impl WalLogStore {
             Some(bytes) => codec::decode(&bytes)?,
             None => RaftState::default(),
         };
-        // A crash between saving the last purged log id and purging: purge again.
+        // A crash between saving the last purged log id and purging: purge again. Which
+        // records the last snapshot retains is not known yet, so every one stays, as the wal's
+        // own recovery keeps them ([`Skip`]), until the next purge keeps only those.
         if let Some(purged) = &state.last_purged {
             if report.checkpoint_lsn.unwrap_or(0) < lsn_of(purged.index) {
-                wal.purge_through(lsn_of(purged.index))?;
+                wal.purge_through_retaining(lsn_of(purged.index), &|_| true)?;
             }
         }
         let floor = wal.stats().checkpoint_lsn;
@@ -338,6 +340,32 @@ impl WalLogStore {
             }
         }
         Ok(found)
+    }
+
+    /// Sets the entries the last snapshot retains (raw entries as
+    /// [`WalLogStore::raw_entries`] gives them), writing back below the log's beginning any of
+    /// them the log no longer holds. Blocking.
+    ///
+    /// # Errors
+    /// The wal failing to read or write.
+    pub fn keep_retained(&self, retained: &[(u64, Vec<u8>)]) -> Result<()> {
+        let floor = self.inner.wal.stats().checkpoint_lsn;
+        let mut missing = Vec::new();
+        for (index, raw) in retained {
+            let lsn = lsn_of(*index);
+            if lsn <= floor && self.inner.wal.read(lsn)?.is_none() {
+                missing.push((lsn, raw.clone()));
+            }
+        }
+        if !missing.is_empty() {
+            tracing::warn!(
+                records = missing.len(),
+                "records the last snapshot retains were missing from the log: written back"
+            );
+            self.inner.wal.keep_below_checkpoint(&missing)?;
+        }
+        self.set_retained(retained.iter().map(|(index, _)| *index).collect());
+        Ok(())
     }
 
     /// Makes the log begin after `last`, the last log id of a snapshot this node installed
@@ -575,13 +603,11 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
                 return Ok(());
             }
             let archive = archive_hold.map(|hold| hold(lsn)).filter(|above| *above < lsn);
-            if (retained.is_empty() && archive.is_none()) || lsn > wal.durable_lsn() {
-                return Ok(wal.purge_through(lsn)?);
-            }
             // The records the last snapshot retains, and those the archive has not taken, stay
-            // below the log's new beginning.
+            // below the log's new beginning; also when this copy's own fsync of the entries
+            // purged has not come yet (a quorum of the others made them committed).
             let keeps = |l: Lsn| retained.contains(&index_of(l)) || archive.is_some_and(|a| l > a);
-            Ok(wal.checkpoint_retaining(lsn, &[], &keeps)?)
+            Ok(wal.purge_through_retaining(lsn, &keeps)?)
         })
         .await?;
         let mut unflushed = lock(&self.inner.unflushed);
@@ -714,5 +740,64 @@ mod tests {
         store.purge(entry(8).log_id).await.unwrap();
         assert_eq!(store.read_for_archive(5).unwrap(), None);
         assert!(store.read_for_archive(9).unwrap().is_some());
+    }
+    /// An entry stored alone: the wal keeps a group's small records together (a pack, kept
+    /// or dropped whole), and 20 KB that do not compress fill a pack of their own.
+    fn large_entry(index: u64) -> Entry {
+        let mut x = index.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let bytes = (0..20_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x.to_le_bytes()[0]
+            })
+            .collect();
+        Entry { payload: EntryPayload::Normal(Record::unplaced(0, bytes)), ..entry(index) }
+    }
+
+    /// A purge keeps the records the last snapshot retains also when it comes before this
+    /// copy's own fsync of the entries it purges (committed by a quorum of the other copies),
+    /// and a start that finishes a purge a crash cut short keeps every record, not knowing
+    /// yet which are retained.
+    #[allow(
+        clippy::await_holding_lock,
+        reason = "the guard holds the wal's commit thread on purpose; nothing awaited takes it"
+    )]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_purge_keeps_retained_records_before_its_own_fsync_and_after_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = WalLogStore::open(dir.path()).unwrap();
+            store.set_retained(std::collections::BTreeSet::from([2]));
+            let wal = store.inner.wal.clone();
+            let held = wal.hold_commits();
+            let mut flushed = Vec::new();
+            for index in 0..6 {
+                let (tx, rx) = TypeConfig::oneshot();
+                store.append(vec![large_entry(index)], IOFlushed::signal(tx)).await.unwrap();
+                flushed.push(rx);
+            }
+            assert_eq!(wal.durable_lsn(), 0);
+            let purging = {
+                let mut store = store.clone();
+                tokio::spawn(async move { store.purge(entry(4).log_id).await })
+            };
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            drop(held);
+            purging.await.unwrap().unwrap();
+            for rx in flushed {
+                rx.await.unwrap().unwrap();
+            }
+            assert!(store.read_record(2).unwrap().is_some(), "a retained record was purged");
+            assert!(store.read_record(3).unwrap().is_none());
+            assert!(store.read_record(5).unwrap().is_some());
+            // A crash between saving the next purge point and purging.
+            store.inner.write_state(|state| state.last_purged = Some(entry(5).log_id)).unwrap();
+            store.shutdown().unwrap();
+        }
+        let store = WalLogStore::open(dir.path()).unwrap();
+        assert_eq!(store.log_id_at(5).unwrap(), None, "the purge was finished");
+        assert!(store.read_record(2).unwrap().is_some(), "a retained record was purged");
     }
 }

@@ -392,8 +392,9 @@ impl<A: Apply> Machine<A> {
             if let Some(last) = meta.last_log_id {
                 let holds = store.log_id_at(last.index).map_err(io::Error::other)?;
                 if holds == Some(last) {
-                    // Built here: the log holds the entries it covers, and those it retains.
-                    store.set_retained(retained.iter().map(|(index, _)| *index).collect());
+                    // Built here: the log holds the entries it covers, and those it retains
+                    // (given back from the snapshot if a purge of an older build dropped one).
+                    store.keep_retained(&retained).map_err(io::Error::other)?;
                 } else {
                     // Installed from another node, and the log not yet moved past it when
                     // this node stopped: finish that now.

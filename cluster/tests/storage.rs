@@ -403,6 +403,32 @@ async fn a_snapshot_installed_elsewhere_carries_its_retained_records_into_that_l
     assert!(other_store.read_record(1).unwrap().is_some());
 }
 
+/// A start over a snapshot built here gives the log back any record the snapshot retains that
+/// the log lost (a purge that did not keep it): the snapshot carries them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_writes_back_a_retained_record_the_log_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut entries = vec![membership_entry(1, 0, &[1])];
+    entries.push(record_entry(1, 1, b"keep: one"));
+    entries.extend((2..=4).map(|i| record_entry(1, i, format!("r{i}").as_bytes())));
+    let (mut store, machine, built) = built_over(dir.path(), entries).await;
+    assert_eq!(built.meta.last_log_id, Some(log_id(1, 1, 4)));
+    let kept = store.read_record(1).unwrap();
+    assert!(kept.is_some());
+    drop(machine);
+    store.set_retained(BTreeSet::new());
+    store.purge(log_id(1, 1, 2)).await.unwrap();
+    assert!(store.read_record(1).unwrap().is_none(), "purged without it");
+
+    let store = restart(store, dir.path());
+    let _machine = Machine::open(dir.path(), Applied::default(), store.clone()).unwrap();
+    assert_eq!(store.read_record(1).unwrap(), kept, "written back from the snapshot");
+    assert_eq!(*store.retained(), BTreeSet::from([1]));
+    // Durably: also after another restart.
+    let store = restart(store, dir.path());
+    assert_eq!(store.read_record(1).unwrap(), kept);
+}
+
 /// A snapshot gathered in parts into a spool laid out to be kept is kept by renaming that file,
 /// not by copying it; a spool left by a crash is removed at the next start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

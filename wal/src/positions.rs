@@ -1,6 +1,6 @@
 //! Moving the log's ends: truncating after an LSN and purging through one.
 //!
-//! Owns: [`Wal::truncate_after`] and [`Wal::purge_through`], what a log that copies another
+//! Owns: [`Wal::truncate_after`] and [`Wal::purge_through`] (and its retaining form), what a log that copies another
 //! one position for position needs besides [`Wal::append_batch_at`]: a follower of a
 //! replicated log drops the records a new leader does not have (its log ends earlier), and
 //! drops the records a snapshot replaced (its log begins later, possibly past its own end,
@@ -80,12 +80,24 @@ impl Wal {
     /// # Errors
     /// As [`Wal::checkpoint`] (the log fails when removing the records fails).
     pub fn purge_through(&self, lsn: Lsn) -> Result<()> {
+        self.purge_through_retaining(lsn, &|_| false)
+    }
+
+    /// [`Wal::purge_through`], except that the records at or below `lsn` for which `retain`
+    /// answers `true` stay in the log, as [`Wal::checkpoint_retaining`] keeps them. Unlike a
+    /// checkpoint, `lsn` may lie past the durable point (a replicated log purges entries a
+    /// quorum of other copies made durable before its own fsync came): it waits for the
+    /// records queued to become durable first, and keeps what `retain` says either way.
+    ///
+    /// # Errors
+    /// As [`Wal::purge_through`].
+    pub fn purge_through_retaining(&self, lsn: Lsn, retain: &dyn Fn(Lsn) -> bool) -> Result<()> {
         let core = self.core();
         if lock(&core.checkpoint).is_some_and(|at| at >= lsn) {
             return Ok(());
         }
         if lsn <= self.durable_lsn() {
-            return self.checkpoint(lsn, &[]);
+            return self.checkpoint_retaining(lsn, &[], retain);
         }
         let mut current = lock(&core.checkpoint);
         let mut appender = lock(&core.appender);
@@ -98,7 +110,7 @@ impl Wal {
             // Within the log after all (it grew meanwhile): an ordinary checkpoint.
             drop(appender);
             drop(current);
-            return self.checkpoint(lsn, &[]);
+            return self.checkpoint_retaining(lsn, &[], retain);
         }
         // Past the end. The file first: once it is durable, a start ignores every record at or
         // below `lsn` whether or not their removal below completed.
@@ -115,13 +127,14 @@ impl Wal {
         // Everything up to `lsn` is settled: `wait_durable(lsn)` must not wait for a record
         // that will never be written.
         core.progress.send_modify(|p| p.durable = p.durable.max(lsn));
-        let removed = core
+        let (removed, retained_bytes) = core
             .with_store(|store| {
-                let (removed, _) = store.remove_through_except(lsn, &|_| false)?;
+                let truncated = store.remove_through_except(lsn, retain)?;
                 store.with_kept(|kept| checkpoint::note_swept(&core.config.dir, lsn, kept));
-                Ok(removed)
+                Ok(truncated)
             })
             .map_err(|e| fail(core, e))?;
+        appender.retained_bytes = retained_bytes;
         tracing::debug!(lsn, removed, "log purged past its end");
         Ok(())
     }

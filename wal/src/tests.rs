@@ -1557,6 +1557,43 @@ fn purge_through_past_the_end_moves_the_next_lsn_durably() {
     assert_eq!(collect.records, vec![(21, payload(21, 40)), (22, payload(22, 40))]);
 }
 
+/// A replicated log purges entries a quorum of other copies made durable, possibly before its
+/// own fsync of them: the purge waits for them, and still keeps what it is told to retain
+/// (the records a change feed reads), whether the purge point lies inside the log or past it.
+#[test]
+fn a_purge_past_the_durable_point_keeps_the_records_it_retains() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (wal, _, _) = recover(dir.path());
+        // Records stored alone (a pack is kept or dropped whole).
+        let held = wal.hold_commits();
+        let queued: Vec<_> = (1..=8).map(|i| wal.append(payload(i, 20_000)).unwrap()).collect();
+        assert_eq!(wal.durable_lsn(), 0, "nothing is durable while the thread is held");
+        std::thread::scope(|scope| {
+            let purging = scope.spawn(|| wal.purge_through_retaining(6, &|lsn| lsn == 3));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            drop(held);
+            purging.join().unwrap().unwrap();
+        });
+        for commit in queued {
+            commit.wait().unwrap();
+        }
+        assert_eq!(wal.read(3).unwrap(), Some(payload(3, 20_000)), "a retained record purged");
+        assert_eq!(wal.read(4).unwrap(), None);
+        assert_eq!(wal.read(7).unwrap(), Some(payload(7, 20_000)));
+        // Past the end: the log is empty after it, and the retained records stay below.
+        wal.purge_through_retaining(20, &|lsn| lsn == 3).unwrap();
+        assert_eq!(wal.read(3).unwrap(), Some(payload(3, 20_000)));
+        assert_eq!(wal.read(7).unwrap(), None);
+        assert_eq!(wal.last_lsn(), 20);
+        wal.shutdown().unwrap();
+    }
+    let (wal, report, _) = recover(dir.path());
+    assert_eq!(report.checkpoint_lsn, Some(20));
+    assert_eq!(wal.read(3).unwrap(), Some(payload(3, 20_000)), "retained across a restart");
+    assert_eq!(wal.read(7).unwrap(), None);
+}
+
 #[test]
 fn records_kept_below_a_checkpoint_are_read_back_and_survive_restarts_and_purges() {
     let dir = tempfile::tempdir().unwrap();
