@@ -727,25 +727,12 @@ async fn killing_the_leader_again_and_again_loses_no_acknowledged_write() {
         assert_eq!(found[0]["version"], 2, "{name}'s patch lost");
         assert_eq!(found[0]["cells"]["102"], *n);
     }
-    // The feed: seq 1..N without a gap, followed page by page from the oldest change.
-    let mut seqs = Vec::new();
-    let mut url = format!("{}/sheets/10/changes?limit=500", nodes[at].base());
-    loop {
-        let (status, page, _) = send("GET", &url, Some(ADA_READ), &[], None).await;
-        if status != 200 {
-            // What the node logged about it (an internal error names its cause there).
-            let log = std::fs::read_to_string(&nodes[at].log).unwrap_or_default();
-            let said: Vec<&str> =
-                log.lines().filter(|l| l.contains("ERROR") || l.contains("WARN")).collect();
-            panic!("a feed page from node {}: {status} {page}\n{}", nodes[at].id, said.join("\n"));
-        }
-        let data = page["data"].as_array().unwrap();
-        if data.is_empty() {
-            break;
-        }
-        seqs.extend(data.iter().map(|c| c["seq"].as_u64().unwrap()));
-        let cursor = page["nextCursor"].as_str().unwrap();
-        url = format!("{}/sheets/10/changes?limit=500&cursor={cursor}", nodes[at].base());
+    // The feed: seq 1..N without a gap, followed page by page from the oldest change, the
+    // same on every node (each follower read from its own copy).
+    let feed = feed_of(&nodes[at], false).await;
+    let seqs: Vec<u64> = feed.iter().map(|c| c["seq"].as_u64().unwrap()).collect();
+    for node in nodes.iter().filter(|n| n.id != nodes[at].id) {
+        assert!(feed_of(node, true).await == feed, "node {}'s feed differs", node.id);
     }
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "a gap in the feed");
     // The fixture's rows, each writer's add and patch.
@@ -1338,20 +1325,28 @@ async fn a_write_whose_fate_is_unknown_is_settled_by_its_retry_exactly_once() {
     assert_eq!(row_names(&nodes[now]).await.get("fate unknown"), Some(&1));
 }
 
-/// Every change `node` serves in sheet 10's feed, in order (a follower forwards the reads).
-async fn whole_feed(node: &Node) -> Vec<Value> {
+/// Every change `node` serves in sheet 10's feed, in order: read from its own state when
+/// `local`, else as a client reads it (a follower forwards the reads). A page that fails ends the test with what the node logged about it (an internal
+/// error names its cause there).
+async fn feed_of(node: &Node, local: bool) -> Vec<Value> {
+    let header: &[(&str, &str)] = if local { &[("Sheetd-Consistency", "local")] } else { &[] };
     let mut changes = Vec::new();
-    let mut url = format!("{}/sheets/10/changes?limit=1000", node.base());
+    let mut url = format!("{}/sheets/10/changes?limit=500", node.base());
     loop {
-        let (status, page, _) = send("GET", &url, Some(ADA_READ), &[], None).await;
-        assert_eq!(status, 200, "{page}");
+        let (status, page, _) = send("GET", &url, Some(ADA_READ), header, None).await;
+        if status != 200 {
+            let log = std::fs::read_to_string(&node.log).unwrap_or_default();
+            let said: Vec<&str> =
+                log.lines().filter(|l| l.contains("ERROR") || l.contains("WARN")).collect();
+            panic!("a feed page from node {}: {status} {page}\n{}", node.id, said.join("\n"));
+        }
         let data = page["data"].as_array().unwrap();
         if data.is_empty() {
             return changes;
         }
         changes.extend(data.iter().cloned());
         let cursor = page["nextCursor"].as_str().unwrap();
-        url = format!("{}/sheets/10/changes?limit=1000&cursor={cursor}", node.base());
+        url = format!("{}/sheets/10/changes?limit=500&cursor={cursor}", node.base());
     }
 }
 
@@ -1528,7 +1523,7 @@ async fn a_single_node_grows_into_a_cluster_and_its_first_node_leaves_with_nothi
     first.start();
     let mut nodes = vec![first];
     agreed_leader(&nodes).await;
-    let feed_before = whole_feed(&nodes[0]).await;
+    let feed_before = feed_of(&nodes[0], false).await;
     let names = row_names(&nodes[0]).await;
     for name in &before {
         assert_eq!(names.get(name), Some(&1), "{name}: acknowledged before, so present once");
@@ -1540,7 +1535,7 @@ async fn a_single_node_grows_into_a_cluster_and_its_first_node_leaves_with_nothi
     nodes[0].kill9();
     nodes[0].start();
     agreed_leader(&nodes).await;
-    assert_eq!(whole_feed(&nodes[0]).await, feed_before);
+    assert_eq!(feed_of(&nodes[0], false).await, feed_before);
     let log = std::fs::read_to_string(&nodes[0].log).unwrap();
     assert_eq!(log.matches("becomes the state of a new cluster").count(), 1, "adopted once");
 
@@ -1575,7 +1570,7 @@ async fn a_single_node_grows_into_a_cluster_and_its_first_node_leaves_with_nothi
     for name in before.iter().chain(&after) {
         assert_eq!(names.get(name), Some(&1), "{name}: acknowledged, so present once");
     }
-    let feed = whole_feed(&nodes[now]).await;
+    let feed = feed_of(&nodes[now], false).await;
     assert_eq!(feed[..feed_before.len()], feed_before[..], "the single node's feed, unchanged");
     let seqs: Vec<u64> = feed.iter().map(|c| c["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "a gap in the feed");
