@@ -223,9 +223,20 @@ impl Replay for DigestAt<'_> {
 impl Rebuild {
     /// Takes a checkpoint's parts (their change indexes inside the sheets) as the start.
     pub(crate) fn load(&mut self, cp: Checkpoint) {
+        // A checkpoint holds no derived index (keys by secret hash, rows by parent, columns
+        // by position): built here, so that every state a rebuild gives out has them, a
+        // follower's published view as much as the actors' start.
         self.directory = cp.directory;
+        self.directory.reindex();
         self.directory_lsn = cp.directory_lsn;
-        self.sheets = cp.sheets.into_iter().map(|(s, lsn)| (s.id, (s, lsn, 0))).collect();
+        self.sheets = cp
+            .sheets
+            .into_iter()
+            .map(|(mut s, lsn)| {
+                s.reindex();
+                (s.id, (s, lsn, 0))
+            })
+            .collect();
         self.side_lsn = cp.side_lsn;
         for entry in cp.idem {
             self.idem.complete(entry, 0);
@@ -703,13 +714,11 @@ impl Service {
         let arbiters: Vec<Arbiter> =
             (0..config.sheet_threads.max(1)).map(|_| Arbiter::new()).collect();
         let sheets = SheetRegistry::new(arbiters.iter().map(|a| a.handle()).collect());
-        for (_, (mut state, _, applied)) in std::mem::take(&mut rebuild.sheets) {
-            state.reindex();
+        // Indexed when loaded (`Rebuild::load`) and kept so by every record applied since.
+        for (_, (state, _, applied)) in std::mem::take(&mut rebuild.sheets) {
             sheets.spawn(state, shared.clone(), applied);
         }
-        let mut directory = rebuild.directory;
-        directory.reindex();
-        let directory = Arc::new(directory);
+        let directory = Arc::new(rebuild.directory);
         let published: PublishedDirectory =
             Arc::new(Published::new(DirectorySnapshot { state: directory.clone(), lsn: last_lsn }));
         let actor =
@@ -1257,6 +1266,52 @@ mod tests {
         expired.apply(3, Record::Expire(Expiry { at: window + 10 }));
         assert_eq!(expired.idem.len(), 1);
         assert_eq!(expired.digest(), never_old.digest(), "only the old answer went");
+    }
+
+    /// A state rebuilt from a checkpoint (a start's, a follower's after a Raft snapshot) has
+    /// the indexes a checkpoint does not hold: keys by their secret's hash, rows by parent,
+    /// columns by position, attachment totals.
+    #[test]
+    fn a_state_loaded_from_a_checkpoint_has_its_derived_indexes() {
+        let secret = "svc_live_AdaReadKey00000000000000000000000002";
+        let fixture: crate::directory::fixture::Fixture = serde_json::from_value(serde_json::json!({
+            "users": [{"id": 1, "name": "ada"}],
+            "projects": [{"id": 1, "name": "Ops", "ownerId": 1}],
+            "sheets": [{"id": 10, "projectId": 1, "name": "Tasks"}],
+            "columns": [
+                {"id": 101, "sheetId": 10, "name": "Status", "type": "text", "position": 1},
+                {"id": 100, "sheetId": 10, "name": "Task", "type": "text", "position": 0, "primary": true}
+            ],
+            "rows": [
+                {"id": 1000, "sheetId": 10, "cells": {"100": "root"}, "attachments": [{"name": "a.pdf", "bytes": 100}]},
+                {"id": 1001, "sheetId": 10, "parentId": 1000, "cells": {"100": "child"}}
+            ],
+            "keys": [{"id": 2, "ownerId": 1, "name": "ada-read", "secret": secret,
+                      "grants": [{"verb": "read", "scopeType": "project", "scopeId": 1}]}]
+        }))
+        .unwrap();
+        let (batch, _) =
+            crate::directory::fixture::prepare(fixture, &DirectoryState::default(), 1, 0).unwrap();
+        let mut first = fresh_rebuild(Millis::MIN);
+        first.apply(1, Record::Import(Box::new(batch)));
+        let (file, _) = first.checkpoint_at(1);
+        let mut bytes = Vec::new();
+        encode_snapshot(&file, &mut bytes).unwrap();
+
+        let mut loaded = fresh_rebuild(Millis::MIN);
+        loaded.load_snapshot(
+            1,
+            CheckpointFile::decode(&mut bytes.as_slice()).unwrap(),
+            loaded.retention,
+        );
+        let hash = crate::directory::keys::hash_secret(secret);
+        assert_eq!(loaded.directory().key_by_hash(&hash).map(|k| k.id), Some(2));
+        let (sheet, _) = loaded.sheet(10).unwrap();
+        assert_eq!(sheet.subtree(1000).unwrap(), [1000, 1001]);
+        let positions: Vec<crate::model::ColumnId> =
+            sheet.columns_by_position().iter().map(|c| c.id).collect();
+        assert_eq!(positions, [100, 101]);
+        assert_eq!(sheet.attachment_totals(), (1, 100));
     }
 
     use crate::webhook::WebhookSecret;
