@@ -1441,12 +1441,16 @@ async fn a_wiped_follower_added_back_under_a_new_id_catches_up_by_snapshot() {
     assert!(sent >= 1.0, "a leader sent node 5 its snapshot");
 
     // Every acknowledged row once, through the leader; node 5's state (rows and feed
-    // positions) is the others' by the digests above. Its feed read back from the records its
-    // snapshot carried is checked where nodes that installed a snapshot lead
-    // (`a_single_node_grows_into_a_cluster_and_its_first_node_leaves_with_nothing_lost`).
-    let names = row_names(&nodes[agreed_leader(&nodes).await]).await;
+    // positions) is the others' by the digests above, and it serves the leader's feed from
+    // its own state, read back from the records its snapshot carried.
+    let at = agreed_leader(&nodes).await;
+    let names = row_names(&nodes[at]).await;
     for name in &acked {
         assert_eq!(names.get(name), Some(&1), "{name}: acknowledged, so present once");
+    }
+    if at != fresh {
+        let feed = feed_of(&nodes[at], false).await;
+        assert!(feed_of(&nodes[fresh], true).await == feed, "node 5's own feed differs");
     }
     drop(wiped);
 }
@@ -1574,6 +1578,8 @@ async fn a_single_node_grows_into_a_cluster_and_its_first_node_leaves_with_nothi
     assert_eq!(feed[..feed_before.len()], feed_before[..], "the single node's feed, unchanged");
     let seqs: Vec<u64> = feed.iter().map(|c| c["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "a gap in the feed");
+    // The follower serves it from its own state, which began as a snapshot installed.
+    assert!(feed_of(&nodes[1 - now], true).await == feed, "the follower's own feed differs");
     for node in &nodes {
         assert!(metric(node, "sheetd_cluster_snapshots_installed_total").await >= 1.0);
     }
