@@ -741,6 +741,7 @@ mod tests {
         assert_eq!(store.read_for_archive(5).unwrap(), None);
         assert!(store.read_for_archive(9).unwrap().is_some());
     }
+
     /// An entry stored alone: the wal keeps a group's small records together (a pack, kept
     /// or dropped whole), and 20 KB that do not compress fill a pack of their own.
     fn large_entry(index: u64) -> Entry {

@@ -1,10 +1,11 @@
 //! Moving the log's ends: truncating after an LSN and purging through one.
 //!
-//! Owns: [`Wal::truncate_after`] and [`Wal::purge_through`] (and its retaining form), what a log that copies another
-//! one position for position needs besides [`Wal::append_batch_at`]: a follower of a
-//! replicated log drops the records a new leader does not have (its log ends earlier), and
-//! drops the records a snapshot replaced (its log begins later, possibly past its own end,
-//! when the snapshot came from another node).
+//! Owns: [`Wal::truncate_after`] and [`Wal::purge_through`] (with its retaining form), what a
+//! log that copies another one position for position needs besides [`Wal::append_batch_at`]:
+//! a follower of a replicated log drops the records a new leader does not have (its log ends
+//! earlier), and drops the records a snapshot replaced (its log begins later, possibly past its
+//! own end, when the snapshot came from another node), keeping those a change feed still
+//! reads.
 //!
 //! Guarantees:
 //! - Both return only once their change is durable (sled batch written and synced, the
