@@ -212,6 +212,7 @@ struct Live {
     raft: SimRaft,
     proposer: Proposer<Machine<Applied>>,
     machine: Machine<Applied>,
+    store: WalLogStore,
 }
 
 /// What became of a proposal.
@@ -244,6 +245,17 @@ struct Sim {
 fn members() -> BTreeMap<NodeId, ClusterNode> {
     let node = |id| ClusterNode { raft_addr: format!("sim-{id}"), api_addr: String::new() };
     NODES.iter().map(|&id| (id, node(id))).collect()
+}
+
+/// The `n`th proposal's payload, sent to node `id`. One in five is read back by position ever
+/// after, as a change feed reads the records it retains: every snapshot retains it (`Applied`),
+/// and every purge must keep it.
+fn payload(id: NodeId, n: u32) -> String {
+    if n.is_multiple_of(5) {
+        format!("keep w{n}@{id}")
+    } else {
+        format!("w{n}@{id}")
+    }
 }
 
 /// Opens a data dir's log, once a crashed node's store (dropped with its Raft) let go of it.
@@ -310,11 +322,11 @@ impl Sim {
         let machine = Machine::open(dir, Applied::default(), store.clone()).unwrap();
         let config = raft_config(HEARTBEAT_MS, ELECTION_TIMEOUT_MS, 20).unwrap();
         let net = Net { world: Arc::clone(&self.world), from: id };
-        let raft = Raft::new(id, config, net, store, machine.clone()).await.unwrap();
+        let raft = Raft::new(id, config, net, store.clone(), machine.clone()).await.unwrap();
         let proposer =
             Proposer::start(DEFAULT_GROUP, raft.clone(), &tokio::runtime::Handle::current());
         self.world.lock().unwrap().up.insert(id, raft.clone());
-        self.live.insert(id, Live { raft, proposer, machine });
+        self.live.insert(id, Live { raft, proposer, machine, store });
         self.note(format!("node {id} up"));
     }
 
@@ -337,7 +349,7 @@ impl Sim {
     /// One proposal to node `id`; its fate is noted when it is known.
     fn propose(&mut self, id: NodeId, n: u32) {
         let Some(live) = self.live.get(&id) else { return };
-        let payload = format!("w{n}@{id}");
+        let payload = payload(id, n);
         match live.proposer.propose(payload.clone().into_bytes(), None, |_| {}) {
             Err(ProposeError::NotLeader { .. }) => {
                 self.fates.lock().unwrap().insert(payload, Fate::NotApplied);
@@ -480,7 +492,7 @@ impl Sim {
             if let Some(leader) = leader {
                 n += 1;
                 self.propose(leader, n);
-                let last = format!("w{n}@{leader}");
+                let last = payload(leader, n);
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 let fate = self.fates.lock().unwrap().get(&last).cloned();
                 if let Some(Fate::Acked(index)) = fate {
@@ -516,6 +528,16 @@ impl Sim {
         let first = &applied[&NODES[0]];
         for (id, records) in &applied {
             assert_eq!(records, first, "seed {seed}: node {id} applied other records than node 1");
+            // Each node's own log still holds every record its snapshots retain.
+            let store = &self.live[id].store;
+            for (index, payload) in records.iter().filter(|(_, p)| p.starts_with(b"keep")) {
+                let held = store.read_record(*index).unwrap().map(|r| r.payload);
+                assert_eq!(
+                    held.as_ref(),
+                    Some(payload),
+                    "seed {seed}: node {id}'s log lost retained record {index}"
+                );
+            }
         }
         let mut at = BTreeMap::new();
         for (index, payload) in first {
