@@ -57,7 +57,7 @@ const GATHER: Duration = Duration::from_millis(1);
 /// they were queued.
 pub struct BatchWriter {
     queue: LineQueue,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 /// The queue of lines [`BatchWriter`]'s thread writes: a `MakeWriter` for the subscriber,
@@ -95,7 +95,7 @@ impl BatchWriter {
             .name("sheetd-log".into())
             .spawn(move || write_batches(&shared, out))
             .expect("spawn the log writer thread");
-        BatchWriter { queue, thread: Some(thread) }
+        BatchWriter { queue, thread }
     }
 
     /// The queue to hand to the subscriber.
@@ -104,12 +104,10 @@ impl BatchWriter {
     }
 
     /// Writes every line queued so far and ends the thread; lines queued later are dropped.
-    pub fn stop(mut self) {
+    pub fn stop(self) {
         self.queue.lock().stopping = true;
         self.queue.0.changed.notify_all();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        let _ = self.thread.join();
     }
 }
 
