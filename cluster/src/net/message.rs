@@ -89,6 +89,7 @@ pub struct Forwarded {
     /// The path and query, as received.
     pub path: String,
     /// The end-to-end headers, as received.
+    #[serde(with = "header_pairs")]
     pub headers: Vec<(String, Vec<u8>)>,
     /// The body, as received (still compressed if it came so).
     #[serde(with = "serde_bytes")]
@@ -101,6 +102,7 @@ pub struct ForwardedReply {
     /// The HTTP status.
     pub status: u16,
     /// The end-to-end headers.
+    #[serde(with = "header_pairs")]
     pub headers: Vec<(String, Vec<u8>)>,
     /// The body: on the receiving side, a slice of the frame it arrived in
     /// (`decode_forwarded_reply`).
@@ -112,8 +114,30 @@ pub struct ForwardedReply {
 #[derive(Deserialize)]
 struct ForwardedReplyInPlace<'a> {
     status: u16,
+    #[serde(with = "header_pairs")]
     headers: Vec<(String, Vec<u8>)>,
     body: &'a [u8],
+}
+
+/// Header pairs with each value as one byte string: the same bytes on the wire as a sequence
+/// of `u8`, without a call per byte to write or read it.
+mod header_pairs {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use serde_bytes::{ByteBuf, Bytes};
+
+    pub fn serialize<S: Serializer>(
+        pairs: &[(String, Vec<u8>)],
+        out: S,
+    ) -> Result<S::Ok, S::Error> {
+        out.collect_seq(pairs.iter().map(|(name, value)| (name, Bytes::new(value))))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        input: D,
+    ) -> Result<Vec<(String, Vec<u8>)>, D::Error> {
+        let pairs = Vec::<(String, ByteBuf)>::deserialize(input)?;
+        Ok(pairs.into_iter().map(|(name, value)| (name, value.into_vec())).collect())
+    }
 }
 
 fn bytes_out<S: serde::Serializer>(body: &bytes::Bytes, out: S) -> Result<S::Ok, S::Error> {
@@ -217,4 +241,27 @@ pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8], max: usize) -> io::Resul
         ));
     }
     codec::decode(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_encode_as_a_sequence_of_bytes_would_and_come_back() {
+        #[derive(Serialize)]
+        struct Plain {
+            headers: Vec<(String, Vec<u8>)>,
+        }
+        let headers = vec![("etag".to_string(), b"\"v7\"".to_vec()), ("x".into(), vec![0, 255])];
+        let reply = ForwardedReply { status: 200, headers: headers.clone(), body: "{}".into() };
+        let encoded = encode(&reply).unwrap();
+        let plain =
+            encode(&(200u16, Plain { headers: headers.clone() }, b"{}".as_slice())).unwrap();
+        assert_eq!(encoded, plain, "the wire form of a forwarded reply changed");
+        let back: Reply<ForwardedReply> =
+            decode_forwarded_reply(encode(&Reply::Ok(reply)).unwrap(), 1 << 20).unwrap();
+        let back = back.unwrap();
+        assert_eq!((back.status, back.headers, &back.body[..]), (200, headers, &b"{}"[..]));
+    }
 }
