@@ -88,8 +88,8 @@ async fn a_wrong_secret_is_refused_and_the_right_one_accepted() {
 async fn a_tampered_frame_closes_the_connection() {
     let (_dir, node) = node().await;
     let mut channel = connect(node.addr, &secret()).await.unwrap();
-    let body = vote_request();
-    let tag = channel.seal(&body);
+    let mut body = vote_request();
+    let tag = channel.seal(&mut body);
     let mut frame = ((body.len() + tag.len()) as u32).to_be_bytes().to_vec();
     frame.extend_from_slice(&body);
     frame.extend_from_slice(&tag);
@@ -101,7 +101,8 @@ async fn a_tampered_frame_closes_the_connection() {
 
     // The same with a frame whose tag is damaged, on another connection.
     let mut channel = connect(node.addr, &secret()).await.unwrap();
-    let mut tag = channel.seal(&body);
+    let mut body = vote_request();
+    let mut tag = channel.seal(&mut body);
     tag[0] ^= 0x80;
     let mut frame = ((body.len() + tag.len()) as u32).to_be_bytes().to_vec();
     frame.extend_from_slice(&body);

@@ -238,7 +238,7 @@ async fn forwarding_exchange(
     };
     // From here on the request may have run: no second try, on this connection or another.
     let round_trip = async {
-        channel.send(&bytes).await?;
+        channel.send_owned(bytes).await?;
         channel.recv(max).await
     };
     match timeout_at(deadline, round_trip).await {

@@ -127,9 +127,7 @@ impl ForwardedConnection {
                     message::encode(&refusal)
                 }
                 Rpc::Forward(request) => {
-                    // Encoded whole, the page copied once: sent in two parts, the page would
-                    // start mid-chunk for BLAKE3 and its first KiB be hashed serially, which
-                    // costs more than the copy.
+                    // Encoded whole, the page copied once into the frame it is sealed in.
                     let reply: Reply<ForwardedReply> = Ok(run(request).await);
                     let size = reply.as_ref().map_or(0, ForwardedReply::size);
                     message::encode_plain(&reply, size)
@@ -143,7 +141,7 @@ impl ForwardedConnection {
                 }
             };
             let sent = match reply {
-                Ok(reply) => channel.send(&reply).await,
+                Ok(reply) => channel.send_owned(reply).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = sent {

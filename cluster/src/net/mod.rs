@@ -37,10 +37,10 @@
 //! server answers with its own; the client proves it knows the secret with an HMAC over both
 //! nonces and both ids, the server checks that proof and only then proves itself the same way
 //! (another label). Both derive one key per direction from the secret and that transcript.
-//! Every later frame ends with a BLAKE3 keyed tag under its direction's key over a sequence
-//! number and the frame's body: a frame cannot be replayed, reordered, dropped unseen or moved
-//! to another connection. The handshake authenticates, it does not encrypt: without TLS the link
-//! is for a trusted network. With it ([`LinkConfig::tls`]), every connection is TLS first, and
+//! Every later frame is sealed with AES-256-GCM under its direction's key, its sequence number
+//! the nonce: a frame cannot be read, altered, replayed, reordered, dropped unseen or moved to
+//! another connection. Without TLS a peer's address and certificate are not checked, so the
+//! README still keeps a plain link to a trusted network. With it ([`LinkConfig::tls`]), every connection is TLS first, and
 //! a peer must present a certificate the cluster's CA signed before the handshake begins.
 //!
 //! Messages are encoded with [`wal::codec`] (bincode, zstd for large values): entries already

@@ -413,7 +413,7 @@ async fn serve_connection<SM>(
             Err(e) => Err(e),
         };
         let sent = match reply {
-            Ok(reply) => channel.send(&reply).await,
+            Ok(reply) => channel.send_owned(reply).await,
             Err(e) => {
                 // Authenticated yet undecodable: a peer of another version. Say so and close.
                 tracing::warn!(%peer, node, error = %e, "cluster link: bad request");
