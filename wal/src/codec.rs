@@ -107,9 +107,8 @@ pub fn decoding_version() -> u8 {
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
     thread_local! {
         /// Where this thread encodes a value before compressing or copying it out, kept
-        /// between calls: grown by doubling for every large record, a buffer copied itself
-        /// over and over, onto pages the kernel had to zero first (an upsert of 2000 rows
-        /// spent a sixth of its time so).
+        /// between calls: grown by doubling for every large record (a bulk write's), a
+        /// buffer copied itself over and over, onto pages the kernel had to zero first.
         static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     let encode_in = |out: &mut Vec<u8>| -> Result<Vec<u8>> {
