@@ -221,6 +221,20 @@ impl Row {
         }
     }
 
+    /// The row's JSON from its `cells` object on, for a parse of the cells, which stops at
+    /// that object's end. Unlike [`Row::cells_json`], found without reading the row's tail: on
+    /// a cold row of a large sheet that is one cache miss fewer for every reader of a cell.
+    fn cells_onward(&self) -> &str {
+        let json = self.json.get();
+        match memchr::memchr_iter(b',', json.as_bytes()).nth(2) {
+            Some(comma) if comma + 9 <= json.len() => {
+                debug_assert_eq!(&json[comma..comma + 9], ",\"cells\":");
+                &json[comma + 9..]
+            }
+            _ => "{}",
+        }
+    }
+
     /// Every cell, parsed.
     pub fn cells(&self) -> BTreeMap<ColumnId, Json> {
         let mut cells = BTreeMap::new();
@@ -250,7 +264,7 @@ impl Row {
         if columns.iter().all(Option::is_none) {
             return;
         }
-        let mut de = serde_json::Deserializer::from_str(self.cells_json());
+        let mut de = serde_json::Deserializer::from_str(self.cells_onward());
         // The JSON was rendered by `RowJson`; it cannot fail to parse.
         let parsed = Pick { columns, out: &mut *out }.deserialize(&mut de);
         debug_assert!(parsed.is_ok(), "row {}: {parsed:?}", self.id);
@@ -345,7 +359,7 @@ impl Row {
 
     /// One cell's JSON as stored; `None` when the row holds none in `column`.
     pub fn cell_raw(&self, column: ColumnId) -> Option<&RawValue> {
-        let mut de = serde_json::Deserializer::from_str(self.cells_json());
+        let mut de = serde_json::Deserializer::from_str(self.cells_onward());
         let mut find = FindCell { column, found: None };
         // Stops at the cell, so the rest of the row is never parsed; the deserializer then
         // finds the object unfinished, which is no error here.
@@ -393,7 +407,7 @@ impl Row {
 
     /// Calls `f` with every cell's column and JSON, in the order the JSON lists them.
     fn visit_cells<'a>(&'a self, f: impl FnMut(ColumnId, &'a RawValue)) {
-        let mut de = serde_json::Deserializer::from_str(self.cells_json());
+        let mut de = serde_json::Deserializer::from_str(self.cells_onward());
         // The JSON was rendered by `RowJson`; it cannot fail to parse.
         let parsed = VisitCells(f).deserialize(&mut de);
         debug_assert!(parsed.is_ok(), "row {}: {parsed:?}", self.id);
