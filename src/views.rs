@@ -188,8 +188,8 @@ pub fn row_response(row: &Row, request_id: &str) -> Vec<u8> {
 /// A listRows page (`ListView<RowView>`) written straight from the rows' JSON: the same bytes
 /// as serializing a [`ListView`] of [`row_json`]s, and with `fields` each row narrowed to those
 /// cells as it is copied (no per-row buffer or re-parse).
-pub fn rows_page(
-    rows: &[std::sync::Arc<Row>],
+pub fn rows_page<R: std::ops::Deref<Target = Row>>(
+    rows: &[R],
     fields: Option<&BTreeSet<u64>>,
     next_cursor: Option<&str>,
     request_id: &str,
@@ -832,7 +832,7 @@ mod tests {
         }
         let empty =
             ListView::<RowView> { data: Vec::new(), next_cursor: None, request_id: "r".into() };
-        assert_eq!(rows_page(&[], None, None, "r"), serde_json::to_vec(&empty).unwrap());
+        assert_eq!(rows_page::<&Row>(&[], None, None, "r"), serde_json::to_vec(&empty).unwrap());
 
         let fields = BTreeSet::from([103, 2]);
         let page: Value =
