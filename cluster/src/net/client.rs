@@ -256,14 +256,16 @@ async fn forwarding_exchange(
 const POOL_IDLE: Duration = Duration::from_secs(20);
 
 /// Connections kept per target, at most.
-const POOL_MAX: usize = 32;
+const POOL_MAX: usize = 64;
 
 /// Forwarding connections this node opens at once, at most: well under a peer's
 /// `LinkConfig::max_handshakes` (16), which leaves room for Raft's own connections.
 pub(crate) const FORWARD_HANDSHAKES: usize = 4;
 
-/// Forwards from this node under way at once, at most; more wait their turn.
-pub(crate) const FORWARDS_AT_ONCE: usize = 32;
+/// Forwards from this node under way at once, at most; more wait their turn. As many as a
+/// load of 64 client connections: at 32, a follower's forwarded writes reached the leader
+/// half as batched as its own clients' (docs/performance.md, 2026-11-28).
+pub(crate) const FORWARDS_AT_ONCE: usize = 64;
 
 /// A kept connection to `target` that was used lately, if any.
 fn pooled(shared: &LinkShared, target: NodeId) -> Option<Channel<LinkStream>> {

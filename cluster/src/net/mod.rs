@@ -126,7 +126,7 @@ pub struct LinkConfig {
     /// `handshake_timeout` each.
     pub max_handshakes: usize,
     /// Authenticated incoming connections, at most (each peer opens a few: replication,
-    /// heartbeats, snapshots, votes; and up to 32 for requests it forwards).
+    /// heartbeats, snapshots, votes; and up to 64 for requests it forwards).
     pub max_connections: usize,
     /// Mutual TLS on every connection (`--cluster-tls-dir`); plain TCP without.
     pub tls: Option<std::sync::Arc<LinkTls>>,
@@ -140,7 +140,8 @@ pub struct LinkConfig {
 
 impl LinkConfig {
     /// The defaults for node `node_id`: 64 MiB frames, 2 s for a handshake, 60 s of silence,
-    /// 16 handshakes and 160 connections at once.
+    /// 16 handshakes and 288 connections at once (two peers forwarding 64 requests each, and
+    /// their Raft connections, with room to spare).
     pub fn new(node_id: NodeId, secret: ClusterSecret) -> Self {
         LinkConfig {
             node_id,
@@ -149,7 +150,7 @@ impl LinkConfig {
             handshake_timeout: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(60),
             max_handshakes: 16,
-            max_connections: 160,
+            max_connections: 288,
             tls: None,
             spool_dir: None,
             api_addr: String::new(),
