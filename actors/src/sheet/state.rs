@@ -204,8 +204,8 @@ impl SheetState {
             Some(after) => self.rows.range((Bound::Excluded(after), Bound::Unbounded)),
             None => self.rows.range::<_, RowId>(..),
         };
-        // Borrowed, not shared: a page is rendered while its snapshot is held, and two atomic
-        // operations per row on memory no one else touches are a page's largest cost of its own.
+        // Borrowed, not shared: a page is rendered while its snapshot is held, so a handle
+        // per row would buy nothing (and cost an atomic count change in and out).
         let page: Vec<&Row> = iter.by_ref().take(limit).map(|(_, r)| &**r).collect();
         let more = iter.next().is_some();
         (page, more)
