@@ -196,27 +196,24 @@ pub async fn list_rows(
         return conditional::respond(&req, tag, || Ok(HttpResponse::Ok().finish()));
     }
     let sheet = &snapshot.state;
-    let cursor = {
-        let state = state.clone();
-        move |resume_after: Option<RowId>| {
-            resume_after.map(|id| state.cursors.encode_bound(Kind::Rows, sheet_id, id, binding))
-        }
+    let cursor = move |state: &AppState, resume_after: Option<RowId>| {
+        resume_after.map(|id| state.cursors.encode_bound(Kind::Rows, sheet_id, id, binding))
     };
     let body = match checked_query(&query, sheet)? {
         None => {
             let (rows, more) = sheet.page(page.after, page.limit);
-            let next_cursor = cursor(more.then(|| rows.last().map_or(0, |r| r.id)));
+            let next_cursor = cursor(&state, more.then(|| rows.last().map_or(0, |r| r.id)));
             rows_page(&rows, query.fields.as_ref(), next_cursor.as_deref(), &caller.request_id)
         }
         Some(filter) => {
             // Up to 100,000 rows of predicate work: off the worker, as report scans are.
-            let snapshot = snapshot.clone();
+            let (snapshot, state) = (snapshot.clone(), state.clone());
             let request_id = caller.request_id.clone();
             web::block(move || {
                 let keep = |r: &actors::model::Row| filter.matches(r);
                 let (rows, resume_after) =
                     snapshot.state.page_filtered(page.after, page.limit, MAX_EXAMINED_ROWS, keep);
-                let next_cursor = cursor(resume_after);
+                let next_cursor = cursor(&state, resume_after);
                 rows_page(&rows, query.fields.as_ref(), next_cursor.as_deref(), &request_id)
             })
             .await

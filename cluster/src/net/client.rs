@@ -255,7 +255,7 @@ async fn forwarding_exchange(
 /// server's idle timeout, so a kept connection is one the peer still holds open.
 const POOL_IDLE: Duration = Duration::from_secs(20);
 
-/// Connections kept per target, at most.
+/// Connections kept per target, at most, all threads together.
 const POOL_MAX: usize = 64;
 
 /// Forwarding connections this node opens at once, at most: well under a peer's
@@ -275,13 +275,33 @@ fn pooled(shared: &LinkShared, target: NodeId) -> Option<Channel<LinkStream>> {
     kept.pop().map(|(channel, _)| channel)
 }
 
-/// Keeps `channel` to `target` for the next forward.
+/// Keeps `channel` to `target` for the next forward, unless [`POOL_MAX`] are kept for it
+/// already, on all threads together: a pool per thread alone would let every worker thread
+/// keep its own 64, past what the target accepts (`LinkConfig::max_connections`).
 fn keep(shared: &LinkShared, target: NodeId, channel: Channel<LinkStream>) {
     let mut pool = shared.forward_pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let kept = pool.entry((std::thread::current().id(), target)).or_default();
-    if kept.len() < POOL_MAX {
+    if kept_for(&mut pool, target) < POOL_MAX {
+        let kept = pool.entry((std::thread::current().id(), target)).or_default();
         kept.push((channel, std::time::Instant::now()));
     }
+}
+
+/// How many connections to `target` the pool keeps on all threads, after letting go of those
+/// idle too long to be used again.
+fn kept_for<C>(
+    pool: &mut std::collections::HashMap<
+        (std::thread::ThreadId, NodeId),
+        Vec<(C, std::time::Instant)>,
+    >,
+    target: NodeId,
+) -> usize {
+    pool.iter_mut()
+        .filter(|((_, to), _)| *to == target)
+        .map(|(_, kept)| {
+            kept.retain(|(_, used)| used.elapsed() < POOL_IDLE);
+            kept.len()
+        })
+        .sum()
 }
 
 /// One request and its reply on `channel`, or on a new connection. Returns the connection to
@@ -506,5 +526,31 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         let ttl = option.soft_ttl();
         let reply = self.call(Rpc::TransferLeader(rpc), ttl).await;
         reply.map_err(|f| self.rpc_error(f, RPCTypes::TransferLeader, ttl))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::Instant;
+
+    use super::*;
+
+    #[test]
+    fn the_pool_counts_a_targets_connections_on_every_thread_and_lets_idle_ones_go() {
+        let here = std::thread::current().id();
+        let there = std::thread::spawn(|| std::thread::current().id()).join().unwrap();
+        let now = Instant::now();
+        let idle = now.checked_sub(POOL_IDLE + Duration::from_secs(1)).expect("a clock this old");
+        let mut pool: HashMap<_, Vec<((), Instant)>> = HashMap::new();
+        pool.insert((here, 2), vec![((), now), ((), now), ((), idle)]);
+        pool.insert((there, 2), vec![((), now), ((), idle)]);
+        pool.insert((there, 3), vec![((), now), ((), idle)]);
+
+        assert_eq!(kept_for(&mut pool, 2), 3, "two on this thread, one on the other");
+        assert_eq!(pool[&(here, 2)].len(), 2);
+        assert_eq!(pool[&(there, 2)].len(), 1);
+        assert_eq!(pool[&(there, 3)].len(), 2, "another target's are left as they are");
+        assert_eq!(kept_for(&mut pool, 4), 0);
     }
 }
