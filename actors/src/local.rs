@@ -52,7 +52,7 @@ impl LocalView {
     pub(crate) fn publish_sheet(&self, state: &SheetState, lsn: Lsn) {
         let snapshot = SheetSnapshot { state: state.clone(), lsn };
         match self.sheets.get(&state.id) {
-            Some(published) => published.publish(&Arc::new(snapshot)),
+            Some(published) => drop(published.publish(&Arc::new(snapshot))),
             None => {
                 self.sheets.insert(state.id, Arc::new(Published::new(snapshot)));
             }

@@ -65,23 +65,24 @@ impl<T: AtPosition> Published<T> {
     }
 
     /// Publishes `state` unless a newer one is out already, then wakes the waiting readers.
-    /// Call it only once `state`'s record is durable.
-    pub fn publish(&self, state: &Arc<T>) {
+    /// Call it only once `state`'s record is durable. Returns the state it displaced (the
+    /// current one when that was newer), for a caller that would rather drop it elsewhere
+    /// ([`drop_elsewhere`]).
+    pub fn publish(&self, state: &Arc<T>) -> Arc<T> {
         let at = state.lsn();
-        self.current.rcu(
-            |current| {
-                if current.lsn() < at {
-                    Arc::clone(state)
-                } else {
-                    Arc::clone(current)
-                }
-            },
-        );
+        let displaced = self.current.rcu(|current| {
+            if current.lsn() < at {
+                Arc::clone(state)
+            } else {
+                Arc::clone(current)
+            }
+        });
         self.lsn.send_if_modified(|lsn| {
             let newer = *lsn < at;
             *lsn = (*lsn).max(at);
             newer
         });
+        displaced
     }
 }
 
@@ -122,8 +123,15 @@ impl<T: AtPosition> Publisher<T> {
     /// Keeps `state`, the writer's state after a change just appended, until a newer one is
     /// durable; `durable` is the log's durable position now.
     pub fn keep(&mut self, state: Arc<T>, durable: Lsn) {
+        self.keep_retiring(state, durable, drop);
+    }
+
+    /// [`Publisher::keep`], handing each state it is done with to `retire`.
+    pub fn keep_retiring(&mut self, state: Arc<T>, durable: Lsn, mut retire: impl FnMut(Arc<T>)) {
         while self.pending.get(1).is_some_and(|s| s.lsn() <= durable) {
-            self.pending.pop_front();
+            if let Some(done) = self.pending.pop_front() {
+                retire(done);
+            }
         }
         self.pending.push_back(state);
     }
@@ -147,6 +155,30 @@ impl<T: AtPosition> Publisher<T> {
         self.pending.clear();
         self.epoch = epoch;
         Some(state)
+    }
+}
+
+/// Drops `value` on a thread kept for it, or here if that thread cannot start.
+///
+/// For a state a writer is done with whose drop is long work: when it is the last holder of
+/// the map nodes a bulk write replaced, its drop frees each of them and touches every row
+/// they point to (at random, on a large sheet: a cache miss each), about a tenth of a bulk
+/// upsert's time on its writer's thread. Only for large writes: handing over wakes that
+/// thread, which costs a single-row write more than its drop does.
+pub fn drop_elsewhere<T: Send + 'static>(value: T) {
+    type Retired = Box<dyn Send>;
+    static DROPPER: std::sync::OnceLock<Option<crossbeam_channel::Sender<Retired>>> =
+        std::sync::OnceLock::new();
+    let dropper = DROPPER.get_or_init(|| {
+        let (send, receive) = crossbeam_channel::unbounded::<Retired>();
+        let spawned = std::thread::Builder::new()
+            .name("sheetd-drop".into())
+            .spawn(move || receive.into_iter().for_each(drop));
+        spawned.is_ok().then_some(send)
+    });
+    match dropper {
+        Some(dropper) => drop(dropper.send(Box::new(value))),
+        None => drop(value),
     }
 }
 

@@ -34,7 +34,7 @@ use crate::error::Result;
 use crate::log::{AppendOptions, Lsn};
 use crate::model::{Row, RowId, SheetId};
 pub use crate::publish::Published;
-use crate::publish::{AtPosition, Publisher};
+use crate::publish::{drop_elsewhere, AtPosition, Publisher};
 use crate::record::{IdemEntry, Record, SheetWrite};
 pub use crate::shared::Retention;
 use crate::shared::Shared;
@@ -63,6 +63,10 @@ pub struct IdemRequest<T> {
 
 /// The outcome of a bulk add or a bulk update: one result per item, in request order.
 pub type RowResults = Vec<Result<Arc<Row>>>;
+
+/// Rows written or deleted from which a write's replaced states are dropped on another thread
+/// (`drop_elsewhere`): a bulk body's, not a patch's.
+const LARGE_WRITE: usize = 64;
 
 /// The outcome of a bulk upsert: one result per item, in request order, with what each did.
 pub type UpsertResults = Vec<Result<Upserted>>;
@@ -262,6 +266,8 @@ impl SheetActor {
             });
         }
         let sheet_id = self.state.id;
+        // What a large write replaced is freed on another thread (see `drop_elsewhere`).
+        let large = put.len() + deleted.len() >= LARGE_WRITE;
         let record = Record::Sheet(SheetWrite { sheet_id, at, put, deleted, idem: entry });
         let options = AppendOptions { reserve: false, epoch: Some(self.publisher.epoch()) };
         let appended = match self.shared.append(&record, options, |_| {}) {
@@ -285,14 +291,22 @@ impl SheetActor {
         self.state.changes.prune(at, self.shared.retention);
         self.applied_lsn = lsn;
         let snapshot = Arc::new(SheetSnapshot { state: self.state.clone(), lsn });
-        self.publisher.keep(Arc::clone(&snapshot), self.shared.log.durable_lsn());
+        let durable = self.shared.log.durable_lsn();
+        if large {
+            self.publisher.keep_retiring(Arc::clone(&snapshot), durable, drop_elsewhere);
+        } else {
+            self.publisher.keep(Arc::clone(&snapshot), durable);
+        }
         let published = Arc::clone(self.publisher.published());
         Box::pin(async move {
             match appended.await {
                 Ok(_) => {
                     // Before the reply leaves: a client that saw its write acknowledged reads
                     // it back.
-                    published.publish(&snapshot);
+                    let displaced = published.publish(&snapshot);
+                    if large {
+                        drop_elsewhere(displaced);
+                    }
                     WriteReply { result, stored }
                 }
                 Err(e) => WriteReply { result: Err(e), stored: None },
