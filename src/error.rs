@@ -325,7 +325,7 @@ pub fn cluster_unavailable(
 /// (`version_conflict`, `precondition_failed`). `current` is the row's own JSON (RowV1), the
 /// rendering every response that shows the row shares.
 fn current_row(current: &actors::model::Row) -> Value {
-    json!({"currentVersion": current.version, "current": current.json()})
+    json!({"currentVersion": current.version, "current": current.to_json()})
 }
 
 /// `Retry-After` of a 503 `storage_unavailable`: free space is measured again at least this

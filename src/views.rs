@@ -75,7 +75,7 @@ impl SheetView {
 pub struct RowsPage<'a> {
     /// Rows, as [`row_json`] renders them.
     #[schema(value_type = Vec<RowView>)]
-    pub data: Vec<&'a RawValue>,
+    pub data: Vec<RowJson<'a>>,
     /// Continues on listRows.
     pub next_cursor: Option<String>,
 }
@@ -164,21 +164,31 @@ pub struct RowView {
     pub updated_by: UpdatedBy,
 }
 
-/// A row's JSON (RowV1): the row's own rendering, made when the row version was written and
-/// shared by every response that shows it: pages, getSheet, write replies. The same JSON as
-/// [`RowView`] (a test keeps them equal).
-pub fn row_json(row: &Row) -> &RawValue {
-    row.json()
+/// A row's JSON (RowV1) in one piece, for a response that embeds it in a serialized value:
+/// the row's own rendering, made when the row version was written ([`Row::json_pieces`]). The
+/// same JSON as [`RowView`] (a test keeps them equal).
+pub fn row_json(row: &Row) -> Box<RawValue> {
+    row.to_json()
+}
+
+/// A row serialized as its JSON (RowV1), put together as it is written: for a response that
+/// embeds rows in a serialized value.
+#[derive(Clone, Copy, Debug)]
+pub struct RowJson<'a>(pub &'a Row);
+
+impl Serialize for RowJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.to_json().serialize(s)
+    }
 }
 
 /// A row with the request id (RowResponse: getRow's and patchRow's body): the row's shared
-/// rendering ([`row_json`]) with `requestId` added as its last field, the same bytes as
-/// [`RowResponseView`] without copying the row's cells.
+/// rendering with `requestId` added as its last field, the same bytes as [`RowResponseView`]
+/// without copying the row's cells more than once.
 pub fn row_response(row: &Row, request_id: &str) -> Vec<u8> {
-    let json = row_json(row).get();
-    let fields = json.strip_suffix('}').unwrap_or(json);
-    let mut out = Vec::with_capacity(json.len() + request_id.len() + 16);
-    out.extend_from_slice(fields.as_bytes());
+    let mut out = Vec::with_capacity(row.json_len() + request_id.len() + 16);
+    row.write_json(&mut out);
+    out.pop();
     out.extend_from_slice(b",\"requestId\":");
     serde_json::to_writer(&mut out, request_id).unwrap_or_default();
     out.push(b'}');
@@ -194,7 +204,7 @@ pub fn rows_page<R: std::ops::Deref<Target = Row>>(
     next_cursor: Option<&str>,
     request_id: &str,
 ) -> Vec<u8> {
-    let size: usize = rows.iter().map(|r| r.json().get().len() + 1).sum();
+    let size: usize = rows.iter().map(|r| r.json_len() + 1).sum();
     let mut out = Vec::with_capacity(size + request_id.len() + 256);
     out.extend_from_slice(b"{\"data\":[");
     for (i, row) in rows.iter().enumerate() {
@@ -244,7 +254,7 @@ pub struct ChangeView<'a> {
     pub version: u64,
     /// The row after the change, as listRows shows it; null for `row.deleted`.
     #[schema(value_type = Option<RowView>)]
-    pub row: Option<&'a RawValue>,
+    pub row: Option<RowJson<'a>>,
     /// When the change was made (RFC 3339, UTC).
     pub at: Option<String>,
 }
@@ -262,7 +272,7 @@ impl<'a> ChangeView<'a> {
             },
             row_id: change.row_id,
             version: change.version,
-            row: change.row.as_deref().map(row_json),
+            row: change.row.as_deref().map(RowJson),
             at: timestamp(change.at),
         }
     }
@@ -285,7 +295,7 @@ pub struct ChangesView<'a> {
 /// A row's JSON for a bulk reader (export) into `out`; with `fields`, only those cells.
 pub fn write_row_json(out: &mut Vec<u8>, row: &Row, fields: Option<&BTreeSet<u64>>) {
     match fields {
-        None => out.extend_from_slice(row_json(row).get().as_bytes()),
+        None => row.write_json(out),
         Some(fields) => row.write_json_fields(out, fields),
     }
 }
@@ -379,7 +389,7 @@ pub struct BulkResultItemView<'a> {
     pub status: &'static str,
     /// The row, when succeeded, as [`row_json`] renders it.
     #[schema(value_type = Option<RowView>)]
-    pub row: Option<&'a RawValue>,
+    pub row: Option<RowJson<'a>>,
     /// The error envelope without requestId, when failed.
     #[schema(value_type = Option<crate::schema::BulkItemError>)]
     pub error: Option<Value>,

@@ -66,6 +66,15 @@ impl Feed {
         self.0.update(bytes);
     }
 
+    /// [`Feed::bytes`] of the pieces put together, without putting them together.
+    fn pieces(&mut self, pieces: &[&str]) {
+        let len: usize = pieces.iter().map(|p| p.len()).sum();
+        self.0.update((len as u64).to_le_bytes());
+        for piece in pieces {
+            self.0.update(piece.as_bytes());
+        }
+    }
+
     fn number(&mut self, n: u64) {
         self.0.update(n.to_le_bytes());
     }
@@ -92,7 +101,7 @@ pub fn digest(mut parts: StateParts<'_>) -> StateDigest {
             feed.number(row.id);
             feed.number(row.parent_id().map_or(0, |p| p + 1));
             feed.number(row.version);
-            feed.bytes(row.json().get().as_bytes());
+            feed.pieces(&row.json_pieces());
         }
         feed.number(sheet.changes.next_seq());
         feed.number(sheet.changes.oldest_seq());

@@ -39,8 +39,8 @@ use crate::response::respond;
 use crate::routes::sheets::{sheet_actor, sheet_snapshot};
 use crate::state::AppState;
 use crate::views::{
-    row_json, row_response, rows_page, BulkResultItemView, BulkWriteView, ListView,
-    RowResponseView, RowView,
+    row_response, rows_page, BulkResultItemView, BulkWriteView, ListView, RowJson, RowResponseView,
+    RowView,
 };
 
 /// Most rows in one bulk request.
@@ -315,7 +315,7 @@ fn bulk_body<'a>(
             Ok((row, action)) => BulkResultItemView {
                 index,
                 status: "succeeded",
-                row: Some(row_json(row)),
+                row: Some(RowJson(row)),
                 error: None,
                 action,
             },
@@ -331,7 +331,8 @@ fn bulk_body<'a>(
     let succeeded_count = results.iter().filter(|r| r.status == "succeeded").count();
     // Sized for the rows' shared text and each item's fields: 2000 rows would otherwise grow
     // the buffer by doubling, copying it a dozen times.
-    let size = results.iter().map(|r| r.row.map_or(256, |row| row.get().len() + 64)).sum::<usize>();
+    let size =
+        results.iter().map(|r| r.row.map_or(256, |row| row.0.json_len() + 64)).sum::<usize>();
     let view = BulkWriteView {
         failed_count: results.len() - succeeded_count,
         succeeded_count,

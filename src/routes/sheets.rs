@@ -18,7 +18,7 @@ use crate::error::ApiError;
 use crate::input::{paging, path_id};
 use crate::response::ok;
 use crate::state::AppState;
-use crate::views::{row_json, ColumnView, ListView, RowsPage, SheetView, SheetWithChildrenView};
+use crate::views::{ColumnView, ListView, RowJson, RowsPage, SheetView, SheetWithChildrenView};
 
 /// listSheets: readable sheets by id, keyset paged.
 #[utoipa::path(
@@ -121,7 +121,7 @@ pub async fn get_sheet(
         ok(&SheetWithChildrenView {
             sheet: SheetView::new(&meta, sheet),
             columns: sheet.columns_by_position().iter().map(ColumnView::from).collect(),
-            rows: RowsPage { data: rows.iter().map(|r| row_json(r)).collect(), next_cursor },
+            rows: RowsPage { data: rows.iter().map(|r| RowJson(r)).collect(), next_cursor },
             request_id: caller.request_id,
         })
     })

@@ -6,6 +6,11 @@
 //! decodes a row without building its cells). The few readers that need values (a write's
 //! merge, filters, reports, key indexes, CSV export) parse only the cells they ask for.
 //!
+//! The stored text leaves out the JSON's last field, `updatedBy`, which is the same in every
+//! row of a source ([`Row::json_pieces`] gives it back): a million rows keep 29 MB less, and a
+//! reader copies two pieces instead of one. Log records and checkpoints carry the whole JSON,
+//! as they always have.
+//!
 //! The fields shown in the JSON (`id`, `sheet_id`, `version`, `created_at`, `updated_at`,
 //! `source`) are fixed when a row is built: a change makes a new row ([`Row::next`]). The fields
 //! the API never shows (`parent_id`, `attachments`) may be set on a new row before it is shared.
@@ -196,17 +201,46 @@ impl Row {
         }
     }
 
-    /// The row as the API shows it (RowV1).
-    pub fn json(&self) -> &RawValue {
-        &self.json
+    /// The row as the API shows it (RowV1), in the two pieces it is kept in: the stored text
+    /// up to its closing brace, and the end every row of its source shares (`updatedBy` and
+    /// the brace).
+    pub fn json_pieces(&self) -> [&str; 2] {
+        let stored = self.json.get();
+        [&stored[..stored.len() - 1], json_tail(self.source)]
+    }
+
+    /// The length of the row's JSON (RowV1).
+    pub fn json_len(&self) -> usize {
+        self.json.get().len() - 1 + json_tail(self.source).len()
+    }
+
+    /// Appends the row's JSON (RowV1) to `out`.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        for piece in self.json_pieces() {
+            out.extend_from_slice(piece.as_bytes());
+        }
+    }
+
+    /// The row's JSON (RowV1), in one piece of its own: for a response that embeds it in a
+    /// serialized value.
+    pub fn to_json(&self) -> Box<RawValue> {
+        let mut text = String::with_capacity(self.json_len());
+        text.extend(self.json_pieces());
+        // Rendered by `RowJson` and completed with a constant field: always valid.
+        stored_json(text).expect("a row's JSON is valid")
+    }
+
+    /// The stored text (the JSON without `updatedBy`): the bytes a reader of the row touches.
+    pub fn stored_text(&self) -> &str {
+        self.json.get()
     }
 
     /// The JSON text of the row's `cells` object.
     pub fn cells_json(&self) -> &str {
-        // After `cells` come three fields whose values hold no comma (`createdAt`,
-        // `updatedAt`, `updatedBy`), so the third comma from the end is the one after it.
+        // After `cells` the stored text holds two fields whose values hold no comma
+        // (`createdAt`, `updatedAt`), so the second comma from the end is the one after it.
         let onward = self.cells_onward();
-        match memchr::memrchr_iter(b',', onward.as_bytes()).nth(2) {
+        match memchr::memrchr_iter(b',', onward.as_bytes()).nth(1) {
             Some(end) => &onward[..end],
             None => "{}",
         }
@@ -376,7 +410,7 @@ impl Row {
     /// The row's JSON with only the cells of `fields`, written to `out` (listRows' and
     /// exportRows' `fields`).
     pub fn write_json_fields(&self, out: &mut Vec<u8>, fields: &BTreeSet<ColumnId>) {
-        let json = self.json.get();
+        let [json, tail] = self.json_pieces();
         let cells = self.cells_json();
         // `cells` is a slice of `json`: what comes before and after it is kept as is.
         let start = cells.as_ptr() as usize - json.as_ptr() as usize;
@@ -397,6 +431,7 @@ impl Row {
         });
         out.push(b'}');
         out.extend_from_slice(&json.as_bytes()[start + cells.len()..]);
+        out.extend_from_slice(tail.as_bytes());
     }
 
     /// Calls `f` with every cell's column and JSON, in the order the JSON lists them.
@@ -572,19 +607,24 @@ where
 {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        #[derive(Serialize)]
-        struct UpdatedBy {
-            source: &'static str,
-        }
-        let mut row = s.serialize_struct("RowV1", 7)?;
+        // Without `updatedBy`: see [`json_tail`].
+        let mut row = s.serialize_struct("RowV1", 6)?;
         row.serialize_field("id", &self.id)?;
         row.serialize_field("sheetId", &self.sheet_id)?;
         row.serialize_field("version", &self.version)?;
         row.serialize_field("cells", &DecimalOrder(self.cells.clone()))?;
         with_timestamp(CREATED, self.at.0, |t| row.serialize_field("createdAt", t))?;
         with_timestamp(UPDATED, self.at.1, |t| row.serialize_field("updatedAt", t))?;
-        row.serialize_field("updatedBy", &UpdatedBy { source: self.source.as_str() })?;
         row.end()
+    }
+}
+
+/// The end of a row's JSON that its stored text leaves out: `updatedBy` (the same in every row
+/// of a source) and the closing brace.
+fn json_tail(source: Source) -> &'static str {
+    match source {
+        Source::Api => ",\"updatedBy\":{\"source\":\"api\"}}",
+        Source::Import => ",\"updatedBy\":{\"source\":\"import\"}}",
     }
 }
 
@@ -704,8 +744,9 @@ struct StoredV2 {
     source: String,
 }
 
-impl Serialize for Row {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+impl Row {
+    /// The row as records and checkpoints store it, `json` being its whole JSON.
+    fn stored<'a>(&'a self, json: &'a str) -> Stored<'a> {
         Stored {
             id: self.id,
             sheet_id: self.sheet_id(),
@@ -715,9 +756,26 @@ impl Serialize for Row {
             created_at: self.created_at,
             updated_at: self.updated_at,
             source: self.source,
-            json: self.json.get(),
+            json,
         }
-        .serialize(s)
+    }
+}
+
+impl Serialize for Row {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // The whole JSON, as records and checkpoints have always held it, put together in a
+        // buffer the thread keeps: a checkpoint writes a million rows.
+        thread_local! {
+            static WHOLE: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
+        WHOLE.with(|whole| match whole.try_borrow_mut() {
+            Ok(mut whole) => {
+                whole.clear();
+                whole.extend(self.json_pieces());
+                self.stored(&whole).serialize(s)
+            }
+            Err(_) => self.stored(&self.json_pieces().concat()).serialize(s),
+        })
     }
 }
 
@@ -733,7 +791,17 @@ impl<'de> Deserialize<'de> for Row {
                 ..Row::at_version(old.id, old.sheet_id, old.version, &old.cells, source, at)
             });
         }
-        let stored = StoredOwned::deserialize(d)?;
+        let mut stored = StoredOwned::deserialize(d)?;
+        // Kept without the end every row of its source shares (see `json_tail`).
+        let tail = json_tail(stored.source);
+        if !stored.json.ends_with(tail) {
+            return Err(serde::de::Error::custom(format!(
+                "row {} is stored with JSON that does not end with its updatedBy",
+                stored.id
+            )));
+        }
+        stored.json.truncate(stored.json.len() - tail.len());
+        stored.json.push('}');
         let row = Row {
             id: stored.id,
             version: stored.version,
@@ -856,7 +924,7 @@ mod tests {
         let row = sample();
         let mut out = Vec::new();
         row.write_json_fields(&mut out, &BTreeSet::from([2, 107, 999]));
-        let full: Value = serde_json::from_str(row.json().get()).unwrap();
+        let full: Value = serde_json::from_str(row.to_json().get()).unwrap();
         let mut expected = full.clone();
         expected["cells"] = json!({"2": 0.1, "107": ["a", "c"]});
         assert_eq!(serde_json::from_slice::<Value>(&out).unwrap(), expected);
@@ -881,6 +949,7 @@ mod tests {
             assert_eq!(row.next(&BTreeMap::new(), 5).sheet_id(), sheet);
         }
         let row = sample();
+        let whole = row.json_pieces().concat();
         let stored = |sheet_id| Stored {
             id: row.id,
             sheet_id,
@@ -890,7 +959,7 @@ mod tests {
             created_at: row.created_at,
             updated_at: row.updated_at,
             source: row.source,
-            json: row.json.get(),
+            json: &whole,
         };
         let good = codec::encode(&stored(row.sheet_id())).unwrap();
         assert_eq!(codec::decode::<Row>(&good).unwrap(), row);
@@ -936,6 +1005,38 @@ mod tests {
         assert_eq!(codec::decode::<Row>(&bytes).unwrap(), row);
     }
 
+    /// A row keeps its JSON without `updatedBy`, but shows it whole, and records and
+    /// checkpoints hold it whole, as before: a row stored without it (or with another source's)
+    /// is refused.
+    #[test]
+    fn a_row_is_kept_without_its_updated_by_and_shown_and_stored_with_it() {
+        for source in [SOURCE_API, SOURCE_IMPORT] {
+            let row = Row::new(7, 10, sample().cells(), source, 1_767_225_600_123);
+            let whole = row.to_json().get().to_owned();
+            let tail = format!(",\"updatedBy\":{{\"source\":\"{}\"}}}}", source.as_str());
+            assert!(whole.ends_with(&tail), "{whole}");
+            assert!(!row.stored_text().contains("updatedBy"), "{}", row.stored_text());
+            assert_eq!(row.json_len(), whole.len());
+            let mut written = Vec::new();
+            row.write_json(&mut written);
+            assert_eq!(written, whole.as_bytes());
+            let shown: Value = serde_json::from_str(&whole).unwrap();
+            assert_eq!(shown["updatedBy"]["source"], source.as_str());
+            assert_eq!(shown["cells"], serde_json::from_str::<Value>(row.cells_json()).unwrap());
+            let bytes = codec::encode(&row).unwrap();
+            assert!(bytes.windows(tail.len()).any(|w| w == tail.as_bytes()));
+            assert_eq!(codec::decode::<Row>(&bytes).unwrap(), row);
+        }
+        let row = sample();
+        let refused = |json: &str| {
+            let stored = row.stored(json);
+            let err = codec::decode::<Row>(&codec::encode(&stored).unwrap()).unwrap_err();
+            assert!(format!("{err:?}").contains("updatedBy"), "{err:?}");
+        };
+        refused(&row.to_json().get().replace("\"api\"", "\"import\""));
+        refused(&format!("{}}}", &row.stored_text()[..row.stored_text().len() - 1]));
+    }
+
     #[test]
     fn stored_json_is_taken_as_it_is() {
         // Not JSON at all: only a wrap that skips the parse accepts it. Should serde_json stop
@@ -943,8 +1044,8 @@ mod tests {
         let raw = stored_json("not json, {".to_owned()).expect("taken unchecked");
         assert_eq!(raw.get(), "not json, {");
         let row = sample();
-        let raw = stored_json(row.json().get().to_owned()).unwrap();
-        assert_eq!(raw.get(), row.json().get());
+        let raw = stored_json(row.to_json().get().to_owned()).unwrap();
+        assert_eq!(raw.get(), row.to_json().get());
     }
 
     #[test]
@@ -954,7 +1055,7 @@ mod tests {
         let cells = BTreeMap::from([(1, Json(json!("a")))]);
         let at = |ms: i64| Row::at_version(1, 1, 1, &cells, SOURCE_API, (ms, ms + 1000));
         for ms in [1_767_225_600_000, 1_767_225_600_000, 1_767_225_601_000, 0, 1_767_225_600_000] {
-            let row: Value = serde_json::from_str(at(ms).json().get()).unwrap();
+            let row: Value = serde_json::from_str(at(ms).to_json().get()).unwrap();
             assert_eq!(row["createdAt"], json!(timestamp(ms)), "{ms}");
             assert_eq!(row["updatedAt"], json!(timestamp(ms + 1000)), "{ms}");
         }
@@ -963,12 +1064,12 @@ mod tests {
         for created in [5_000, 6_000, 1_767_225_601_000, 5_000] {
             let now = 1_767_225_601_000;
             let row = Row::at_version(1, 1, 2, &cells, SOURCE_API, (created, now));
-            let row: Value = serde_json::from_str(row.json().get()).unwrap();
+            let row: Value = serde_json::from_str(row.to_json().get()).unwrap();
             assert_eq!(row["createdAt"], json!(timestamp(created)), "{created}");
             assert_eq!(row["updatedAt"], json!(timestamp(now)), "{created}");
         }
         let out_of_range = Row::at_version(1, 1, 1, &cells, SOURCE_API, (i64::MAX, i64::MIN));
-        let row: Value = serde_json::from_str(out_of_range.json().get()).unwrap();
+        let row: Value = serde_json::from_str(out_of_range.to_json().get()).unwrap();
         assert_eq!((&row["createdAt"], &row["updatedAt"]), (&Value::Null, &Value::Null));
     }
 
@@ -980,13 +1081,13 @@ mod tests {
         let sorted = cells.iter().map(|(id, cell)| (*id, &cell.0));
         let from_sorted = Row::from_sorted_cells(7, 10, sorted, SOURCE_API, 1_767_225_600_123);
         assert_eq!(from_sorted, from_map);
-        assert_eq!(from_sorted.json().get(), from_map.json().get());
+        assert_eq!(from_sorted.to_json().get(), from_map.to_json().get());
         let same_length: BTreeMap<u64, Json> =
             [(100, Json(json!("a"))), (105, Json(json!(2))), (999, Json(json!(null)))].into();
         let sorted = same_length.iter().map(|(id, cell)| (*id, &cell.0));
         assert_eq!(
-            Row::from_sorted_cells(1, 1, sorted, SOURCE_IMPORT, 5).json().get(),
-            Row::new(1, 1, same_length.clone(), SOURCE_IMPORT, 5).json().get()
+            Row::from_sorted_cells(1, 1, sorted, SOURCE_IMPORT, 5).to_json().get(),
+            Row::new(1, 1, same_length.clone(), SOURCE_IMPORT, 5).to_json().get()
         );
     }
 
@@ -1061,14 +1162,14 @@ mod tests {
             let now = 1_767_225_601_000;
             let reference = row.next(&expected, now);
             let patched = row.patched(&by_ref, now);
-            proptest::prop_assert_eq!(patched.json().get(), reference.json().get());
+            proptest::prop_assert_eq!(patched.to_json().get().to_owned(), reference.to_json().get().to_owned());
             proptest::prop_assert_eq!(patched.parent_id(), Some(3));
             proptest::prop_assert_eq!(patched.version, 2);
             match row.merged(&by_ref, now) {
                 None => proptest::prop_assert!(row.cells_equal(&expected)),
                 Some(merged) => {
                     proptest::prop_assert!(!row.cells_equal(&expected));
-                    proptest::prop_assert_eq!(merged.json().get(), reference.json().get());
+                    proptest::prop_assert_eq!(merged.to_json().get().to_owned(), reference.to_json().get().to_owned());
                 }
             }
         }
