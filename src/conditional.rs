@@ -43,7 +43,7 @@ use crate::input::Paging;
 
 /// The validator of a row: `"<rowId>.<version>"`.
 pub fn row_tag(row: &Row) -> EntityTag {
-    EntityTag::new_strong(format!("{}.{}", row.id, row.version))
+    EntityTag::new_strong(format!("{}.{}", row.id, row.version()))
 }
 
 /// The reads whose validator is a sheet's snapshot.

@@ -248,7 +248,8 @@ impl From<&actors::Error> for ApiError {
                     Code::VersionConflict,
                     format!(
                         "Row {} is at version {}; re-read it and retry.",
-                        current.id, current.version
+                        current.id,
+                        current.version()
                     ),
                 )
                 .with_detail(detail)
@@ -258,7 +259,8 @@ impl From<&actors::Error> for ApiError {
                 format!(
                     "Row {} is at version {}, which `If-Match` does not name; nothing was \
                      written. Re-read it and retry.",
-                    current.id, current.version
+                    current.id,
+                    current.version()
                 ),
             )
             .with_detail(current_row(current)),
@@ -325,7 +327,7 @@ pub fn cluster_unavailable(
 /// (`version_conflict`, `precondition_failed`). `current` is the row's own JSON (RowV1), the
 /// rendering every response that shows the row shares.
 fn current_row(current: &actors::model::Row) -> Value {
-    json!({"currentVersion": current.version, "current": current.to_json()})
+    json!({"currentVersion": current.version(), "current": current.to_json()})
 }
 
 /// `Retry-After` of a 503 `storage_unavailable`: free space is measured again at least this

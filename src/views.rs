@@ -226,11 +226,11 @@ impl From<&Row> for RowView {
         RowView {
             id: r.id,
             sheet_id: r.sheet_id(),
-            version: r.version,
+            version: r.version(),
             cells: r.cells().into_iter().map(|(k, v)| (k.to_string(), v.0)).collect(),
             created_at: timestamp(r.created_at),
             updated_at: timestamp(r.updated_at),
-            updated_by: UpdatedBy { source: r.source.as_str().to_owned() },
+            updated_by: UpdatedBy { source: r.source().as_str().to_owned() },
         }
     }
 }

@@ -100,7 +100,7 @@ pub fn digest(mut parts: StateParts<'_>) -> StateDigest {
         for row in sheet.rows.values() {
             feed.number(row.id);
             feed.number(row.parent_id().map_or(0, |p| p + 1));
-            feed.number(row.version);
+            feed.number(row.version());
             feed.pieces(&row.json_pieces());
         }
         feed.number(sheet.changes.next_seq());

@@ -21,7 +21,7 @@ pub enum Error {
     #[error(transparent)]
     Coerce(#[from] CoerceError),
     /// The write named a stale version.
-    #[error("row {} has version {}, not the version sent", .current.id, .current.version)]
+    #[error("row {} has version {}, not the version sent", .current.id, .current.version())]
     VersionConflict {
         /// The row as it is now.
         current: Box<Row>,
@@ -31,7 +31,7 @@ pub enum Error {
         mergeable: Option<Vec<ColumnId>>,
     },
     /// The write's `If-Match` names no current version of the row (nothing was written).
-    #[error("row {} is at version {}, which the write's precondition does not name", .current.id, .current.version)]
+    #[error("row {} is at version {}, which the write's precondition does not name", .current.id, .current.version())]
     PreconditionFailed {
         /// The row as it is now.
         current: Box<Row>,

@@ -203,7 +203,7 @@ fn csv_header(columns: &[Column]) -> Result<Vec<u8>, ApiError> {
 /// One row's CSV fields: id, version, then each column's cell as text (`ids`: the columns'
 /// ids, in the same order).
 fn csv_record(row: &Row, ids: &[Option<u64>]) -> Vec<String> {
-    let mut record = vec![row.id.to_string(), row.version.to_string()];
+    let mut record = vec![row.id.to_string(), row.version().to_string()];
     record.extend(row.project(ids).iter().map(cell_text));
     record
 }

@@ -6,10 +6,10 @@
 //! decodes a row without building its cells). The few readers that need values (a write's
 //! merge, filters, reports, key indexes, CSV export) parse only the cells they ask for.
 //!
-//! The stored text leaves out the JSON's last field, `updatedBy`, which is the same in every
-//! row of a source ([`Row::json_pieces`] gives it back): a million rows keep 29 MB less, and a
-//! reader copies two pieces instead of one. Log records and checkpoints carry the whole JSON,
-//! as they always have.
+//! The stored text of a row written through the API leaves out the JSON's last field,
+//! `updatedBy`, which is the same in every such row ([`Row::json_pieces`] gives it back): a
+//! million rows keep 29 MB less, and a reader copies two pieces instead of one. Log records
+//! and checkpoints carry the whole JSON, as they always have.
 //!
 //! The fields shown in the JSON (`id`, `sheet_id`, `version`, `created_at`, `updated_at`,
 //! `source`) are fixed when a row is built: a change makes a new row ([`Row::next`]). The fields
@@ -56,12 +56,14 @@ pub fn timestamp(ms: Millis) -> Option<String> {
 }
 
 /// A row of a sheet: its identity and bookkeeping, and its cells inside its RowV1 JSON.
+///
+/// 48 bytes, so that a shared row (with `Arc`'s two counters) fills jemalloc's 64-byte class:
+/// the sheet, the version and the source are read from the JSON ([`Row::sheet_id`],
+/// [`Row::version`], [`Row::source`]).
 #[derive(Clone, Debug)]
 pub struct Row {
     /// Global row id.
     pub id: RowId,
-    /// Optimistic-concurrency version: 1 when created, +1 on every successful write.
-    pub version: u64,
     /// The parent and the attachments, which few rows have: behind one pointer, `None` when
     /// the row has neither (24 bytes less per row than the two fields were).
     family: Option<Box<Family>>,
@@ -69,9 +71,8 @@ pub struct Row {
     pub created_at: Millis,
     /// Time of the last write.
     pub updated_at: Millis,
-    /// Where the last write came from.
-    pub source: Source,
-    /// RowV1, the row as the API shows it, cells included.
+    /// RowV1, the row as the API shows it, cells included; a row written through the API
+    /// keeps it without `updatedBy` (see [`Row::json_pieces`]).
     json: Box<RawValue>,
 }
 
@@ -91,22 +92,30 @@ impl Family {
 
 impl Row {
     /// The sheet it belongs to, as its JSON names it (`{"id":…,"sheetId":…,`). Read from
-    /// there rather than kept beside it: 8 bytes less puts a shared row in jemalloc's 80-byte
-    /// class (16 MB per million rows), and the few readers (a checkpoint, a row's next
-    /// version) pay a short digit scan.
+    /// there rather than kept beside it (see [`Row`]'s size): the few readers (a checkpoint, a
+    /// row's next version) pay a short digit scan.
     pub fn sheet_id(&self) -> SheetId {
-        const KEY: &[u8] = b",\"sheetId\":";
+        self.number_after(0, b",\"sheetId\":")
+    }
+
+    /// Optimistic-concurrency version: 1 when created, +1 on every successful write. Read
+    /// from the JSON (`…,"version":…,`), as [`Row::sheet_id`] is: every reader of it (a write's
+    /// check, the feed, a conflict's body) reads the row's JSON next or already has.
+    pub fn version(&self) -> u64 {
+        self.number_after(1, b",\"version\":")
+    }
+
+    /// The number after the `nth` comma of the JSON, which `key` (from that comma on) names.
+    /// A JSON of another shape (never rendered, only a damaged record) reads as 0.
+    fn number_after(&self, nth: usize, key: &[u8]) -> u64 {
         let json = self.json.get().as_bytes();
-        let at = memchr::memchr(b',', json).unwrap_or(json.len());
-        // A JSON of another shape (never rendered, only a damaged record) reads as sheet 0.
-        if !json[at..].starts_with(KEY) {
-            return 0;
-        }
-        let digits = &json[at + KEY.len()..];
-        digits
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .fold(0, |n: SheetId, b| n.wrapping_mul(10).wrapping_add(SheetId::from(b - b'0')))
+        let Some(at) = memchr::memchr_iter(b',', json).nth(nth) else { return 0 };
+        json[at..].strip_prefix(key).map_or(0, |digits| {
+            digits
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .fold(0, |n: u64, b| n.wrapping_mul(10).wrapping_add(u64::from(b - b'0')))
+        })
     }
 
     /// The parent row; deleting a row deletes its subtree.
@@ -148,7 +157,7 @@ impl Row {
             ..Row::at_version(
                 self.id,
                 self.sheet_id(),
-                self.version + 1,
+                self.version() + 1,
                 cells,
                 SOURCE_API,
                 (self.created_at, now),
@@ -192,11 +201,9 @@ impl Row {
     {
         Row {
             id: view.id,
-            version: view.version,
             family: None,
             created_at: view.at.0,
             updated_at: view.at.1,
-            source: view.source,
             json: view.render(),
         }
     }
@@ -206,12 +213,27 @@ impl Row {
     /// the brace).
     pub fn json_pieces(&self) -> [&str; 2] {
         let stored = self.json.get();
-        [&stored[..stored.len() - 1], json_tail(self.source)]
+        match self.source() {
+            Source::Api => [&stored[..stored.len() - 1], API_TAIL],
+            Source::Import => [stored, ""],
+        }
     }
 
     /// The length of the row's JSON (RowV1).
     pub fn json_len(&self) -> usize {
-        self.json.get().len() - 1 + json_tail(self.source).len()
+        let [kept, tail] = self.json_pieces();
+        kept.len() + tail.len()
+    }
+
+    /// Where the last write came from, as the JSON shows it: a row written through the API
+    /// keeps its JSON without `updatedBy` (so its text ends with `updatedAt`'s value and the
+    /// brace), a row loaded from a fixture or an import keeps it whole (`…"import"}}`).
+    pub fn source(&self) -> Source {
+        if self.json.get().ends_with("}}") {
+            Source::Import
+        } else {
+            Source::Api
+        }
     }
 
     /// Appends the row's JSON (RowV1) to `out`.
@@ -237,10 +259,15 @@ impl Row {
 
     /// The JSON text of the row's `cells` object.
     pub fn cells_json(&self) -> &str {
-        // After `cells` the stored text holds two fields whose values hold no comma
-        // (`createdAt`, `updatedAt`), so the second comma from the end is the one after it.
+        // After `cells` the stored text holds fields whose values hold no comma (`createdAt`,
+        // `updatedAt`, and `updatedBy` unless it was left out): the comma before the first of
+        // them is the one after `cells`.
+        let after = match self.source() {
+            Source::Api => 1,
+            Source::Import => 2,
+        };
         let onward = self.cells_onward();
-        match memchr::memrchr_iter(b',', onward.as_bytes()).nth(1) {
+        match memchr::memrchr_iter(b',', onward.as_bytes()).nth(after) {
             Some(end) => &onward[..end],
             None => "{}",
         }
@@ -377,7 +404,7 @@ impl Row {
             ..Row::rendered(RowJson {
                 id: self.id,
                 sheet_id: self.sheet_id(),
-                version: self.version + 1,
+                version: self.version() + 1,
                 cells,
                 at: (self.created_at, now),
                 source: SOURCE_API,
@@ -595,9 +622,22 @@ impl<I> RowJson<I>
 where
     I: SortedCells,
 {
+    /// The row's stored text, written in a buffer the thread keeps and copied once.
     fn render(&self) -> Box<RawValue> {
-        // Serializing numbers, strings and JSON values cannot fail.
-        serde_json::value::to_raw_value(self).expect("a row renders")
+        thread_local! {
+            static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        // Serializing numbers, strings and JSON values cannot fail, and makes UTF-8.
+        let text = |buffer: &mut Vec<u8>| {
+            buffer.clear();
+            serde_json::to_writer(&mut *buffer, self).expect("a row renders");
+            let text = std::str::from_utf8(buffer).expect("serde_json writes UTF-8");
+            stored_json(text.to_owned()).expect("a row renders")
+        };
+        BUFFER.with(|buffer| match buffer.try_borrow_mut() {
+            Ok(mut buffer) => text(&mut buffer),
+            Err(_) => text(&mut Vec::new()),
+        })
     }
 }
 
@@ -607,26 +647,29 @@ where
 {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        // Without `updatedBy`: see [`json_tail`].
-        let mut row = s.serialize_struct("RowV1", 6)?;
+        #[derive(Serialize)]
+        struct UpdatedBy {
+            source: &'static str,
+        }
+        // Without `updatedBy` when it is the API's: see [`API_TAIL`].
+        let mut row = s.serialize_struct("RowV1", 7)?;
         row.serialize_field("id", &self.id)?;
         row.serialize_field("sheetId", &self.sheet_id)?;
         row.serialize_field("version", &self.version)?;
         row.serialize_field("cells", &DecimalOrder(self.cells.clone()))?;
         with_timestamp(CREATED, self.at.0, |t| row.serialize_field("createdAt", t))?;
         with_timestamp(UPDATED, self.at.1, |t| row.serialize_field("updatedAt", t))?;
+        if self.source != Source::Api {
+            row.serialize_field("updatedBy", &UpdatedBy { source: self.source.as_str() })?;
+        }
         row.end()
     }
 }
 
-/// The end of a row's JSON that its stored text leaves out: `updatedBy` (the same in every row
-/// of a source) and the closing brace.
-fn json_tail(source: Source) -> &'static str {
-    match source {
-        Source::Api => ",\"updatedBy\":{\"source\":\"api\"}}",
-        Source::Import => ",\"updatedBy\":{\"source\":\"import\"}}",
-    }
-}
+/// The end of the JSON of a row written through the API, which its stored text leaves out:
+/// `updatedBy` (the same in every such row) and the closing brace. A row's source is then told
+/// by whether its text ends with this field ([`Row::source`]).
+const API_TAIL: &str = ",\"updatedBy\":{\"source\":\"api\"}}";
 
 /// [`with_timestamp`]'s entry for `createdAt`.
 const CREATED: usize = 0;
@@ -688,11 +731,9 @@ pub fn decimal_order(a: u64, b: u64) -> std::cmp::Ordering {
 impl PartialEq for Row {
     fn eq(&self, other: &Self) -> bool {
         self.id == other.id
-            && self.version == other.version
             && self.family == other.family
             && self.created_at == other.created_at
             && self.updated_at == other.updated_at
-            && self.source == other.source
             && self.json.get() == other.json.get()
     }
 }
@@ -751,11 +792,11 @@ impl Row {
             id: self.id,
             sheet_id: self.sheet_id(),
             parent_id: self.parent_id(),
-            version: self.version,
+            version: self.version(),
             attachments: self.attachments(),
             created_at: self.created_at,
             updated_at: self.updated_at,
-            source: self.source,
+            source: self.source(),
             json,
         }
     }
@@ -791,47 +832,55 @@ impl<'de> Deserialize<'de> for Row {
                 ..Row::at_version(old.id, old.sheet_id, old.version, &old.cells, source, at)
             });
         }
+        // A row written through the API is kept without the end every such row shares (see
+        // `API_TAIL`). The text is taken as it is: it was rendered by `RowJson` and comes back
+        // from a log record or a checkpoint whose CRC matched, so a start does not parse a
+        // million rows again.
         let mut stored = StoredOwned::deserialize(d)?;
-        // Kept without the end every row of its source shares (see `json_tail`).
-        let tail = json_tail(stored.source);
-        if !stored.json.ends_with(tail) {
+        let ends = match stored.source {
+            Source::Api => API_TAIL,
+            Source::Import => ",\"updatedBy\":{\"source\":\"import\"}}",
+        };
+        if !stored.json.ends_with(ends) {
             return Err(serde::de::Error::custom(format!(
                 "row {} is stored with JSON that does not end with its updatedBy",
                 stored.id
             )));
         }
-        stored.json.truncate(stored.json.len() - tail.len());
-        stored.json.push('}');
+        if stored.source == Source::Api {
+            stored.json.truncate(stored.json.len() - API_TAIL.len());
+            stored.json.push('}');
+        }
         let row = Row {
             id: stored.id,
-            version: stored.version,
             family: Family::of(stored.parent_id, stored.attachments.into_boxed_slice()),
             created_at: stored.created_at,
             updated_at: stored.updated_at,
-            source: stored.source,
             json: stored_json(stored.json).map_err(serde::de::Error::custom)?,
         };
-        // The sheet is read from the JSON from now on: a row whose two disagree is damaged.
-        if row.sheet_id() != stored.sheet_id {
+        // The sheet and the version are read from the JSON from now on: a row whose JSON
+        // names others than its record is damaged.
+        if (row.sheet_id(), row.version()) != (stored.sheet_id, stored.version) {
             return Err(serde::de::Error::custom(format!(
-                "row {} is stored for sheet {} but its JSON names sheet {}",
+                "row {} is stored for sheet {} at version {} but its JSON names sheet {} at \
+                 version {}",
                 row.id,
                 stored.sheet_id,
-                row.sheet_id()
+                stored.version,
+                row.sheet_id(),
+                row.version()
             )));
         }
         Ok(row)
     }
 }
 
-/// A stored row's JSON, taken as it is.
-///
-/// The text was rendered by [`RowJson`] and comes back from a log record or a checkpoint whose
-/// CRC matched, so a start-up does not parse a million rows again to check them (it was most of
-/// a start's time). serde_json has no public way to wrap text as a [`RawValue`] unchecked, but
-/// its `Deserialize` for `Box<RawValue>` does that with a string handed to it as a one-entry
-/// map: [`Wrap`] hands it one. Should a serde_json release change how it asks, a probe on
-/// first use notices and every row is checked by [`RawValue::from_string`] instead.
+/// A row's JSON as a [`RawValue`] of its own, taken as it is: it was rendered by [`RowJson`]
+/// and completed by [`Row::json_pieces`], so a response embedding many rows does not parse
+/// them again. serde_json has no public way to wrap text as a [`RawValue`] unchecked, but its
+/// `Deserialize` for `Box<RawValue>` does that with a string handed to it as a one-entry map:
+/// [`Wrap`] hands it one. Should a serde_json release change how it asks, a probe on first use
+/// notices and every row is checked by [`RawValue::from_string`] instead.
 fn stored_json(text: String) -> Result<Box<RawValue>, serde_json::Error> {
     static WRAPS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let wraps = WRAPS.get_or_init(|| {
@@ -915,7 +964,10 @@ mod tests {
         fewer.remove(&5);
         assert!(!row.cells_equal(&fewer));
         let next = row.next(&fewer, 1_767_225_601_000);
-        assert_eq!((next.version, next.created_at, next.source), (2, row.created_at, SOURCE_API));
+        assert_eq!(
+            (next.version(), next.created_at, next.source()),
+            (2, row.created_at, SOURCE_API)
+        );
         assert_eq!(next.cells(), fewer);
     }
 
@@ -935,10 +987,10 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_row_fits_an_80_byte_allocation() {
+    fn a_shared_row_fits_a_64_byte_allocation() {
         // A million rows are a million of these beside their JSON: jemalloc's size classes
         // around here are 64, 80, 96 and 112 bytes, and `Arc` adds two counters.
-        assert!(std::mem::size_of::<Row>() + 16 <= 80, "{}", std::mem::size_of::<Row>());
+        assert!(std::mem::size_of::<Row>() + 16 <= 64, "{}", std::mem::size_of::<Row>());
     }
 
     #[test]
@@ -954,11 +1006,11 @@ mod tests {
             id: row.id,
             sheet_id,
             parent_id: None,
-            version: row.version,
+            version: row.version(),
             attachments: &[],
             created_at: row.created_at,
             updated_at: row.updated_at,
-            source: row.source,
+            source: row.source(),
             json: &whole,
         };
         let good = codec::encode(&stored(row.sheet_id())).unwrap();
@@ -993,7 +1045,7 @@ mod tests {
             id: row.id,
             sheet_id: row.sheet_id(),
             parent_id: row.parent_id(),
-            version: row.version,
+            version: row.version(),
             cells: row.cells(),
             attachments: row.attachments().to_vec(),
             created_at: row.created_at,
@@ -1015,7 +1067,10 @@ mod tests {
             let whole = row.to_json().get().to_owned();
             let tail = format!(",\"updatedBy\":{{\"source\":\"{}\"}}}}", source.as_str());
             assert!(whole.ends_with(&tail), "{whole}");
-            assert!(!row.stored_text().contains("updatedBy"), "{}", row.stored_text());
+            // Only the API's rows leave it out; the source is read from that.
+            let kept = row.stored_text().contains("updatedBy");
+            assert_eq!(kept, source == SOURCE_IMPORT, "{}", row.stored_text());
+            assert_eq!(row.source(), source);
             assert_eq!(row.json_len(), whole.len());
             let mut written = Vec::new();
             row.write_json(&mut written);
@@ -1164,7 +1219,7 @@ mod tests {
             let patched = row.patched(&by_ref, now);
             proptest::prop_assert_eq!(patched.to_json().get().to_owned(), reference.to_json().get().to_owned());
             proptest::prop_assert_eq!(patched.parent_id(), Some(3));
-            proptest::prop_assert_eq!(patched.version, 2);
+            proptest::prop_assert_eq!(patched.version(), 2);
             match row.merged(&by_ref, now) {
                 None => proptest::prop_assert!(row.cells_equal(&expected)),
                 Some(merged) => {

@@ -222,13 +222,13 @@ pub fn extract(
     current: impl Fn(RowId) -> Option<Arc<Row>>,
 ) -> Result<Vec<Change>> {
     let share = |row: Arc<Row>| match current(row.id) {
-        Some(now) if now.version == row.version => now,
+        Some(now) if now.version() == row.version() => now,
         _ => row,
     };
     let written = |row: Arc<Row>| {
         let row = share(row);
-        let kind = if row.version == 1 { ChangeKind::Created } else { ChangeKind::Updated };
-        (kind, row.id, row.version, Some(row))
+        let kind = if row.version() == 1 { ChangeKind::Created } else { ChangeKind::Updated };
+        (kind, row.id, row.version(), Some(row))
     };
     let found: Vec<(ChangeKind, RowId, u64, Option<Arc<Row>>)> = match record {
         Record::Sheet(write) if write.sheet_id == sheet_id => {

@@ -53,7 +53,7 @@ impl IfMatch {
     /// Refuse the write unless `current` satisfies the precondition.
     pub fn check(&self, current: &Row) -> Result<()> {
         match self {
-            IfMatch::Versions(versions) if !versions.contains(&current.version) => {
+            IfMatch::Versions(versions) if !versions.contains(&current.version()) => {
                 Err(Error::PreconditionFailed { current: Box::new(current.clone()) })
             }
             _ => Ok(()),
@@ -279,7 +279,7 @@ impl SheetState {
         mut replaced: impl FnMut(Option<&Arc<Row>>, Option<&Arc<Row>>),
     ) {
         let deleted_versions =
-            write.deleted.iter().map(|id| self.rows.get(id).map_or(0, |r| r.version)).collect();
+            write.deleted.iter().map(|id| self.rows.get(id).map_or(0, |r| r.version())).collect();
         self.changes.record(lsn, write.at, write.put.len() + write.deleted.len(), deleted_versions);
         let mut put = |state: &mut Self, row: &Arc<Row>| {
             let old = state.put(Arc::clone(row));
@@ -635,7 +635,7 @@ impl SheetState {
             if_match.check(current)?;
         }
         match (item.version, &item.if_match) {
-            (Some(v), Some(IfMatch::Versions(_))) if v != current.version => {
+            (Some(v), Some(IfMatch::Versions(_))) if v != current.version() => {
                 return Err(Error::PreconditionFailed { current: Box::new((**current).clone()) });
             }
             (Some(v), _) => {
@@ -716,7 +716,7 @@ fn check_version(
     base: Option<&Map<String, Value>>,
     replaces: bool,
 ) -> Result<()> {
-    if current.version == version {
+    if current.version() == version {
         return Ok(());
     }
     let (conflicting, mergeable) = match base {
@@ -770,11 +770,11 @@ mod tests {
         assert!(s
             .rows
             .iter()
-            .map(|(id, r)| (*id, r.id, r.version))
+            .map(|(id, r)| (*id, r.id, r.version()))
             .eq((1..=1001).map(|i| (i, i, 1))));
         // A row named twice: its later version stays (every other row first would not do).
         s.apply(&write(vec![row(3, 2), row(5, 3), row(5, 4)]), 2);
-        let versions: Vec<u64> = [3, 5].iter().map(|id| s.rows[id].version).collect();
+        let versions: Vec<u64> = [3, 5].iter().map(|id| s.rows[id].version()).collect();
         assert_eq!(versions, [2, 4]);
         assert_eq!(s.rows.len(), 1001);
     }
@@ -834,15 +834,15 @@ mod tests {
             UpdateItem { id: 1, version: 2, cells: cells(json!({"1": 7})), base_cells: None },
         ];
         let (results, put) = s.bulk_update(&items, 1);
-        assert_eq!(results[0].as_ref().unwrap().version, 2);
+        assert_eq!(results[0].as_ref().unwrap().version(), 2);
         assert!(matches!(results[1], Err(Error::VersionConflict { .. })));
-        assert_eq!(results[2].as_ref().unwrap().version, 3);
+        assert_eq!(results[2].as_ref().unwrap().version(), 3);
         // One entry per succeeded item, in item order: the feed shows each of them.
-        assert_eq!(put.iter().map(|r| r.version).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(put.iter().map(|r| r.version()).collect::<Vec<_>>(), [2, 3]);
         assert_eq!(put[1].cells()[&1], Json(json!(7)));
         let mut applied = s.clone();
         applied.apply(&SheetWrite { sheet_id: 9, at: 1, put, deleted: Vec::new(), idem: None }, 7);
-        assert_eq!(applied.rows[&1].version, 3);
+        assert_eq!(applied.rows[&1].version(), 3);
         assert_eq!(applied.changes.next_seq() - applied.changes.oldest_seq(), 2);
     }
 
@@ -873,14 +873,14 @@ mod tests {
             base_cells: None,
         };
         let failed = |r: Result<_>| match r {
-            Err(Error::PreconditionFailed { current }) => current.version,
+            Err(Error::PreconditionFailed { current }) => current.version(),
             other => panic!("expected a failed precondition, got {other:?}"),
         };
         let v1 = || Some(IfMatch::Versions(vec![1]));
-        assert_eq!(s.patch(1, &patch(None, v1()), 0).unwrap().version, 2);
-        assert_eq!(s.patch(1, &patch(Some(1), v1()), 0).unwrap().version, 2);
+        assert_eq!(s.patch(1, &patch(None, v1()), 0).unwrap().version(), 2);
+        assert_eq!(s.patch(1, &patch(Some(1), v1()), 0).unwrap().version(), 2);
         assert_eq!(
-            s.patch(1, &patch(None, Some(IfMatch::Versions(vec![3, 1]))), 0).unwrap().version,
+            s.patch(1, &patch(None, Some(IfMatch::Versions(vec![3, 1]))), 0).unwrap().version(),
             2
         );
         assert_eq!(failed(s.patch(1, &patch(None, Some(IfMatch::Versions(vec![2]))), 0)), 1);
@@ -888,7 +888,7 @@ mod tests {
         // The header matches, the body names another version: the request contradicts itself.
         assert_eq!(failed(s.patch(1, &patch(Some(2), v1()), 0)), 1);
         // `*` says only that the row exists; the body version is then checked as usual.
-        assert_eq!(s.patch(1, &patch(None, Some(IfMatch::Any)), 0).unwrap().version, 2);
+        assert_eq!(s.patch(1, &patch(None, Some(IfMatch::Any)), 0).unwrap().version(), 2);
         assert!(matches!(
             s.patch(1, &patch(Some(2), Some(IfMatch::Any)), 0),
             Err(Error::VersionConflict { .. })
@@ -904,7 +904,7 @@ mod tests {
         assert_eq!(s.delete(1, v1().as_ref()).unwrap(), [1, 2, 3]);
         assert!(matches!(
             s.delete(1, Some(&IfMatch::Versions(vec![2]))),
-            Err(Error::PreconditionFailed { current }) if current.version == 1
+            Err(Error::PreconditionFailed { current }) if current.version() == 1
         ));
         assert!(matches!(s.delete(77, Some(&IfMatch::Any)), Err(Error::NotFound(_))));
     }
@@ -938,7 +938,7 @@ mod tests {
             [Some(Created), Some(Unchanged), Some(Updated), None, None, None, Some(Created)]
         );
         assert_eq!(
-            put.iter().map(|r| (r.id, r.version)).collect::<Vec<_>>(),
+            put.iter().map(|r| (r.id, r.version())).collect::<Vec<_>>(),
             [(101, 1), (101, 2), (102, 1)]
         );
         assert!(matches!(&results[3], Err(Error::Coerce(e)) if e.column_id == 1));
@@ -948,7 +948,7 @@ mod tests {
             SheetWrite { sheet_id: 9, at: 5, put: put.clone(), deleted: vec![], idem: None };
         s.apply(&write, 1);
         s.apply(&write, 1);
-        assert_eq!(s.rows[&101].version, 2);
+        assert_eq!(s.rows[&101].version(), 2);
         assert_eq!(s.rows[&101].cells()[&1], Json(json!(7.0)));
         // Two rows holding one key: the item fails naming both, the next item still runs.
         let write = SheetWrite {
@@ -973,7 +973,7 @@ mod tests {
             Err(Error::AmbiguousKey { column_id: 1, row_ids }) if row_ids == &[102, 103]
         ));
         assert_eq!(results[1].as_ref().unwrap().action, Updated);
-        assert_eq!(put.iter().map(|r| (r.id, r.version)).collect::<Vec<_>>(), [(101, 3)]);
+        assert_eq!(put.iter().map(|r| (r.id, r.version())).collect::<Vec<_>>(), [(101, 3)]);
     }
 
     /// An upsert decides its items as if each came alone after the ones before it, however
