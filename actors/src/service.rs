@@ -474,7 +474,7 @@ impl ChangeSource<'_> {
             let kept = (skipped > 0).then(|| self.spans.get(sheet_id, span.lsn)).flatten();
             let changes = match kept {
                 Some(changes) => changes,
-                None => self.span_changes(snapshot, span, &current)?,
+                None => self.span_changes(snapshot, &span, &current)?,
             };
             let room = limit - out.len();
             if changes.len().saturating_sub(skipped) > room {
