@@ -204,7 +204,7 @@ pub fn rows_page<R: std::ops::Deref<Target = Row>>(
     next_cursor: Option<&str>,
     request_id: &str,
 ) -> Vec<u8> {
-    let size: usize = rows.iter().map(|r| r.json_len() + 1).sum();
+    let size: usize = rows.iter().map(|r| r.json_len_at_most() + 1).sum();
     let mut out = Vec::with_capacity(size + request_id.len() + 256);
     out.extend_from_slice(b"{\"data\":[");
     for (i, row) in rows.iter().enumerate() {

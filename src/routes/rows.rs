@@ -331,8 +331,10 @@ fn bulk_body<'a>(
     let succeeded_count = results.iter().filter(|r| r.status == "succeeded").count();
     // Sized for the rows' shared text and each item's fields: 2000 rows would otherwise grow
     // the buffer by doubling, copying it a dozen times.
-    let size =
-        results.iter().map(|r| r.row.map_or(256, |row| row.0.json_len() + 64)).sum::<usize>();
+    let size = results
+        .iter()
+        .map(|r| r.row.map_or(256, |row| row.0.json_len_at_most() + 64))
+        .sum::<usize>();
     let view = BulkWriteView {
         failed_count: results.len() - succeeded_count,
         succeeded_count,
