@@ -62,16 +62,15 @@ struct Feed(Sha256);
 
 impl Feed {
     fn bytes(&mut self, bytes: &[u8]) {
-        self.0.update((bytes.len() as u64).to_le_bytes());
-        self.0.update(bytes);
+        self.pieces(&[bytes]);
     }
 
     /// [`Feed::bytes`] of the pieces put together, without putting them together.
-    fn pieces(&mut self, pieces: &[&str]) {
+    fn pieces(&mut self, pieces: &[&[u8]]) {
         let len: usize = pieces.iter().map(|p| p.len()).sum();
         self.0.update((len as u64).to_le_bytes());
         for piece in pieces {
-            self.0.update(piece.as_bytes());
+            self.0.update(piece);
         }
     }
 
@@ -101,7 +100,8 @@ pub fn digest(mut parts: StateParts<'_>) -> StateDigest {
             feed.number(row.id);
             feed.number(row.parent_id().map_or(0, |p| p + 1));
             feed.number(row.version());
-            feed.pieces(&row.json_pieces());
+            let [kept, tail] = row.json_pieces();
+            feed.pieces(&[kept.as_bytes(), tail.as_bytes()]);
         }
         feed.number(sheet.changes.next_seq());
         feed.number(sheet.changes.oldest_seq());

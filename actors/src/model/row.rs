@@ -628,22 +628,9 @@ impl<I> RowJson<I>
 where
     I: SortedCells,
 {
-    /// The row's stored text, written in a buffer the thread keeps and copied once.
     fn render(&self) -> Box<RawValue> {
-        thread_local! {
-            static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
-        // Serializing numbers, strings and JSON values cannot fail, and makes UTF-8.
-        let text = |buffer: &mut Vec<u8>| {
-            buffer.clear();
-            serde_json::to_writer(&mut *buffer, self).expect("a row renders");
-            let text = std::str::from_utf8(buffer).expect("serde_json writes UTF-8");
-            stored_json(text.to_owned()).expect("a row renders")
-        };
-        BUFFER.with(|buffer| match buffer.try_borrow_mut() {
-            Ok(mut buffer) => text(&mut buffer),
-            Err(_) => text(&mut Vec::new()),
-        })
+        // Serializing numbers, strings and JSON values cannot fail.
+        serde_json::value::to_raw_value(self).expect("a row renders")
     }
 }
 
@@ -676,6 +663,9 @@ where
 /// `updatedBy` (the same in every such row) and the closing brace. A row's source is then told
 /// by whether its text ends with this field ([`Row::source`]).
 const API_TAIL: &str = ",\"updatedBy\":{\"source\":\"api\"}}";
+
+/// The end of the JSON of a row loaded from a fixture or an import, which its text keeps.
+const IMPORT_TAIL: &str = ",\"updatedBy\":{\"source\":\"import\"}}";
 
 /// [`with_timestamp`]'s entry for `createdAt`.
 const CREATED: usize = 0;
@@ -845,7 +835,7 @@ impl<'de> Deserialize<'de> for Row {
         let mut stored = StoredOwned::deserialize(d)?;
         let ends = match stored.source {
             Source::Api => API_TAIL,
-            Source::Import => ",\"updatedBy\":{\"source\":\"import\"}}",
+            Source::Import => IMPORT_TAIL,
         };
         if !stored.json.ends_with(ends) {
             return Err(serde::de::Error::custom(format!(
@@ -881,9 +871,10 @@ impl<'de> Deserialize<'de> for Row {
     }
 }
 
-/// A row's JSON as a [`RawValue`] of its own, taken as it is: it was rendered by [`RowJson`]
-/// and completed by [`Row::json_pieces`], so a response embedding many rows does not parse
-/// them again. serde_json has no public way to wrap text as a [`RawValue`] unchecked, but its
+/// A row's JSON as a [`RawValue`] of its own, taken as it is: it was rendered by [`RowJson`],
+/// and comes back from a log record or a checkpoint whose CRC matched (a start does not parse
+/// a million rows again) or from [`Row::json_pieces`] (a response embedding many rows does not
+/// parse them again). serde_json has no public way to wrap text as a [`RawValue`] unchecked, but its
 /// `Deserialize` for `Box<RawValue>` does that with a string handed to it as a one-entry map:
 /// [`Wrap`] hands it one. Should a serde_json release change how it asks, a probe on first use
 /// notices and every row is checked by [`RawValue::from_string`] instead.

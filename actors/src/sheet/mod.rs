@@ -292,11 +292,11 @@ impl SheetActor {
         self.applied_lsn = lsn;
         let snapshot = Arc::new(SheetSnapshot { state: self.state.clone(), lsn });
         let durable = self.shared.log.durable_lsn();
-        if large {
-            self.publisher.keep_retiring(Arc::clone(&snapshot), durable, drop_elsewhere);
-        } else {
-            self.publisher.keep(Arc::clone(&snapshot), durable);
-        }
+        self.publisher.keep_retiring(Arc::clone(&snapshot), durable, |done| {
+            if large {
+                drop_elsewhere(done);
+            }
+        });
         let published = Arc::clone(self.publisher.published());
         Box::pin(async move {
             match appended.await {
