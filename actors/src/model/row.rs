@@ -420,12 +420,19 @@ impl Row {
 
     /// One cell's JSON as stored; `None` when the row holds none in `column`.
     pub fn cell_raw(&self, column: ColumnId) -> Option<&RawValue> {
-        let mut de = serde_json::Deserializer::from_str(self.cells_onward());
-        let mut find = FindCell { column, found: None };
-        // Stops at the cell, so the rest of the row is never parsed; the deserializer then
-        // finds the object unfinished, which is no error here.
-        let _ = (&mut find).deserialize(&mut de);
-        find.found
+        let onward = self.cells_onward();
+        match scan_cells(onward, column) {
+            Scanned::Found(raw) => Some(raw),
+            Scanned::Absent => None,
+            Scanned::Unexpected => {
+                let mut de = serde_json::Deserializer::from_str(onward);
+                let mut find = FindCell { column, found: None };
+                // Stops at the cell, so the rest of the row is never parsed; the deserializer
+                // then finds the object unfinished, which is no error here.
+                let _ = (&mut find).deserialize(&mut de);
+                find.found
+            }
+        }
     }
 
     /// Whether the row's cells equal `cells` (what [`Row::merged`] decides, cell by cell).
@@ -518,6 +525,57 @@ impl<'de> Visitor<'de> for Pick<'_, '_> {
 }
 
 /// Finds one column's cell in a cells object, reading no further than it.
+/// What [`scan_cells`] found.
+enum Scanned<'a> {
+    Found(&'a RawValue),
+    Absent,
+    /// Not the compact layout `RowJson` writes: the caller parses the object instead.
+    Unexpected,
+}
+
+/// One cell of a cells object as `RowJson` writes it, `{"<column id>":<value>,...}` with no
+/// whitespace, read key by key: only the values before the cell are parsed (each skipped as
+/// one raw value), and the scan stops at the cell. [`FindCell`] does the same through serde,
+/// but stopping inside the object makes serde_json build an error, whose position it finds by
+/// counting the lines before it: most of a key index's upkeep on an upsert's rows.
+fn scan_cells(cells: &str, column: ColumnId) -> Scanned<'_> {
+    let bytes = cells.as_bytes();
+    if bytes.first() != Some(&b'{') {
+        return Scanned::Unexpected;
+    }
+    if bytes.get(1) == Some(&b'}') {
+        return Scanned::Absent;
+    }
+    let mut at = 1;
+    loop {
+        // `"<digits>":`
+        let digits = match bytes.get(at) {
+            Some(b'"') => bytes[at + 1..].iter().take_while(|b| b.is_ascii_digit()).count(),
+            _ => return Scanned::Unexpected,
+        };
+        let key_end = at + 1 + digits;
+        if digits == 0 || bytes.get(key_end..key_end + 2) != Some(&b"\":"[..]) {
+            return Scanned::Unexpected;
+        }
+        let key = cells[at + 1..key_end].parse::<ColumnId>();
+        let value_at = key_end + 2;
+        let mut de = serde_json::Deserializer::from_str(&cells[value_at..]);
+        let Ok(raw) = <&RawValue>::deserialize(&mut de) else {
+            return Scanned::Unexpected;
+        };
+        if key == Ok(column) {
+            return Scanned::Found(raw);
+        }
+        // Where the value ends, found from the slice itself (a raw value is a slice of its input).
+        at = raw.get().as_ptr() as usize - cells.as_ptr() as usize + raw.get().len();
+        match bytes.get(at) {
+            Some(b',') => at += 1,
+            Some(b'}') => return Scanned::Absent,
+            _ => return Scanned::Unexpected,
+        }
+    }
+}
+
 struct FindCell<'de> {
     column: ColumnId,
     found: Option<&'de RawValue>,
@@ -939,6 +997,18 @@ mod tests {
     }
 
     #[test]
+    fn a_cells_object_in_another_layout_is_parsed_instead_of_scanned() {
+        let spaced = r#"{ "100": "a", "7" : [1, 2] }"#;
+        assert!(matches!(scan_cells(spaced, 7), Scanned::Unexpected));
+        assert!(matches!(scan_cells(r#"{"x":1,"7":2}"#, 7), Scanned::Unexpected));
+        assert!(
+            matches!(scan_cells(r#"{"100":"a","7":[1,2]}"#, 7), Scanned::Found(raw) if raw.get() == "[1,2]")
+        );
+        assert!(matches!(scan_cells(r#"{"100":"a"}"#, 7), Scanned::Absent));
+        assert!(matches!(scan_cells("{}", 7), Scanned::Absent));
+    }
+
+    #[test]
     fn cells_read_back_exactly_as_written_whatever_their_text_holds() {
         let row = sample();
         let cells = row.cells();
@@ -1187,6 +1257,25 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, failure_persistence: None, ..Default::default() })]
+
+        /// A cell read by scanning the stored cells is the cell the whole object parsed holds,
+        /// for every column held and some not held, whatever the values before it hold.
+        #[test]
+        fn a_scanned_cell_is_the_parsed_cell(
+            stored in proptest::collection::btree_map(
+                proptest::sample::select(vec![0u64, 2, 5, 10, 100, 101, 107, 1000]), value(), 0..8),
+        ) {
+            let cells: BTreeMap<u64, Json> = stored.into_iter().map(|(k, v)| (k, Json(v))).collect();
+            let row = Row::new(7, 10, cells.clone(), SOURCE_API, 1_767_225_600_123);
+            for column in [0u64, 1, 2, 5, 9, 10, 100, 101, 107, 999, 1000, 1001] {
+                let scanned = match scan_cells(row.cells_onward(), column) {
+                    Scanned::Found(raw) => Some(parse(raw)),
+                    Scanned::Absent => None,
+                    Scanned::Unexpected => panic!("RowJson's own layout refused"),
+                };
+                proptest::prop_assert_eq!(scanned, cells.get(&column).map(|c| c.0.clone()));
+            }
+        }
 
         /// A merge that copies untouched cells as stored gives the row that parsing every cell,
         /// writing the map and rendering it again gives, and says "changed" exactly when the

@@ -154,7 +154,7 @@ impl KeyIndex {
             row.cell_raw(column).map(|cell| cell.get())
         }
         let column = self.column;
-        if old.map(|old| raw(old, column)) == Some(raw(new, column)) {
+        if old.is_some_and(|old| raw(old, column) == raw(new, column)) {
             return;
         }
         let key = KeyValue::of_row(new, self.column);
