@@ -611,13 +611,12 @@ fn unavailable(e: ProposeError) -> Error {
 }
 
 impl RecordLog for RaftLog {
-    fn append(
+    fn append_encoded(
         &self,
-        record: &Record,
+        bytes: Vec<u8>,
         options: AppendOptions,
         at: &mut dyn FnMut(Lsn),
     ) -> Result<Appended> {
-        let bytes = codec::encode(record)?;
         let proposal = self
             .node
             .proposer()

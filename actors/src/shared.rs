@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::log::{AppendOptions, Appended, Lsn, RecordLog};
+use crate::log::{codec, AppendOptions, Appended, Lsn, RecordLog};
 use crate::model::{KeyId, Millis, RowId, SheetId};
 use crate::record::{IdemEntry, Record};
 // Defined beside the record that changes it; the actors name it here.
@@ -340,6 +340,21 @@ impl Shared {
         options: AppendOptions,
         also: impl FnOnce(Lsn),
     ) -> Result<Appended> {
+        // Encoded before the log's ordering is taken: every appender waits on it.
+        self.append_encoded(record, codec::encode(record)?, options, also)
+    }
+
+    /// [`Shared::append`] of `record` encoded already as `bytes` ([`codec::encode`] of it).
+    ///
+    /// # Errors
+    /// As [`Shared::append`].
+    pub(crate) fn append_encoded(
+        &self,
+        record: &Record,
+        bytes: Vec<u8>,
+        options: AppendOptions,
+        also: impl FnOnce(Lsn),
+    ) -> Result<Appended> {
         let (answer, deleted) = match record {
             Record::Sheet(w) => (w.idem.as_ref(), Some((w.sheet_id, &w.deleted, w.at))),
             Record::Idempotency(entry) => (Some(entry), None),
@@ -357,7 +372,7 @@ impl Shared {
         // Copied before the log's ordering is taken: every appender waits on it.
         let mut answer = answer.cloned();
         let mut also = Some(also);
-        self.log.append(record, options, &mut |lsn| {
+        self.log.append_encoded(bytes, options, &mut |lsn| {
             if let Some(entry) = answer.take() {
                 self.idem.complete(entry, lsn);
             }

@@ -270,6 +270,17 @@ async fn below_the_floor_writes_get_503_reads_go_on_and_writes_resume_by_themsel
     )
     .await;
     assert_error(&reply, 503, "storage_unavailable");
+    // So is a large upsert, whose rows go into a copy of the sheet's state while its record is
+    // encoded: none of them shows, and its key index forgets the rows it followed.
+    let upsert = {
+        let updates = acked.values().take(40).map(|text| json!({"cells": {"110": text, "112": 7}}));
+        let creates = (0..40).map(|i| json!({"cells": {"110": format!("upserted {i}"), "112": 1}}));
+        let rows: Vec<_> = updates.chain(creates).collect();
+        json!({"keyColumn": "110", "rows": rows}).to_string().into_bytes()
+    };
+    let upsert_url = format!("{}/sheets/11/rows:bulkUpsert", bin.base);
+    let reply = send("POST", &upsert_url, Some(ADA_WRITE), &[], Some(upsert.clone())).await;
+    assert_error(&reply, 503, "storage_unavailable");
     // Reads are served from the durable state.
     let (status, sheet, _) =
         send("GET", &format!("{}/sheets/11?limit=1", bin.base), Some(ADA_READ), &[], None).await;
@@ -327,6 +338,17 @@ async fn below_the_floor_writes_get_503_reads_go_on_and_writes_resume_by_themsel
     let resumed =
         resumed.expect("writes resume within 10 s of space coming back, without a restart");
     acked.insert(resumed["results"][0]["row"]["id"].as_u64().unwrap(), "after".into());
+    // The refused upsert again: its new keys are new, its others found as before.
+    let (status, body, _) = send("POST", &upsert_url, Some(ADA_WRITE), &[], Some(upsert)).await;
+    assert_eq!(status, 200, "{body}");
+    let results = body["results"].as_array().unwrap();
+    let actions: Vec<&str> =
+        results.iter().map(|r| r["action"].as_str().unwrap_or("failed")).collect();
+    assert_eq!(actions, [["updated"; 40], ["created"; 40]].concat(), "{body}");
+    for r in &results[40..] {
+        let row = &r["row"];
+        acked.insert(row["id"].as_u64().unwrap(), row["cells"]["110"].as_str().unwrap().into());
+    }
     let (_, health, _) =
         send("GET", &format!("{}/health", bin.admin), Some(ADMIN_TOKEN), &[], None).await;
     assert_eq!(health["status"], "ok", "{health}");

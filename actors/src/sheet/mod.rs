@@ -31,7 +31,7 @@ use actix::prelude::*;
 use serde_json::{Map, Value};
 
 use crate::error::Result;
-use crate::log::{AppendOptions, Lsn};
+use crate::log::{encode_elsewhere, AppendOptions, Lsn};
 use crate::model::{Row, RowId, SheetId};
 pub use crate::publish::Published;
 use crate::publish::{drop_elsewhere, AtPosition, Publisher};
@@ -268,26 +268,57 @@ impl SheetActor {
         let sheet_id = self.state.id;
         // What a large write replaced is freed on another thread (see `drop_elsewhere`).
         let large = put.len() + deleted.len() >= LARGE_WRITE;
-        let record = Record::Sheet(SheetWrite { sheet_id, at, put, deleted, idem: entry });
+        let record =
+            Arc::new(Record::Sheet(SheetWrite { sheet_id, at, put, deleted, idem: entry }));
         let options = AppendOptions { reserve: false, epoch: Some(self.publisher.epoch()) };
-        let appended = match self.shared.append(&record, options, |_| {}) {
+        // Applied only once the log has taken the record: a refused append (no space, a failed
+        // log) leaves memory as it was, so no reader ever sees that write. The key indexes
+        // follow each row the map gives back.
+        let keys = &mut self.keys;
+        let mut replaced = |old: Option<&Arc<Row>>, new: Option<&Arc<Row>>| {
+            keys.replaced(old.map(|r| &**r), new.map(|r| &**r));
+        };
+        let (appended, applied) = if large {
+            // A large write's record is encoded (compressed, mostly) on another core while its
+            // rows go into a copy of the state, which replaces the state only once the log took
+            // the record.
+            let Record::Sheet(write) = &*record else { unreachable!("built as a sheet record") };
+            let encoding = encode_elsewhere(Arc::clone(&record));
+            let mut next = self.state.clone();
+            let pending = next.apply_rows_with(write, &mut replaced);
+            let appended = encoding
+                .bytes()
+                .and_then(|bytes| self.shared.append_encoded(&record, bytes, options, |_| {}));
+            (appended, Some((next, pending)))
+        } else {
+            (self.shared.append(&record, options, |_| {}), None)
+        };
+        let appended = match appended {
             Ok(appended) => appended,
             Err(e) => {
                 tracing::warn!(sheet = sheet_id, error = %e, "the log refused a write; it is not acknowledged");
+                if applied.is_some() {
+                    // They followed rows the state never took: the next upsert builds them again.
+                    self.keys.clear();
+                }
                 // The log may have lost records since this message's decision.
                 self.sync_with_log();
                 return Box::pin(async move { WriteReply { result: Err(e), stored: None } });
             }
         };
-        let Record::Sheet(write) = record else { unreachable!("built as a sheet record") };
-        // Applied only once the log has taken the record: a refused append (no space, a failed
-        // log) leaves memory as it was, so no reader ever sees that write. The key indexes
-        // follow each row the map gives back.
         let lsn = appended.lsn();
-        let keys = &mut self.keys;
-        self.state.apply_with(&write, lsn, |old, new| {
-            keys.replaced(old.map(|r| &**r), new.map(|r| &**r));
-        });
+        match applied {
+            Some((next, pending)) => {
+                self.state = next;
+                self.state.record_changes(pending, lsn);
+            }
+            None => {
+                let Record::Sheet(write) = &*record else {
+                    unreachable!("built as a sheet record")
+                };
+                self.state.apply_with(write, lsn, &mut replaced);
+            }
+        }
         self.state.changes.prune(at, self.shared.retention);
         self.applied_lsn = lsn;
         let snapshot = Arc::new(SheetSnapshot { state: self.state.clone(), lsn });

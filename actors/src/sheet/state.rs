@@ -61,6 +61,15 @@ impl IfMatch {
     }
 }
 
+/// What a write applied by [`SheetState::apply_rows_with`] still owes the change feed.
+#[must_use = "a write's rows are applied but its changes not yet recorded"]
+pub(crate) struct PendingChanges {
+    at: Millis,
+    count: usize,
+    /// The versions the deleted rows had, in the write's order (0 for one not held).
+    deleted_versions: Vec<u64>,
+}
+
 /// A patch of one row.
 #[derive(Clone, Debug)]
 pub struct PatchItem {
@@ -276,26 +285,36 @@ impl SheetState {
         &mut self,
         write: &SheetWrite,
         lsn: Lsn,
-        mut replaced: impl FnMut(Option<&Arc<Row>>, Option<&Arc<Row>>),
+        replaced: impl FnMut(Option<&Arc<Row>>, Option<&Arc<Row>>),
     ) {
-        let deleted_versions =
-            write.deleted.iter().map(|id| self.rows.get(id).map_or(0, |r| r.version())).collect();
-        self.changes.record(lsn, write.at, write.put.len() + write.deleted.len(), deleted_versions);
+        let changes = self.apply_rows_with(write, replaced);
+        self.record_changes(changes, lsn);
+    }
+
+    /// The first half of [`SheetState::apply_with`]: the write's rows, before its position is
+    /// known (a writer applies a large write while its record is encoded, to a copy it keeps
+    /// only once the log took the record). The state is whole again only after
+    /// [`SheetState::record_changes`] with what this gives back.
+    pub(crate) fn apply_rows_with(
+        &mut self,
+        write: &SheetWrite,
+        mut replaced: impl FnMut(Option<&Arc<Row>>, Option<&Arc<Row>>),
+    ) -> PendingChanges {
+        let pending = PendingChanges {
+            at: write.at,
+            count: write.put.len() + write.deleted.len(),
+            deleted_versions: write
+                .deleted
+                .iter()
+                .map(|id| self.rows.get(id).map_or(0, |r| r.version()))
+                .collect(),
+        };
         let mut put = |state: &mut Self, row: &Arc<Row>| {
             let old = state.put(Arc::clone(row));
             replaced(old.as_ref(), Some(row));
         };
-        if write.put.windows(2).all(|w| w[0].id < w[1].id) {
-            // Distinct rows in ascending order (a bulkAdd's new rows): in the order that
-            // leaves the map's leaves full.
-            for i in super::load::packed_order(write.put.len()) {
-                put(self, &write.put[i]);
-            }
-        } else {
-            // The same row may come twice: the later version wins.
-            for row in &write.put {
-                put(self, row);
-            }
+        for i in put_order(&write.put, self.rows.get_max().map(|(id, _)| *id)) {
+            put(self, &write.put[i]);
         }
         for id in &write.deleted {
             if let Some(old) = self.remove(*id) {
@@ -305,6 +324,14 @@ impl SheetState {
         if !write.put.is_empty() || !write.deleted.is_empty() {
             self.updated_at = self.updated_at.max(write.at);
         }
+        pending
+    }
+
+    /// The second half of [`SheetState::apply_with`]: the write's changes in the feed, at the
+    /// position of its record.
+    pub(crate) fn record_changes(&mut self, pending: PendingChanges, lsn: Lsn) {
+        let PendingChanges { at, count, deleted_versions } = pending;
+        self.changes.record(lsn, at, count, deleted_versions);
     }
 
     /// Puts `row`, giving back the version it replaced.
@@ -670,6 +697,29 @@ impl SheetState {
         }
         Ok(out)
     }
+}
+
+/// The order to put a write's rows in, as indexes into `put`; `top` is the highest id the map
+/// holds before the write. Any order that keeps a row named twice in its item order gives the
+/// same map (its later version wins); this one costs the least:
+/// - by id, so the updates of a large write (an upsert's, scattered over the sheet) walk the
+///   map once from left to right, each path's upper nodes still in cache, and two updates in
+///   one leaf copy it once;
+/// - the rows above `top` (a bulkAdd's, an upsert's created rows), when distinct, in
+///   [`super::load::packed_order`], which leaves the leaves they fill full.
+fn put_order(put: &[Arc<Row>], top: Option<RowId>) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..put.len()).collect();
+    if !put.windows(2).all(|w| w[0].id < w[1].id) {
+        // Stable: a row named twice keeps its versions in item order.
+        order.sort_by_key(|&i| put[i].id);
+    }
+    let new = order.partition_point(|&i| top.is_some_and(|top| put[i].id <= top));
+    let above = &mut order[new..];
+    if above.windows(2).all(|w| put[w[0]].id < put[w[1]].id) {
+        let packed: Vec<usize> = super::load::packed_order(above.len()).map(|k| above[k]).collect();
+        above.copy_from_slice(&packed);
+    }
+    order
 }
 
 /// Coerced writes as [`Row::merged`] takes them: the value a cell is set to, `None` to clear it.
@@ -1105,7 +1155,7 @@ mod props {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::model::Attachment;
+    use crate::model::{Attachment, Json};
 
     #[derive(Clone, Debug)]
     enum Op {
@@ -1132,6 +1182,43 @@ mod props {
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// A write's rows, put in [`put_order`] (ids below and above the map's last, some named
+        /// twice, in any order), leave the map and tell `replaced` what putting them one by one
+        /// in item order would: per row, the same versions in the same order.
+        #[test]
+        fn a_write_puts_its_rows_as_in_item_order(
+            held in proptest::collection::btree_set(1..60u64, 0..30),
+            put in proptest::collection::vec(1..90u64, 0..80),
+        ) {
+            let row = |id: RowId, version: u64| {
+                let cells = BTreeMap::from([(1, Json(serde_json::json!(id)))]);
+                Row::at_version(id, 9, version, &cells, crate::model::SOURCE_API, (0, 0))
+            };
+            let rows: Vec<Row> = held.iter().map(|&id| row(id, 1)).collect();
+            let mut s = SheetState::new(9, 0, Vec::new(), rows);
+            let mut expected: BTreeMap<RowId, u64> = held.iter().map(|&id| (id, 1)).collect();
+            let mut told_expected: BTreeMap<RowId, Vec<(Option<u64>, u64)>> = BTreeMap::new();
+            let put: Vec<Arc<Row>> = put
+                .iter()
+                .enumerate()
+                .map(|(i, &id)| {
+                    let version = 2 + i as u64;
+                    let old = expected.insert(id, version);
+                    told_expected.entry(id).or_default().push((old, version));
+                    Arc::new(row(id, version))
+                })
+                .collect();
+            let mut told: BTreeMap<RowId, Vec<(Option<u64>, u64)>> = BTreeMap::new();
+            let write = SheetWrite { sheet_id: 9, at: 1, put, deleted: Vec::new(), idem: None };
+            s.apply_with(&write, 1, |old, new| {
+                let new = new.expect("a put");
+                told.entry(new.id).or_default().push((old.map(|r| r.version()), new.version()));
+            });
+            let map: BTreeMap<RowId, u64> = s.rows.iter().map(|(id, r)| (*id, r.version())).collect();
+            prop_assert_eq!(map, expected);
+            prop_assert_eq!(told, told_expected);
+        }
 
         /// The kept counters (rows, attachments) and the children index always equal a recount
         /// from the rows, through any mix of writes, subtree deletes and restarts.
