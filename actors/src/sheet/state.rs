@@ -313,8 +313,17 @@ impl SheetState {
             let old = state.put(Arc::clone(row));
             replaced(old.as_ref(), Some(row));
         };
-        for i in put_order(&write.put, self.rows.get_max().map(|(id, _)| *id)) {
-            put(self, &write.put[i]);
+        if write.put.windows(2).all(|w| w[0].id < w[1].id) {
+            // Distinct rows in ascending order (a bulkAdd's new rows): in the order that
+            // leaves the map's leaves full.
+            for i in super::load::packed_order(write.put.len()) {
+                put(self, &write.put[i]);
+            }
+        } else {
+            // The same row may come twice: the later version wins.
+            for row in &write.put {
+                put(self, row);
+            }
         }
         for id in &write.deleted {
             if let Some(old) = self.remove(*id) {
@@ -697,29 +706,6 @@ impl SheetState {
         }
         Ok(out)
     }
-}
-
-/// The order to put a write's rows in, as indexes into `put`; `top` is the highest id the map
-/// holds before the write. Any order that keeps a row named twice in its item order gives the
-/// same map (its later version wins); this one costs the least:
-/// - by id, so the updates of a large write (an upsert's, scattered over the sheet) walk the
-///   map once from left to right, each path's upper nodes still in cache, and two updates in
-///   one leaf copy it once;
-/// - the rows above `top` (a bulkAdd's, an upsert's created rows), when distinct, in
-///   [`super::load::packed_order`], which leaves the leaves they fill full.
-fn put_order(put: &[Arc<Row>], top: Option<RowId>) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..put.len()).collect();
-    if !put.windows(2).all(|w| w[0].id < w[1].id) {
-        // Stable: a row named twice keeps its versions in item order.
-        order.sort_by_key(|&i| put[i].id);
-    }
-    let new = order.partition_point(|&i| top.is_some_and(|top| put[i].id <= top));
-    let above = &mut order[new..];
-    if above.windows(2).all(|w| put[w[0]].id < put[w[1]].id) {
-        let packed: Vec<usize> = super::load::packed_order(above.len()).map(|k| above[k]).collect();
-        above.copy_from_slice(&packed);
-    }
-    order
 }
 
 /// Coerced writes as [`Row::merged`] takes them: the value a cell is set to, `None` to clear it.
@@ -1183,8 +1169,8 @@ mod props {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
-        /// A write's rows, put in [`put_order`] (ids below and above the map's last, some named
-        /// twice, in any order), leave the map and tell `replaced` what putting them one by one
+        /// A write's rows (ids below and above the map's last, some named twice, in any
+        /// order, or ascending and distinct, which go in packed order) leave the map and tell `replaced` what putting them one by one
         /// in item order would: per row, the same versions in the same order.
         #[test]
         fn a_write_puts_its_rows_as_in_item_order(
