@@ -382,7 +382,7 @@ fn main() {
         let mut checkpointing: Vec<(bool, bench::report::LevelView, f64)> = Vec::new();
         for pair in 0..2 {
             for paced in if pair % 2 == 0 { [true, false] } else { [false, true] } {
-                let share = if paced { "20" } else { "100" };
+                let share = if paced { "10" } else { "100" };
                 let flags = ["--checkpoint-every-secs", "1", "--background-cpu-percent", share];
                 let server = Server::start(&data, &flags).await;
                 let before = metric(&server.admin, "sheetd_wal_checkpoints_total").await;

@@ -205,8 +205,10 @@ pub struct ServeArgs {
     pub webhook_ca_file: Option<PathBuf>,
     /// While the server is serving requests, a background checkpoint or a backup it streams
     /// (`GET /admin/v1/backup`, `sheetd backup --admin-url`) uses at most this share of one
-    /// core (percent, 1 to 100); with no request for 100 ms, all it can get.
-    #[arg(long, env = "SHEETD_BACKGROUND_CPU_PERCENT", default_value_t = 20,
+    /// core (percent, 1 to 100); with no request for 100 ms, all it can get. At 10 % a
+    /// checkpoint of 1,100,000 rows took 7 s under a full write load (3 s at 20 %), and the
+    /// writers' p99 meanwhile was about a millisecond lower (docs/performance.md).
+    #[arg(long, env = "SHEETD_BACKGROUND_CPU_PERCENT", default_value_t = 10,
           value_parser = clap::value_parser!(u8).range(1..=100))]
     pub background_cpu_percent: u8,
     /// While the server is serving requests, webhook deliveries use at most this share of one

@@ -124,7 +124,7 @@ pub fn args(data_dir: &Path) -> ServeArgs {
         webhook_disable_after_secs: 259_200,
         webhook_ca_file: None,
         webhook_cpu_percent: 5,
-        background_cpu_percent: 20,
+        background_cpu_percent: 10,
         node_id: None,
         raft_addr: None,
         initial_cluster: None,
