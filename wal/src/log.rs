@@ -165,8 +165,55 @@ pub(crate) struct LogStore {
     /// The packs [`LogStore::read`] decoded last: a follower reads a pack's records one after
     /// another, and decoding the pack for each would cost it the whole pack every time.
     unpacked: Mutex<Unpacked>,
+    /// Slow syncs not yet logged, and when the last line went out.
+    slow_syncs: Mutex<SlowSyncs>,
     /// Declared last so it drops after `db`: waits until sled has really let go of the dir.
     _released: WaitForRelease,
+}
+
+/// A write and sync of the log that took at least this long is logged: every writer of its
+/// group waited for it, so an operator should see it, and which part took the time.
+const SLOW_SYNC: Duration = Duration::from_millis(50);
+
+/// At most one line about slow syncs this often; its `slow_syncs` counts itself and the ones
+/// left out since the last line.
+const SLOW_SYNC_LINE_EVERY: Duration = Duration::from_secs(10);
+
+/// Where the time of one slow write and sync went (see [`LogStore::sync_after`]).
+#[derive(Debug)]
+struct SlowSync {
+    /// sled's insert or batch (it may wait for room in sled's I/O buffers).
+    apply: Duration,
+    /// Waiting for another sync of this store (a truncation's).
+    wait: Duration,
+    /// sled's flush: its buffers written and `sync_file_range`d.
+    sled_flush: Duration,
+    /// The fsyncs of new blob files.
+    blobs: Duration,
+    /// The data file's `fdatasync` (the device's cache flush).
+    fdatasync: Duration,
+}
+
+/// The rate limit of the slow-sync lines.
+#[derive(Debug, Default)]
+struct SlowSyncs {
+    /// When the last line was logged.
+    logged: Option<Instant>,
+    /// Slow syncs since then, this one included once [`SlowSyncs::note`] counted it.
+    since: u64,
+}
+
+impl SlowSyncs {
+    /// Counts a slow sync at `now`; `Some(n)` when a line is due, `n` being the slow syncs it
+    /// speaks for (this one and the ones left out since the last line).
+    fn note(&mut self, now: Instant) -> Option<u64> {
+        self.since += 1;
+        if self.logged.is_some_and(|at| now.duration_since(at) < SLOW_SYNC_LINE_EVERY) {
+            return None;
+        }
+        self.logged = Some(now);
+        Some(std::mem::take(&mut self.since))
+    }
 }
 
 /// The last few decoded packs, by first LSN; the oldest goes first. A record's bytes never
@@ -307,6 +354,7 @@ impl LogStore {
             db,
             data_file,
             synced_blobs: Mutex::new(HashSet::new()),
+            slow_syncs: Mutex::default(),
             retained: Mutex::new(None),
             unpacked: Mutex::new(Unpacked::default()),
             _released: WaitForRelease { data_path },
@@ -315,8 +363,9 @@ impl LogStore {
 
     /// Applies `batch` atomically and returns once it is durable (see [`LogStore::sync`]).
     pub(crate) fn write(&self, batch: sled::Batch) -> Result<()> {
+        let started = Instant::now();
         self.db.apply_batch(batch)?;
-        self.sync()
+        self.sync_after(started)
     }
 
     /// Writes `values` atomically and returns once they are durable: one value as a plain
@@ -329,9 +378,10 @@ impl LogStore {
     /// message, and sled's recovery keeps a message whole or not at all.
     pub(crate) fn write_values(&self, mut values: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
         if values.len() == 1 {
+            let started = Instant::now();
             let (key, value) = values.pop().expect("one value");
             self.db.insert(key, value)?;
-            return self.sync();
+            return self.sync_after(started);
         }
         let mut batch = sled::Batch::default();
         for (key, value) in values {
@@ -354,14 +404,55 @@ impl LogStore {
     /// The commit thread calls this once per group: one fdatasync serves every record queued
     /// behind it, which is what makes group commit cheap.
     pub(crate) fn sync(&self) -> Result<()> {
+        self.sync_after(Instant::now())
+    }
+
+    /// [`LogStore::sync`] of what was applied since `started`; a slow one ([`SLOW_SYNC`]) is
+    /// logged with where its time went.
+    fn sync_after(&self, started: Instant) -> Result<()> {
+        let applied = started.elapsed();
         let mut synced =
             self.synced_blobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let locked = started.elapsed();
         self.db.flush()?;
+        let flushed = started.elapsed();
         self.sync_new_blobs(&mut synced)?;
+        let blobs = started.elapsed();
         self.data_file.sync_data().map_err(Error::fs(format!(
             "fdatasync the log file {}",
             self.log_dir.join(DATA_FILE).display()
-        )))
+        )))?;
+        let took = started.elapsed();
+        if took >= SLOW_SYNC {
+            self.slow_sync(SlowSync {
+                apply: applied,
+                wait: locked - applied,
+                sled_flush: flushed - locked,
+                blobs: blobs - flushed,
+                fdatasync: took - blobs,
+            });
+        }
+        Ok(())
+    }
+
+    /// Logs a slow sync, at most one line per [`SLOW_SYNC_LINE_EVERY`].
+    fn slow_sync(&self, slow: SlowSync) {
+        let due =
+            self.slow_syncs.lock().unwrap_or_else(PoisonError::into_inner).note(Instant::now());
+        let Some(count) = due else { return };
+        let ms = |d: Duration| d.as_micros() as f64 / 1000.0;
+        let total = slow.apply + slow.wait + slow.sled_flush + slow.blobs + slow.fdatasync;
+        tracing::warn!(
+            apply_ms = ms(slow.apply),
+            wait_ms = ms(slow.wait),
+            sled_flush_ms = ms(slow.sled_flush),
+            blob_fsync_ms = ms(slow.blobs),
+            fdatasync_ms = ms(slow.fdatasync),
+            slow_syncs = count,
+            "a write of the log took {:.0} ms to become durable, and the writes of its group \
+             waited for it",
+            ms(total)
+        );
     }
 
     /// fsyncs blob files not synced before, then their directory if any were new.
@@ -644,6 +735,19 @@ fn is_lock_error(e: &sled::Error) -> bool {
 mod tests {
     use super::*;
     use crate::layout::keys::lsn_of;
+
+    #[test]
+    fn slow_syncs_are_logged_once_per_interval_counting_those_left_out() {
+        let mut slow = SlowSyncs::default();
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert_eq!(slow.note(at(0)), Some(1), "the first is logged");
+        assert_eq!(slow.note(at(10)), None);
+        assert_eq!(slow.note(at(9_999)), None);
+        assert_eq!(slow.note(at(10_000)), Some(3), "itself and the two left out");
+        assert_eq!(slow.note(at(10_001)), None);
+        assert_eq!(slow.note(at(60_000)), Some(2));
+    }
 
     #[test]
     fn second_open_of_same_dir_is_in_use() {
