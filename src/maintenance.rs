@@ -388,11 +388,14 @@ async fn sweep(state: &AppState, service: &Service) {
 
 /// A background checkpoint's pace: encoding a large state takes seconds of a core, which
 /// the writers' tail latency would otherwise wait for on a machine with few cores (see
-/// [`crate::priority`]). One budget per checkpoint, looked at on the thread that writes it.
+/// [`crate::priority`]). One budget per checkpoint, looked at on the thread that writes it,
+/// which is the checkpoint's own: its first look also lowers that thread's priority.
 fn pace(state: &web::Data<AppState>) -> actors::service::Pace {
     let budget = std::sync::Mutex::new(Budget::new(state.background_cpu_percent));
+    let lowered = std::sync::Once::new();
     let state = state.clone();
     std::sync::Arc::new(move || {
+        lowered.call_once(|| crate::priority::lower_to_background("checkpoint"));
         let mut budget = budget.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let waited = budget.pace_blocking(|| state.metrics.served());
         let paced = &state.metrics.checkpoint_paced_micros;

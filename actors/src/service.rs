@@ -971,7 +971,9 @@ impl Service {
 
     /// [`Service::checkpoint`], calling `pace` on the writing thread as the snapshot is
     /// written (every [`PACE_EVERY`] bytes): a background checkpoint steps back for the
-    /// requests that way (the server's pace; nothing here knows of requests).
+    /// requests that way (the server's pace; nothing here knows of requests). That thread is
+    /// the checkpoint's own ("sheetd-checkpoint", ended with it), so `pace` may lower its
+    /// priority.
     pub async fn checkpoint_paced(&self, pace: Pace) -> Result<CheckpointReport> {
         self.checkpoint_keeping(false, Some(pace)).await
     }
@@ -993,9 +995,10 @@ impl Service {
         let log = Arc::clone(&self.shared.log);
         // Records above this stay for the archive, which has not taken them yet.
         let hold = if everything { Some(0) } else { self.archive.get().map(|a| a.hold(lsn)) };
-        // Encoded on a blocking thread straight into the file: a large state takes a while,
-        // and would otherwise need a buffer of its whole size.
-        let size = tokio::task::spawn_blocking(move || {
+        // Encoded on a thread of its own straight into the file: a large state takes a while,
+        // and would otherwise need a buffer of its whole size; and a paced checkpoint's thread
+        // may be given a lower priority, which a pooled thread would keep for other work.
+        let size = spawn_own_thread("sheetd-checkpoint", move || {
             let mut size = 0;
             let mut encode = |out: &mut dyn std::io::Write| {
                 size = match &pace {
@@ -1177,6 +1180,23 @@ impl Service {
         }
         counts
     }
+}
+
+/// Runs `work` on a new thread named `name` and waits for it without holding the runtime;
+/// `Err` when the thread cannot start or `work` panics.
+async fn spawn_own_thread<T: Send + 'static>(
+    name: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::result::Result<T, ()> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            // The receiver may be gone (the caller dropped): nothing to tell.
+            let _ = tx.send(work());
+        })
+        .map_err(|e| tracing::error!(error = %e, thread = name, "cannot start a thread"))?;
+    rx.await.map_err(|_| ())
 }
 
 /// A background writer's chance to wait: see [`Service::checkpoint_paced`].
