@@ -171,8 +171,10 @@ pub(crate) struct LogStore {
     _released: WaitForRelease,
 }
 
-/// A write and sync of the log that took at least this long is logged: every writer of its
-/// group waited for it, so an operator should see it, and which part took the time.
+/// A group commit ([`LogStore::write_values`]) that took at least this long is logged: every
+/// writer of its group waited for it, so an operator should see it, and which part took the
+/// time. Other writes (a restore's batches, a truncation, a compaction's copy) are large by
+/// nature and not reported.
 const SLOW_SYNC: Duration = Duration::from_millis(50);
 
 /// At most one line about slow syncs this often; its `slow_syncs` counts itself and the ones
@@ -363,9 +365,8 @@ impl LogStore {
 
     /// Applies `batch` atomically and returns once it is durable (see [`LogStore::sync`]).
     pub(crate) fn write(&self, batch: sled::Batch) -> Result<()> {
-        let started = Instant::now();
         self.db.apply_batch(batch)?;
-        self.sync_after(started)
+        self.sync()
     }
 
     /// Writes `values` atomically and returns once they are durable: one value as a plain
@@ -377,17 +378,18 @@ impl LogStore {
     /// A group of one value (one patch, or one pack) needs neither: a single insert is one log
     /// message, and sled's recovery keeps a message whole or not at all.
     pub(crate) fn write_values(&self, mut values: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+        let started = Instant::now();
         if values.len() == 1 {
-            let started = Instant::now();
             let (key, value) = values.pop().expect("one value");
             self.db.insert(key, value)?;
-            return self.sync_after(started);
+        } else {
+            let mut batch = sled::Batch::default();
+            for (key, value) in values {
+                batch.insert(key, value);
+            }
+            self.db.apply_batch(batch)?;
         }
-        let mut batch = sled::Batch::default();
-        for (key, value) in values {
-            batch.insert(key, value);
-        }
-        self.write(batch)
+        self.sync_after(Some(started))
     }
 
     /// Makes everything applied so far durable.
@@ -404,12 +406,13 @@ impl LogStore {
     /// The commit thread calls this once per group: one fdatasync serves every record queued
     /// behind it, which is what makes group commit cheap.
     pub(crate) fn sync(&self) -> Result<()> {
-        self.sync_after(Instant::now())
+        self.sync_after(None)
     }
 
-    /// [`LogStore::sync`] of what was applied since `started`; a slow one ([`SLOW_SYNC`]) is
-    /// logged with where its time went.
-    fn sync_after(&self, started: Instant) -> Result<()> {
+    /// [`LogStore::sync`]; with `started`, of a group commit applied since then, logged with
+    /// where its time went if it was slow ([`SLOW_SYNC`]).
+    fn sync_after(&self, group: Option<Instant>) -> Result<()> {
+        let started = group.unwrap_or_else(Instant::now);
         let applied = started.elapsed();
         let mut synced =
             self.synced_blobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -423,7 +426,7 @@ impl LogStore {
             self.log_dir.join(DATA_FILE).display()
         )))?;
         let took = started.elapsed();
-        if took >= SLOW_SYNC {
+        if group.is_some() && took >= SLOW_SYNC {
             self.slow_sync(SlowSync {
                 apply: applied,
                 wait: locked - applied,
