@@ -5,7 +5,9 @@
 //!
 //! Run: `cargo bench --bench engine` (add `-- --quick` for a 100,000-row big sheet instead of
 //! 1,000,000; `-- --keep DIR` to leave the data dir in `DIR`, to start or profile a server on
-//! it afterwards). Nothing here asserts a duration: it prints.
+//! it afterwards; `-- --postgres ../shared/peers/postgres` to measure PostgreSQL 15 on as many
+//! rows first, in the same run, so the rows against it are ratios of one run: see [`Peer`]).
+//! Nothing here asserts a duration: it prints.
 //!
 //! The data: a big sheet (B1) loaded through bulkAdd of 2,000 rows (the fixture raises the paid
 //! plan's row cap for it), and a small sheet (S) of 1,000 rows from the seed, all with nine
@@ -134,6 +136,102 @@ const REPORTS: [ReportShape; 3] = [
         "220 ms",
     ),
 ];
+
+/// PostgreSQL 15's figures for the rows of the table that have one. With `--postgres DIR` (DIR
+/// being the peer harness, `../shared/peers/postgres`) they are measured in this run, before
+/// sheetd starts and with PostgreSQL stopped again before sheetd's load, so a ratio compares
+/// one machine at one time. Without it they are the figures the issue recorded on another day,
+/// printed as such and never divided by.
+struct Peer {
+    /// Measured in this run (else recorded).
+    measured: bool,
+    /// W1: pages of 100 rows per second at 32 connections (`json_agg`).
+    page_per_s: f64,
+    /// W4: one row by id per second at 32 connections.
+    get_per_s: f64,
+    /// W2 at 64 connections: durable single-row updates per second, and their p99 in ms.
+    update_per_s: f64,
+    update_p99_ms: f64,
+    /// W2 at 1 connection: p50 in ms.
+    update1_p50_ms: f64,
+    /// W3: durable rows per second, 2000 rows a transaction at 8 connections.
+    bulk_rows_per_s: f64,
+}
+
+impl Peer {
+    fn recorded() -> Peer {
+        Peer {
+            measured: false,
+            page_per_s: 7031.0,
+            get_per_s: 62_900.0,
+            update_per_s: 21_300.0,
+            update_p99_ms: 6.7,
+            update1_p50_ms: 0.18,
+            bulk_rows_per_s: 271_000.0,
+        }
+    }
+
+    /// Loads `rows` rows into the harness's PostgreSQL, runs its workloads for 10 s each and
+    /// stops it. Panics with the harness's words if any step fails: a bench asked to compare
+    /// must not print a comparison it did not make.
+    fn measure(dir: &Path, rows: usize) -> Peer {
+        let script = |name: &str, env: &[(&str, String)]| {
+            let out = Command::new("bash")
+                .arg(dir.join(name))
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+                .stderr(Stdio::inherit())
+                .output()
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(
+                out.status.success(),
+                "{name} failed: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        eprintln!("PostgreSQL: loading {rows} rows, then its workloads (10 s each)");
+        script("setup.sh", &[("ROWS", rows.to_string())]);
+        let printed = script("bench.sh", &[("DUR", "10".into()), ("WAIT_QUIET_S", "30".into())]);
+        script("stop.sh", &[]);
+        let last =
+            printed.lines().rev().find(|l| l.starts_with('{')).expect("bench.sh's JSON line");
+        let summary: Value = serde_json::from_str(last).expect("bench.sh's JSON line parses");
+        let workload = |name: &str| {
+            let runs = summary["workloads"].as_array().expect("workloads");
+            let run =
+                runs.iter().find(|w| w["workload"] == name).unwrap_or_else(|| panic!("{name} ran"));
+            assert_eq!(run["rc"], 0, "{name}: {run}");
+            run.clone()
+        };
+        let number =
+            |w: &Value, field: &str| w[field].as_f64().unwrap_or_else(|| panic!("{field}: {w}"));
+        let update = workload("W2-update-c64");
+        Peer {
+            measured: true,
+            page_per_s: number(&workload("W1-page100"), "tps"),
+            get_per_s: number(&workload("W4-get1"), "tps"),
+            update_per_s: number(&update, "tps"),
+            update_p99_ms: number(&update, "lat_p99_ms"),
+            update1_p50_ms: number(&workload("W2-update-c1"), "lat_p50_ms"),
+            bulk_rows_per_s: number(&workload("W3-bulk2000"), "rows_per_s"),
+        }
+    }
+
+    /// "ours vs PostgreSQL's = ratio" when measured in this run, else ours and the recorded
+    /// figure, labelled.
+    fn against(&self, ours: f64, theirs: f64, unit: &str) -> String {
+        if self.measured {
+            format!(
+                "{:.1}k vs PostgreSQL {:.1}k {unit} = {:.2}",
+                ours / 1e3,
+                theirs / 1e3,
+                ours / theirs
+            )
+        } else {
+            format!("{:.1}k {unit} (PostgreSQL {:.1}k, recorded)", ours / 1e3, theirs / 1e3)
+        }
+    }
+}
 
 /// `method` on `url` with a JSON body; the status and the JSON answer (`null` if none).
 async fn send(method: &str, url: &str, key: &str, body: Option<Value>) -> (u16, Value) {
@@ -533,6 +631,13 @@ fn main() {
     let big_rows: usize = if quick { 100_000 } else { 1_000_000 };
     let args: Vec<String> = std::env::args().collect();
     let keep = args.iter().position(|a| a == "--keep").and_then(|i| args.get(i + 1)).cloned();
+    let postgres = args.iter().position(|a| a == "--postgres").and_then(|i| args.get(i + 1));
+    // The peer first, on its own: sheetd is not running yet, and PostgreSQL is stopped again
+    // before sheetd's load begins.
+    let peer = match postgres {
+        Some(dir) => Peer::measure(Path::new(dir), big_rows),
+        None => Peer::recorded(),
+    };
     actix_rt::System::new().block_on(async move {
         let dir = tempfile::tempdir().unwrap();
         let seed = dir.path().join("seed.json");
@@ -791,13 +896,16 @@ fn main() {
         row("measure", "now".into(), "target");
         println!("|{}|{}|{}|", "-".repeat(60), "-".repeat(36), "-".repeat(24));
         row("listRows page of 100, 32 conns, against bare actix-web", format!("{:.1}k vs {:.1}k req/s = {:.2}", ours_rps / 1e3, bare_rps / 1e3, ours_rps / bare_rps), ">= 0.8");
-        row("getRow, 32 conns (PostgreSQL 62.9k/s)", format!("{:.1}k req/s", get_row.requests_per_second / 1e3), "ahead of PostgreSQL");
-        row("bulkAdd, 2000-row bodies, 8 conns (PostgreSQL 271k rows/s)", format!("{:.0}k durable rows/s", bulk.rows_per_second / 1e3), "ahead of PostgreSQL");
+        row("  the same pages against PostgreSQL's (json_agg, database-side)", peer.against(ours_rps, peer.page_per_s, "pages/s"), "ahead of PostgreSQL");
+        row("getRow, 32 conns", peer.against(get_row.requests_per_second, peer.get_per_s, "req/s"), "ahead of PostgreSQL");
+        row("bulkAdd, 2000-row bodies, 8 conns", peer.against(bulk.rows_per_second, peer.bulk_rows_per_s, "durable rows/s"), "ahead of PostgreSQL");
         row(&format!("bulkUpsert on the {big_rows}-row sheet, 2000-row bodies, half updates, 8 conns"), format!("{:.0}k durable rows/s = {:.2} of bulkAdd", upsert_rps / 1e3, upsert_rps / bulk.rows_per_second), ">= 0.8 of bulkAdd");
         row(&format!("first upsert naming a key column ({big_rows} rows, one scan)"), format!("{:.0} ms", index_build * 1e3), "once per column");
         row(&format!("patchRow of distinct rows, 64 conns (checkpoints meanwhile: {patch_checkpoints})"), format!("{:.1}k/s, p99 {:.1} ms, max {:.0} ms", p64.requests_per_second / 1e3, p64.latency_ms.p99, p64.latency_ms.max), "p99 <= 10 ms, max <= 50 ms");
+        row("  against PostgreSQL's durable updates at 64 conns", format!("{}, p99 {:.1} ms", peer.against(p64.requests_per_second, peer.update_per_s, "/s"), peer.update_p99_ms), "ahead of PostgreSQL");
         row(&format!("patchRow, 64 conns, 10 s, checkpoints every 40,000 records: {loaded_checkpoints}"), format!("{:.1}k/s, p99 {:.1} ms, max {:.0} ms", loaded.requests_per_second / 1e3, loaded.latency_ms.p99, loaded.latency_ms.max), "p99 <= 10 ms, max <= 50 ms");
-        row("patchRow, 1 conn (PostgreSQL p50 0.18 ms)", format!("p50 {:.2} ms", p1.latency_ms.p50), "the log's floor, docs");
+        let source = if peer.measured { "this run" } else { "recorded" };
+        row(&format!("patchRow, 1 conn (PostgreSQL p50 {:.2} ms, {source})", peer.update1_p50_ms), format!("p50 {:.2} ms", p1.latency_ms.p50), "the log's floor, docs");
         for (what, big, small) in &flat {
             row(&format!("{what} p50, {big_rows}-row sheet vs 1k-row sheet"), format!("{big:.3} vs {small:.3} ms ({:.2}x)", big / small), "ratio <= 1.5 (rows 1.2)");
         }
