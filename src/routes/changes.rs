@@ -132,7 +132,7 @@ pub async fn list_changes(
 /// `wait`: whole seconds, 0 to 30 (422 otherwise).
 fn wait_param(req: &HttpRequest) -> Result<u64, ApiError> {
     let mut wait = 0;
-    for (name, value) in query_pairs(req)? {
+    for (name, value) in query_pairs(req) {
         if name == "wait" {
             wait = value.trim().parse::<u64>().ok().filter(|w| *w <= MAX_WAIT_SECS).ok_or_else(
                 || {

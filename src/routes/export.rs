@@ -117,9 +117,9 @@ pub async fn export_rows(
 /// `format`: `ndjson` (default) or `csv`.
 fn format_param(req: &HttpRequest) -> Result<Format, ApiError> {
     let mut format = Format::Ndjson;
-    for (name, value) in query_pairs(req)? {
+    for (name, value) in query_pairs(req) {
         if name == "format" {
-            format = match value.as_str() {
+            format = match value.as_ref() {
                 "ndjson" => Format::Ndjson,
                 "csv" => Format::Csv,
                 _ => {

@@ -231,7 +231,10 @@ impl SheetState {
         };
         // Borrowed, not shared: a page is rendered while its snapshot is held, so a handle
         // per row would buy nothing (and cost an atomic count change in and out).
-        let page: Vec<&Row> = iter.by_ref().take(limit).map(|(_, r)| &**r).collect();
+        // Sized up front: the map's range cannot tell its length, so a collect would grow
+        // the vector (and copy it) several times per page.
+        let mut page: Vec<&Row> = Vec::with_capacity(limit.min(self.rows.len()));
+        page.extend(iter.by_ref().take(limit).map(|(_, r)| &**r));
         let more = iter.next().is_some();
         (page, more)
     }
