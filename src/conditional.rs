@@ -30,6 +30,8 @@
 //! either header that are not entity-tags are ignored; an `If-Match` left with none matches
 //! nothing, so a header the server cannot read never lets a write through.
 
+use std::fmt::Write as _;
+
 use actix_web::http::header::{
     self, EntityTag, Header, IfMatch as IfMatchHeader, IfNoneMatch, TryIntoHeaderValue,
 };
@@ -82,8 +84,13 @@ pub fn sheet_tag(
             None => hash.update([0]),
         }
     }
-    let query: String = hash.finalize()[..6].iter().map(|b| format!("{b:02x}")).collect();
-    EntityTag::new_strong(format!("{}.{}.{query}", snapshot.state.id, snapshot.lsn))
+    // Written into one string: every read of a sheet makes a tag.
+    let mut tag = String::with_capacity(48);
+    let _ = write!(tag, "{}.{}.", snapshot.state.id, snapshot.lsn);
+    for b in &hash.finalize()[..6] {
+        let _ = write!(tag, "{b:02x}");
+    }
+    EntityTag::new_strong(tag)
 }
 
 /// Whether the request's `If-None-Match` matches `tag` (weak comparison, `*` matches).
