@@ -435,3 +435,33 @@ pub fn body_problem(loc: &[Value], msg: impl Into<String>, kind: &str) -> ApiErr
     full.extend_from_slice(loc);
     ApiError::validation(full, msg, kind)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::query_pairs;
+    use actix_web::test::TestRequest;
+
+    fn pairs(uri: &str) -> Vec<(String, String)> {
+        let req = TestRequest::with_uri(uri).to_http_request();
+        query_pairs(&req).into_iter().map(|(k, v)| (k.into_owned(), v.into_owned())).collect()
+    }
+
+    #[test]
+    fn pairs_come_decoded_and_in_order() {
+        assert_eq!(
+            pairs("/x?limit=5&fields=1%2C2&note=a+b&limit=7"),
+            [("limit", "5"), ("fields", "1,2"), ("note", "a b"), ("limit", "7")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        );
+    }
+
+    #[test]
+    fn a_bad_escape_or_an_empty_query_is_kept_not_refused() {
+        assert_eq!(
+            pairs("/x?cursor=%zz&flag"),
+            [("cursor".to_owned(), "%zz".to_owned()), ("flag".to_owned(), String::new())]
+        );
+        assert!(pairs("/x").is_empty());
+        assert!(pairs("/x?").is_empty());
+    }
+}
