@@ -174,50 +174,59 @@ impl Peer {
     }
 
     /// Loads `rows` rows into the harness's PostgreSQL, runs its workloads for 10 s each and
-    /// stops it. Panics with the harness's words if any step fails: a bench asked to compare
-    /// must not print a comparison it did not make.
-    fn measure(dir: &Path, rows: usize) -> Peer {
-        let script = |name: &str, env: &[(&str, String)]| {
+    /// stops it, even when a step failed. Fails with the harness's words if any step did: a
+    /// bench asked to compare must not print a comparison it did not make.
+    fn measure(dir: &Path, rows: usize) -> Result<Peer, String> {
+        let script = |name: &str, env: &[(&str, String)]| -> Result<String, String> {
             let out = Command::new("bash")
                 .arg(dir.join(name))
                 .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
                 .stderr(Stdio::inherit())
                 .output()
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert!(
-                out.status.success(),
-                "{name} failed: {}",
-                String::from_utf8_lossy(&out.stdout)
-            );
-            String::from_utf8_lossy(&out.stdout).into_owned()
+                .map_err(|e| format!("{}: {e}", dir.join(name).display()))?;
+            let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+            match out.status.success() {
+                true => Ok(printed),
+                false => Err(format!("{name} failed ({}): {printed}", out.status)),
+            }
         };
         eprintln!("PostgreSQL: loading {rows} rows, then its workloads (10 s each)");
-        script("setup.sh", &[("ROWS", rows.to_string())]);
-        let printed = script("bench.sh", &[("DUR", "10".into()), ("WAIT_QUIET_S", "30".into())]);
-        script("stop.sh", &[]);
-        let last =
-            printed.lines().rev().find(|l| l.starts_with('{')).expect("bench.sh's JSON line");
-        let summary: Value = serde_json::from_str(last).expect("bench.sh's JSON line parses");
-        let workload = |name: &str| {
-            let runs = summary["workloads"].as_array().expect("workloads");
-            let run =
-                runs.iter().find(|w| w["workload"] == name).unwrap_or_else(|| panic!("{name} ran"));
-            assert_eq!(run["rc"], 0, "{name}: {run}");
-            run.clone()
+        let printed = script("setup.sh", &[("ROWS", rows.to_string())]).and_then(|_| {
+            script("bench.sh", &[("DUR", "10".into()), ("WAIT_QUIET_S", "30".into())])
+        });
+        let stopped = script("stop.sh", &[]);
+        let printed = printed?;
+        stopped?;
+        let last = printed
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .ok_or("bench.sh printed no JSON summary line")?;
+        let summary: Value =
+            serde_json::from_str(last).map_err(|e| format!("bench.sh's summary: {e}"))?;
+        let runs = summary["workloads"].as_array().ok_or("bench.sh's summary has no workloads")?;
+        let workload = |name: &str| -> Result<&Value, String> {
+            let run = runs.iter().find(|w| w["workload"] == name);
+            match run {
+                Some(run) if run["rc"] == 0 => Ok(run),
+                Some(run) => Err(format!("{name} failed: {run}")),
+                None => Err(format!("{name} did not run")),
+            }
         };
-        let number =
-            |w: &Value, field: &str| w[field].as_f64().unwrap_or_else(|| panic!("{field}: {w}"));
-        let update = workload("W2-update-c64");
-        Peer {
+        let number = |name: &str, field: &str| -> Result<f64, String> {
+            let run = workload(name)?;
+            run[field].as_f64().ok_or_else(|| format!("{name} has no {field}: {run}"))
+        };
+        Ok(Peer {
             measured: true,
-            page_per_s: number(&workload("W1-page100"), "tps"),
-            get_per_s: number(&workload("W4-get1"), "tps"),
-            update_per_s: number(&update, "tps"),
-            update_p99_ms: number(&update, "lat_p99_ms"),
-            update_max_ms: number(&update, "lat_max_ms"),
-            update1_p50_ms: number(&workload("W2-update-c1"), "lat_p50_ms"),
-            bulk_rows_per_s: number(&workload("W3-bulk2000"), "rows_per_s"),
-        }
+            page_per_s: number("W1-page100", "tps")?,
+            get_per_s: number("W4-get1", "tps")?,
+            update_per_s: number("W2-update-c64", "tps")?,
+            update_p99_ms: number("W2-update-c64", "lat_p99_ms")?,
+            update_max_ms: number("W2-update-c64", "lat_max_ms")?,
+            update1_p50_ms: number("W2-update-c1", "lat_p50_ms")?,
+            bulk_rows_per_s: number("W3-bulk2000", "rows_per_s")?,
+        })
     }
 
     /// ", max N ms" of its updates at 64 connections, when measured (none was recorded).
@@ -705,7 +714,13 @@ fn main() {
     // The peer first, on its own: sheetd is not running yet, and PostgreSQL is stopped again
     // before sheetd's load begins.
     let peer = match postgres {
-        Some(dir) => Peer::measure(Path::new(dir), big_rows),
+        Some(dir) => match Peer::measure(Path::new(dir), big_rows) {
+            Ok(peer) => peer,
+            Err(why) => {
+                eprintln!("PostgreSQL was not measured, so nothing is compared with it: {why}");
+                std::process::exit(1);
+            }
+        },
         None => Peer::recorded(),
     };
     actix_rt::System::new().block_on(async move {

@@ -148,6 +148,7 @@ pub fn if_match(req: &HttpRequest, row_id: RowId) -> Option<IfMatch> {
 #[cfg(test)]
 mod tests {
     use actix_web::test::TestRequest;
+    use actors::sheet::SheetState;
 
     use super::*;
 
@@ -172,6 +173,27 @@ mod tests {
         assert_eq!(versions(&["\"+1003.2\""]), Some(IfMatch::Versions(vec![])));
         assert_eq!(versions(&["garbage"]), Some(IfMatch::Versions(vec![])));
         assert_eq!(versions(&[""]), Some(IfMatch::Versions(vec![])));
+    }
+
+    /// The tags' text is what clients hold between requests: a change of it costs every cached
+    /// client a full response. The expected hashes were computed outside Rust from the scheme in
+    /// the module docs (SHA-256 of the operation, the binding, the limit and the position).
+    #[test]
+    fn sheet_tags_keep_their_text() {
+        let snapshot =
+            SheetSnapshot { state: SheetState::new(10, 0, Vec::new(), Vec::new()), lsn: 7 };
+        let page = |limit, after| Paging { limit, after };
+        let tag = |read, page: Option<&Paging>, binding| {
+            sheet_tag(read, &snapshot, page, binding).tag().to_owned()
+        };
+        assert_eq!(tag(SheetRead::ListRows, Some(&page(100, None)), 0), "10.7.3c51ef5dd4ee");
+        assert_eq!(tag(SheetRead::ListRows, Some(&page(100, Some(1005))), 0), "10.7.646759c04edb");
+        assert_eq!(tag(SheetRead::ListColumns, None, 0), "10.7.dbc1b4c900ff");
+        assert_eq!(
+            tag(SheetRead::ListRows, Some(&page(50, None)), 0xdead_beef),
+            "10.7.628a77a16e78"
+        );
+        assert!(!sheet_tag(SheetRead::GetSheet, &snapshot, None, 0).weak);
     }
 
     #[test]
