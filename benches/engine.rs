@@ -477,54 +477,69 @@ async fn p50(url: &str, key: &str, n: usize) -> f64 {
     times[n / 2]
 }
 
-/// bulkUpsert on sheet 1 (key column 100, the text), 2000-row bodies over `connections`
-/// keep-alive connections: every other item names an existing key and changes the row's
-/// number cell (an update), the others a new key (a create). Returns the first upsert's seconds (it builds the key index, one scan of the
-/// sheet) and the durable rows/s of the load after it.
-async fn upsert_load(url: &str, keys: &[String], connections: usize, bodies: usize) -> (f64, f64) {
-    let endpoint = format!("{url}/sheets/1/rows:bulkUpsert");
-    let post = |client: awc::Client, body: Vec<u8>| {
-        let endpoint = endpoint.clone();
-        async move {
-            let mut res = client
-                .post(&endpoint)
-                .insert_header(("Authorization", format!("Bearer {KEY}")))
-                .insert_header(("Content-Type", "application/json"))
-                .send_body(body)
-                .await
-                .expect("bulkUpsert sent");
-            let answer = res.body().limit(1 << 30).await.unwrap();
-            assert_eq!(res.status(), 200, "{}", String::from_utf8_lossy(&answer));
-            answer
-        }
-    };
-    let client = || awc::Client::builder().timeout(Duration::from_secs(120)).finish();
-    // Untimed bodies: the client's JSON work is not what is measured.
-    let body = |chunk: &[String], round: usize| {
-        let rows: Vec<Value> = chunk
-            .iter()
-            .enumerate()
-            .map(|(i, k)| match i % 2 {
-                0 => json!({"cells": {"100": k, "102": 1_000_000 + round}}),
-                _ => json!({"cells": {"100": format!("new {round} {k}"), "102": 1}}),
-            })
-            .collect();
-        json!({"keyColumn": "100", "rows": rows}).to_string().into_bytes()
-    };
-    let first = Instant::now();
-    let answer: Value = serde_json::from_slice(&post(client(), body(&keys[..1], 0)).await).unwrap();
-    let built = first.elapsed().as_secs_f64();
-    assert_eq!(answer["results"][0]["action"], "updated", "{answer}");
+/// A bulkUpsert body on sheet 1 (key column 100, the text): every other item names an existing
+/// key of `chunk` and sets the row's number cell to one `round` gives (an update), the others a
+/// new key of that round (a create). Rounds never repeat within a run, so no item is a no-op.
+fn upsert_body(chunk: &[String], round: usize) -> Vec<u8> {
+    let rows: Vec<Value> = chunk
+        .iter()
+        .enumerate()
+        .map(|(i, k)| match i % 2 {
+            0 => json!({"cells": {"100": k, "102": 1_000_000 + round}}),
+            _ => json!({"cells": {"100": format!("new {round} {k}"), "102": 1}}),
+        })
+        .collect();
+    json!({"keyColumn": "100", "rows": rows}).to_string().into_bytes()
+}
+
+/// `count` bulkUpsert bodies of 2000 keys each (untimed: the client's JSON work is not what is
+/// measured), their rounds numbered from `first_round`.
+fn upsert_bodies(keys: &[String], count: usize, first_round: usize) -> Vec<Vec<u8>> {
     let chunks: Vec<&[String]> = keys.chunks(2000).filter(|c| c.len() == 2000).collect();
     assert!(!chunks.is_empty(), "fewer than 2000 distinct keys to upsert");
-    let queue: VecDeque<Vec<u8>> =
-        (0..bodies).map(|i| body(chunks[i % chunks.len()], 1 + i / chunks.len())).collect();
-    let queue = RefCell::new(queue);
+    (0..count)
+        .map(|i| upsert_body(chunks[i % chunks.len()], first_round + i / chunks.len()))
+        .collect()
+}
+
+/// Posts one bulkUpsert body to sheet 1, asserting a 200: the response's bytes.
+async fn upsert_post(client: &awc::Client, url: &str, body: Vec<u8>) -> web::Bytes {
+    let mut res = client
+        .post(format!("{url}/sheets/1/rows:bulkUpsert"))
+        .insert_header(("Authorization", format!("Bearer {KEY}")))
+        .insert_header(("Content-Type", "application/json"))
+        .send_body(body)
+        .await
+        .expect("bulkUpsert sent");
+    let answer = res.body().limit(1 << 30).await.unwrap();
+    assert_eq!(res.status(), 200, "{}", String::from_utf8_lossy(&answer));
+    answer
+}
+
+fn upsert_client() -> awc::Client {
+    awc::Client::builder().timeout(Duration::from_secs(120)).finish()
+}
+
+/// The first upsert naming key column 100 (it builds the key index, one scan of the sheet):
+/// its seconds.
+async fn upsert_first(url: &str, keys: &[String], round: usize) -> f64 {
+    let first = Instant::now();
+    let answer = upsert_post(&upsert_client(), url, upsert_body(&keys[..1], round)).await;
+    let built = first.elapsed().as_secs_f64();
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(answer["results"][0]["action"], "updated", "{answer}");
+    built
+}
+
+/// `bodies` posted over `connections` keep-alive connections: the durable rows they wrote and
+/// the seconds it took.
+async fn upsert_run(url: &str, bodies: Vec<Vec<u8>>, connections: usize) -> (u64, f64) {
+    let queue = RefCell::new(VecDeque::from(bodies));
     let started = Instant::now();
     let workers = (0..connections).map(|_| {
-        let (queue, post) = (&queue, &post);
+        let queue = &queue;
         async move {
-            let client = client();
+            let client = upsert_client();
             let mut rows = 0;
             loop {
                 let next = queue.borrow_mut().pop_front();
@@ -532,7 +547,7 @@ async fn upsert_load(url: &str, keys: &[String], connections: usize, bodies: usi
                 // Only the counts after the results are read, as `sheetd bench` reads a
                 // bulkAdd's (whose rate this one is set against): parsing 2,000 rows a
                 // response took the client a large share of a core of the two.
-                let answer = post(client.clone(), body).await;
+                let answer = upsert_post(&client, url, body).await;
                 let (succeeded, failed) = tail_counts(&answer);
                 assert_eq!(
                     failed,
@@ -545,7 +560,7 @@ async fn upsert_load(url: &str, keys: &[String], connections: usize, bodies: usi
         }
     });
     let rows: u64 = futures_util::future::join_all(workers).await.into_iter().sum();
-    (built, rows as f64 / started.elapsed().as_secs_f64())
+    (rows, started.elapsed().as_secs_f64())
 }
 
 /// A bulk write's `succeededCount` and `failedCount`, read from the end of its response (they
@@ -853,9 +868,11 @@ fn main() {
         //     (after the RSS figure, which is about reads).
         let mut keys: Vec<String> = texts.into_iter().filter(|(_, n)| *n == 1).map(|(t, _)| t).collect();
         keys.sort_unstable();
-        let upsert_bodies = if quick { 40 } else { 100 };
+        let upsert_bodies_n = if quick { 40 } else { 100 };
         let before = checkpoints(&server).await;
-        let (index_build, upsert_rps) = upsert_load(&url, &keys, 8, upsert_bodies).await;
+        let index_build = upsert_first(&url, &keys, 0).await;
+        let (rows, secs) = upsert_run(&url, upsert_bodies(&keys, upsert_bodies_n, 1), 8).await;
+        let upsert_rps = rows as f64 / secs;
         let upsert_checkpoints = written(before, checkpoints(&server).await);
 
         // 5c. The change feed: reading the big sheet's backlog (its load's changes, from the
@@ -975,6 +992,29 @@ fn main() {
         let loaded = &loaded.levels[0];
         server.terminate();
 
+        // 8a. bulkUpsert on the big sheet beside bulkAdd on sheet 2 (the same columns, empty
+        //     until now; its generated texts would make the upsert keys ambiguous on sheet 1),
+        //     alternated in three rounds, so the two rates are taken at the same moments: this
+        //     machine's speed moves between minutes. Last, so the rows it adds change no figure
+        //     above; its rounds are new, so every update changes a cell.
+        let (server, _) = Server::start(&data, None, &[]).await;
+        upsert_first(&server.base, &keys, 999).await;
+        let alternated = upsert_bodies(&keys, upsert_bodies_n, 1000);
+        let (mut added, mut upserted) = ((0u64, 0f64), (0u64, 0f64));
+        for part in alternated.chunks(alternated.len().div_ceil(3)) {
+            let requests = part.len().to_string();
+            let add = run_bench(&["--url", server.base.as_str(), "--key", KEY, "--sheet-ids", "2",
+                "--workload", "bulk-add", "--bulk-size", "2000", "--concurrency", "8",
+                "--requests", &requests, "--warmup", "0s"])
+            .await;
+            let rows = part.len() as u64 * 2000;
+            added = (added.0 + rows, added.1 + rows as f64 / add.levels[0].rows_per_second);
+            let (rows, secs) = upsert_run(&server.base, part.to_vec(), 8).await;
+            upserted = (upserted.0 + rows, upserted.1 + secs);
+        }
+        server.terminate();
+        let (add_beside, upsert_beside) = (added.0 as f64 / added.1, upserted.0 as f64 / upserted.1);
+
         // 9. The disk alone, with no server running: the floor under every max latency above.
         let disk = disk_floor(data.parent().unwrap_or(&data), Duration::from_secs(10));
 
@@ -988,6 +1028,7 @@ fn main() {
         row("getRow, 32 conns", peer.against(get_row.requests_per_second, peer.get_per_s, "req/s"), "ahead of PostgreSQL");
         row("bulkAdd, 2000-row bodies, 8 conns", peer.against(bulk.rows_per_second, peer.bulk_rows_per_s, "durable rows/s"), "ahead of PostgreSQL");
         row(&format!("bulkUpsert on the {big_rows}-row sheet, 2000-row bodies, half updates, 8 conns"), format!("{:.0}k durable rows/s = {:.2} of bulkAdd", upsert_rps / 1e3, upsert_rps / bulk.rows_per_second), ">= 0.8 of bulkAdd");
+        row("  the same beside bulkAdd (sheet 2), alternated in 3 rounds", format!("{:.0}k vs {:.0}k durable rows/s = {:.2}", upsert_beside / 1e3, add_beside / 1e3, upsert_beside / add_beside), ">= 0.8 of bulkAdd");
         row(&format!("first upsert naming a key column ({big_rows} rows, one scan)"), format!("{:.0} ms", index_build * 1e3), "once per column");
         row(&format!("patchRow of distinct rows, 64 conns (checkpoints meanwhile: {patch_checkpoints})"), format!("{:.1}k/s, p99 {:.1} ms, max {:.0} ms", p64.requests_per_second / 1e3, p64.latency_ms.p99, p64.latency_ms.max), "p99 <= 10 ms, max <= 50 ms");
         row("  against PostgreSQL's durable updates at 64 conns", format!("{}, p99 {:.1} ms{}", peer.against(p64.requests_per_second, peer.update_per_s, "/s"), peer.update_p99_ms, peer.max_of_updates()), "ahead of PostgreSQL");
@@ -1026,7 +1067,7 @@ fn main() {
         }
         println!();
         println!("bulkAdd load: {} rows in {:.1} s; page of 100: {} bytes", bulk.rows_written, bulk.elapsed_seconds, page.len());
-        println!("bulkUpsert: {upsert_bodies} bodies of 2000, updates over {} keys only one row of B1 holds", keys.len());
+        println!("bulkUpsert: {upsert_bodies_n} bodies of 2000, updates over {} keys only one row of B1 holds", keys.len());
         println!("checkpoints written during the bulkAdd load {load_checkpoints}, the patchRow runs {patch_checkpoints}, the bulkUpsert {upsert_checkpoints}");
         // The servers' warnings, in order: a max latency in the table may have its cause here.
         let warnings = std::fs::read_to_string(warnings_of(&data)).unwrap_or_default();
