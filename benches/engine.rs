@@ -195,6 +195,14 @@ impl Peer {
             script("bench.sh", &[("DUR", "10".into()), ("WAIT_QUIET_S", "30".into())])
         });
         let stopped = script("stop.sh", &[]);
+        // PostgreSQL's stop leaves the kernel writing back its load's dirty pages, which would
+        // land in sheetd's first minutes as slow syncs: written out before sheetd starts.
+        let syncing = Instant::now();
+        let synced = Command::new("sync").status().map_err(|e| format!("sync: {e}"))?;
+        eprintln!(
+            "PostgreSQL stopped; its dirty pages written back in {:.1} s ({synced})",
+            syncing.elapsed().as_secs_f64()
+        );
         let printed = printed?;
         stopped?;
         let last = printed
