@@ -8,7 +8,13 @@
 //!   of every row in the leaf, a cold count each; the old version's drop touches them again);
 //! - the same updates, the map holding plain handles to rows kept elsewhere (the "rows in
 //!   chunks, handles in the map" sketch of ARCHITECTURE.md, without its chunks' own upkeep);
-//! - new rows at the map's right edge (what bulkAdd's rows are), `Arc<Row>` values.
+//! - new rows at the map's right edge (what bulkAdd's rows are), `Arc<Row>` values;
+//! - the same updates in place: the map holds a slot per row (`ArcSwap<Row>`) and an update
+//!   swaps the slot's row, so the map is not copied at all (the lower bound of "versions in
+//!   place" in ARCHITECTURE.md: no version kept for older readers, no reader registry). Its
+//!   "drop" is the replaced rows' drop;
+//! - the first kind again with each batch put in the order of its ids (a write may put its
+//!   rows in any order that keeps a row's later version last).
 //!
 //! The rows are built outside the timed parts: only the map's insertions and the old version's
 //! drop are timed. Each kind runs three times, alternated; microseconds per row.
@@ -20,6 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actors::model::{Json, Row, RowId, SOURCE_IMPORT};
+use arc_swap::ArcSwap;
 use imbl::OrdMap;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -96,6 +103,8 @@ fn main() {
         ("updates, Arc<Row> values", vec![]),
         ("updates, handles", vec![]),
         ("appends, Arc<Row> values", vec![]),
+        ("updates in place, ArcSwap<Row> slots", vec![]),
+        ("updates, Arc<Row> values, each batch in id order", vec![]),
     ];
     for _ in 0..3 {
         // Updates, the map as it is.
@@ -105,6 +114,17 @@ fn main() {
             (0..BATCH).map(|_| rng.gen_range(1..=rows)).map(|id| (id, Arc::new(row(id)))).collect()
         });
         table[0].1.push(spent.per_row());
+
+        // The same, each batch put in the order of its ids.
+        let spent = batches(&mut map, |_| {
+            let mut batch: Vec<(RowId, Arc<Row>)> = (0..BATCH)
+                .map(|_| rng.gen_range(1..=rows))
+                .map(|id| (id, Arc::new(row(id))))
+                .collect();
+            batch.sort_by_key(|(id, _)| *id);
+            batch
+        });
+        table[4].1.push(spent.per_row());
         drop(map);
 
         // Updates, the rows kept in a vector and the map holding their places in it.
@@ -136,6 +156,28 @@ fn main() {
                 .collect()
         });
         table[2].1.push(spent.per_row());
+        drop(map);
+
+        // Updates in place: the map never changes, each slot's row is swapped.
+        let map: OrdMap<RowId, Arc<ArcSwap<Row>>> =
+            (1..=rows).map(|id| (id, Arc::new(ArcSwap::from_pointee(row(id))))).collect();
+        let mut spent = Spent::default();
+        for _ in 0..BATCHES {
+            let batch: Vec<(RowId, Arc<Row>)> = (0..BATCH)
+                .map(|_| rng.gen_range(1..=rows))
+                .map(|id| (id, Arc::new(row(id))))
+                .collect();
+            let _published = map.clone();
+            spent.rows += batch.len();
+            let t = Instant::now();
+            let replaced: Vec<Arc<Row>> =
+                batch.into_iter().filter_map(|(id, row)| Some(map.get(&id)?.swap(row))).collect();
+            spent.insert += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            drop(replaced);
+            spent.drop += t.elapsed().as_secs_f64();
+        }
+        table[3].1.push(spent.per_row());
     }
     println!("row map of {rows} rows, batches of {BATCH} against a published version, {BATCHES} batches a run, three runs alternated (µs per row)");
     println!();
