@@ -73,14 +73,14 @@ impl Spent {
     }
 }
 
-/// Times `batches` batches on `map`: `next` gives each batch's entries, built untimed.
+/// Times [`BATCHES`] batches on `map`: `next` gives each batch's entries, built untimed.
 fn batches<V: Clone>(
     map: &mut OrdMap<RowId, V>,
-    mut next: impl FnMut(&OrdMap<RowId, V>) -> Vec<(RowId, V)>,
+    mut next: impl FnMut() -> Vec<(RowId, V)>,
 ) -> Spent {
     let mut spent = Spent::default();
     for _ in 0..BATCHES {
-        let batch = next(map);
+        let batch = next();
         let published = map.clone();
         spent.rows += batch.len();
         let t = Instant::now();
@@ -110,13 +110,13 @@ fn main() {
         // Updates, the map as it is.
         let mut map: OrdMap<RowId, Arc<Row>> =
             (1..=rows).map(|id| (id, Arc::new(row(id)))).collect();
-        let spent = batches(&mut map, |_| {
+        let spent = batches(&mut map, || {
             (0..BATCH).map(|_| rng.gen_range(1..=rows)).map(|id| (id, Arc::new(row(id)))).collect()
         });
         table[0].1.push(spent.per_row());
 
         // The same, each batch put in the order of its ids.
-        let spent = batches(&mut map, |_| {
+        let spent = batches(&mut map, || {
             let mut batch: Vec<(RowId, Arc<Row>)> = (0..BATCH)
                 .map(|_| rng.gen_range(1..=rows))
                 .map(|id| (id, Arc::new(row(id))))
@@ -131,7 +131,7 @@ fn main() {
         let mut kept: Vec<Row> = Vec::with_capacity(rows as usize + BATCH * BATCHES);
         kept.extend((1..=rows).map(row));
         let mut map: OrdMap<RowId, usize> = (1..=rows).map(|id| (id, id as usize - 1)).collect();
-        let spent = batches(&mut map, |_| {
+        let spent = batches(&mut map, || {
             (0..BATCH)
                 .map(|_| {
                     let id = rng.gen_range(1..=rows);
@@ -147,7 +147,7 @@ fn main() {
         let mut map: OrdMap<RowId, Arc<Row>> =
             (1..=rows).map(|id| (id, Arc::new(row(id)))).collect();
         let mut last = rows;
-        let spent = batches(&mut map, |_| {
+        let spent = batches(&mut map, || {
             (0..BATCH)
                 .map(|_| {
                     last += 1;
