@@ -1,9 +1,14 @@
 //! Per-key (or, without a usable key, per client IP) rate limiting over a rolling minute.
 //!
-//! Each subject keeps the times of its requests in the last minute, so `remaining` and `reset`
-//! are exact for a rolling window (no fixed-window bursts at minute boundaries). The map is a
-//! sharded `DashMap`: subjects never contend on a global lock. Idle subjects are pruned by
-//! [`RateLimiter::prune`], so memory follows the active subjects, not every IP ever seen.
+//! Each subject keeps its allowed requests of the last minute, counted per millisecond, so
+//! `remaining` and `reset` are exact for a rolling window (no fixed-window bursts at minute
+//! boundaries) and a subject's memory is bounded by the minute's 60,000 milliseconds, not by
+//! its limit: a load tester's key allowed millions of requests a minute keeps a count for each
+//! millisecond it was served in, where an entry per request would grow with its rate (tens of
+//! MB at 70 k requests a second, copied whole under the shard's lock each time the queue
+//! doubles). The map is a sharded `DashMap`: subjects never contend on a global lock. Idle
+//! subjects are pruned by [`RateLimiter::prune`], so memory follows the active subjects, not
+//! every IP ever seen.
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -36,11 +41,73 @@ pub struct Decision {
     pub reset_after: u64,
 }
 
-/// Rolling-minute windows: per subject, the times of its allowed requests in the last minute.
+/// One subject's allowed requests of the last minute.
+///
+/// Invariants: `slots` holds (millisecond less `base`, requests allowed in it), the
+/// milliseconds never decreasing from front to back (equal only when a count is full) and
+/// every count at least 1; `allowed` is the sum of the counts. 8 bytes a slot, as little as a
+/// timestamp per request, so a subject served at most once a millisecond costs no more. A
+/// request checked at a millisecond before the newest one (the wall clock stepped back) counts
+/// in the newest: it then leaves the window no earlier than it would.
+#[derive(Debug, Default)]
+struct Window {
+    base: i64,
+    slots: VecDeque<(u32, u32)>,
+    allowed: u64,
+}
+
+impl Window {
+    /// When the oldest request counted was allowed.
+    fn oldest(&self) -> Option<i64> {
+        self.slots.front().map(|(at, _)| self.base + i64::from(*at))
+    }
+
+    /// Drops the requests that left the window by `now_ms`.
+    fn expire(&mut self, now_ms: i64) {
+        while let Some((at, count)) = self.slots.front().copied() {
+            if self.base + i64::from(at) > now_ms - WINDOW_MS {
+                break;
+            }
+            self.slots.pop_front();
+            self.allowed -= u64::from(count);
+        }
+    }
+
+    /// Counts one allowed request at `now_ms` (after [`Window::expire`] for it).
+    fn count(&mut self, now_ms: i64) {
+        self.allowed += 1;
+        let newest = self.slots.back().map(|(at, _)| self.base + i64::from(*at));
+        match (newest, self.slots.back_mut()) {
+            (Some(newest), Some((_, count))) if newest >= now_ms && *count < u32::MAX => {
+                *count += 1;
+                return;
+            }
+            (Some(newest), _) if newest >= now_ms => {
+                let at = (newest - self.base) as u32;
+                self.slots.push_back((at, 1));
+                return;
+            }
+            (None, _) => self.base = now_ms,
+            _ => {}
+        }
+        // Every slot left is younger than a minute (expired), so rebasing on the oldest
+        // leaves offsets below `WINDOW_MS`.
+        if now_ms - self.base > i64::from(u32::MAX) {
+            let shift = self.slots.front().map_or(0, |(at, _)| *at);
+            self.base += i64::from(shift);
+            for (at, _) in &mut self.slots {
+                *at -= shift;
+            }
+        }
+        self.slots.push_back(((now_ms - self.base) as u32, 1));
+    }
+}
+
+/// Rolling-minute windows: per subject, its allowed requests of the last minute.
 #[derive(Debug)]
 pub struct RateLimiter {
     per_minute: u64,
-    windows: DashMap<Subject, VecDeque<i64>>,
+    windows: DashMap<Subject, Window>,
 }
 
 fn ceil_secs(ms: i64) -> i64 {
@@ -56,16 +123,14 @@ impl RateLimiter {
     /// Count a request of `subject` at `now_ms`, unless the window is full.
     pub fn check(&self, subject: Subject, now_ms: i64) -> Decision {
         let mut window = self.windows.entry(subject).or_default();
-        while window.front().is_some_and(|t| *t <= now_ms - WINDOW_MS) {
-            window.pop_front();
-        }
-        let allowed = (window.len() as u64) < self.per_minute;
+        window.expire(now_ms);
+        let allowed = window.allowed < self.per_minute;
         if allowed {
-            window.push_back(now_ms);
+            window.count(now_ms);
         }
-        let used = window.len() as u64;
+        let used = window.allowed;
         // The next slot frees when the oldest request in the window leaves it.
-        let frees_at = window.front().map_or(now_ms, |oldest| oldest + WINDOW_MS);
+        let frees_at = window.oldest().map_or(now_ms, |oldest| oldest + WINDOW_MS);
         let reset_after = if allowed {
             ceil_secs(frees_at - now_ms).max(0)
         } else {
@@ -80,9 +145,22 @@ impl RateLimiter {
         }
     }
 
-    /// Forget subjects with no request in the last minute.
+    /// Forget subjects with no request in the last minute, and give back the room a busier
+    /// spell left in the others' windows.
     pub fn prune(&self, now_ms: i64) {
-        self.windows.retain(|_, w| w.back().is_some_and(|t| *t > now_ms - WINDOW_MS));
+        self.windows.retain(|_, w| {
+            w.expire(now_ms);
+            if w.slots.capacity() > 4 * w.slots.len().max(16) {
+                w.slots.shrink_to(2 * w.slots.len());
+            }
+            !w.slots.is_empty()
+        });
+    }
+
+    /// How many milliseconds `subject`'s window keeps a count for (tests: the memory bound).
+    #[cfg(test)]
+    fn slots(&self, subject: Subject) -> usize {
+        self.windows.get(&subject).map_or(0, |w| w.slots.len())
     }
 }
 
@@ -105,5 +183,86 @@ mod tests {
         assert_eq!(d.reset_after, 59, "oldest at 1.000s frees at 61.000s");
         assert!(rl.check(Subject::Key(2), 2_000).allowed, "other subjects are unaffected");
         assert!(rl.check(s, 61_001).allowed, "the oldest left the window");
+    }
+
+    /// The windows decide as a list of every allowed request's time would (the definition of
+    /// a rolling minute), for bursts within a millisecond and spells of silence alike.
+    #[test]
+    fn counted_per_millisecond_the_window_decides_as_a_list_of_requests() {
+        let limit = 50;
+        let rl = RateLimiter::new(limit);
+        let s = Subject::Key(7);
+        let mut times: VecDeque<i64> = VecDeque::new();
+        let mut now = 1_000_000i64;
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut refused = 0;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            // Mostly the same or the next millisecond, sometimes most of a minute later.
+            now += match seed % 100 {
+                0..=59 => 0,
+                60..=94 => (seed >> 8) as i64 % 40,
+                _ => (seed >> 8) as i64 % 70_000,
+            };
+            while times.front().is_some_and(|t| *t <= now - WINDOW_MS) {
+                times.pop_front();
+            }
+            let allowed = (times.len() as u64) < limit;
+            if allowed {
+                times.push_back(now);
+            }
+            let frees_at = times.front().map_or(now, |t| t + WINDOW_MS);
+            let d = rl.check(s, now);
+            assert_eq!(d.allowed, allowed, "at {now}");
+            assert_eq!(d.remaining, limit - times.len() as u64, "at {now}");
+            assert_eq!(d.reset_after as i64, ceil_secs(frees_at - now).max(i64::from(!allowed)));
+            refused += u32::from(!allowed);
+        }
+        assert!(refused > 1_000, "the limit was reached often: {refused} refusals");
+    }
+
+    /// A limit in the millions keeps one count per millisecond, not one entry per request.
+    #[test]
+    fn a_high_limit_costs_a_slot_per_millisecond() {
+        let rl = RateLimiter::new(1_000_000_000);
+        let s = Subject::Key(3);
+        for i in 0..100_000 {
+            let d = rl.check(s, 5_000 + i / 10_000);
+            assert!(d.allowed);
+        }
+        assert_eq!(rl.slots(s), 10);
+        assert_eq!(rl.check(s, 5_009).remaining, 1_000_000_000 - 100_001);
+        // A clock stepped back counts in the newest millisecond.
+        assert_eq!(rl.check(s, 4_000).remaining, 1_000_000_000 - 100_002);
+        assert_eq!(rl.slots(s), 10);
+        // Seven weeks later (past what a slot's 32-bit offset spans), a window rebased.
+        let later = 5_000 + 7 * 7 * 24 * 3_600_000;
+        assert_eq!(rl.check(s, later).remaining, 1_000_000_000 - 1);
+        assert_eq!(rl.check(s, later + 1).remaining, 1_000_000_000 - 2);
+        let d = rl.check(s, later + 30_000);
+        assert_eq!((d.remaining, d.reset_after), (1_000_000_000 - 3, 30));
+        assert_eq!(rl.slots(s), 3);
+        rl.prune(later + 30_000 + WINDOW_MS);
+        assert_eq!(rl.slots(s), 0, "every request left the window: the subject is forgotten");
+        assert!(rl.windows.is_empty());
+    }
+
+    /// A subject never idle for a minute keeps its window for weeks, past what a slot's
+    /// 32-bit offset from the window's base spans: the base moves and the counts stay right.
+    #[test]
+    fn a_window_busy_for_weeks_moves_its_base() {
+        let rl = RateLimiter::new(10);
+        let s = Subject::Key(5);
+        let start = 1_700_000_000_000i64;
+        assert_eq!(rl.check(s, start).remaining, 9);
+        let fifty_days = 50 * 24 * 3_600_000;
+        for t in (start + 30_000..start + fifty_days).step_by(30_000) {
+            let d = rl.check(s, t);
+            // This request and the one 30 s before: the one before that left at this instant.
+            assert_eq!((d.allowed, d.remaining, d.reset_after), (true, 8, 30), "at {t}");
+        }
+        assert!(rl.windows.get(&s).is_some_and(|w| w.base > start), "the base moved");
     }
 }
