@@ -1009,6 +1009,7 @@ fn main() {
         //     change no figure above; its rounds are new, so every update changes a cell.
         const ROUNDS: usize = 5;
         let (server, _) = Server::start(&data, None, &[]).await;
+        // The restarted server builds its key index untimed, in a round no body reuses.
         upsert_first(&server.base, &keys, 999).await;
         let alternated = upsert_bodies(&keys, 3 * upsert_bodies_n, 1000);
         let (mut added, mut upserted) = ((0u64, 0f64), (0u64, 0f64));

@@ -73,6 +73,11 @@ impl Spent {
     }
 }
 
+/// A batch of [`BATCH`] new versions of random rows among the map's first `rows`.
+fn random_updates(rng: &mut impl Rng, rows: RowId) -> Vec<(RowId, Arc<Row>)> {
+    (0..BATCH).map(|_| rng.gen_range(1..=rows)).map(|id| (id, Arc::new(row(id)))).collect()
+}
+
 /// Times [`BATCHES`] batches on `map`: `next` gives each batch's entries, built untimed.
 fn batches<V: Clone>(
     map: &mut OrdMap<RowId, V>,
@@ -110,17 +115,12 @@ fn main() {
         // Updates, the map as it is.
         let mut map: OrdMap<RowId, Arc<Row>> =
             (1..=rows).map(|id| (id, Arc::new(row(id)))).collect();
-        let spent = batches(&mut map, || {
-            (0..BATCH).map(|_| rng.gen_range(1..=rows)).map(|id| (id, Arc::new(row(id)))).collect()
-        });
+        let spent = batches(&mut map, || random_updates(&mut rng, rows));
         table[0].1.push(spent.per_row());
 
         // The same, each batch put in the order of its ids.
         let spent = batches(&mut map, || {
-            let mut batch: Vec<(RowId, Arc<Row>)> = (0..BATCH)
-                .map(|_| rng.gen_range(1..=rows))
-                .map(|id| (id, Arc::new(row(id))))
-                .collect();
+            let mut batch = random_updates(&mut rng, rows);
             batch.sort_by_key(|(id, _)| *id);
             batch
         });
@@ -163,10 +163,7 @@ fn main() {
             (1..=rows).map(|id| (id, Arc::new(ArcSwap::from_pointee(row(id))))).collect();
         let mut spent = Spent::default();
         for _ in 0..BATCHES {
-            let batch: Vec<(RowId, Arc<Row>)> = (0..BATCH)
-                .map(|_| rng.gen_range(1..=rows))
-                .map(|id| (id, Arc::new(row(id))))
-                .collect();
+            let batch = random_updates(&mut rng, rows);
             let _published = map.clone();
             spent.rows += batch.len();
             let t = Instant::now();

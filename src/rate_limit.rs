@@ -57,15 +57,20 @@ struct Window {
 }
 
 impl Window {
+    /// The millisecond a slot's offset stands for.
+    fn at(&self, offset: u32) -> i64 {
+        self.base + i64::from(offset)
+    }
+
     /// When the oldest request counted was allowed.
     fn oldest(&self) -> Option<i64> {
-        self.slots.front().map(|(at, _)| self.base + i64::from(*at))
+        self.slots.front().map(|(offset, _)| self.at(*offset))
     }
 
     /// Drops the requests that left the window by `now_ms`.
     fn expire(&mut self, now_ms: i64) {
-        while let Some((at, count)) = self.slots.front().copied() {
-            if self.base + i64::from(at) > now_ms - WINDOW_MS {
+        while let Some((offset, count)) = self.slots.front().copied() {
+            if self.at(offset) > now_ms - WINDOW_MS {
                 break;
             }
             self.slots.pop_front();
@@ -76,30 +81,27 @@ impl Window {
     /// Counts one allowed request at `now_ms` (after [`Window::expire`] for it).
     fn count(&mut self, now_ms: i64) {
         self.allowed += 1;
-        let newest = self.slots.back().map(|(at, _)| self.base + i64::from(*at));
-        match (newest, self.slots.back_mut()) {
-            (Some(newest), Some((_, count))) if newest >= now_ms && *count < u32::MAX => {
+        let newest = self.slots.back().map(|(offset, _)| self.at(*offset));
+        // A clock stepped back counts in the newest millisecond.
+        let at = newest.map_or(now_ms, |newest| newest.max(now_ms));
+        if newest == Some(at) {
+            if let Some((_, count)) = self.slots.back_mut().filter(|(_, count)| *count < u32::MAX) {
                 *count += 1;
                 return;
             }
-            (Some(newest), _) if newest >= now_ms => {
-                let at = (newest - self.base) as u32;
-                self.slots.push_back((at, 1));
-                return;
-            }
-            (None, _) => self.base = now_ms,
-            _ => {}
         }
-        // Every slot left is younger than a minute (expired), so rebasing on the oldest
-        // leaves offsets below `WINDOW_MS`.
-        if now_ms - self.base > i64::from(u32::MAX) {
-            let shift = self.slots.front().map_or(0, |(at, _)| *at);
+        if self.slots.is_empty() {
+            self.base = at;
+        } else if at - self.base > i64::from(u32::MAX) {
+            // Every slot left is younger than a minute (expired), so rebasing on the oldest
+            // leaves offsets below `WINDOW_MS`.
+            let shift = self.slots.front().map_or(0, |(offset, _)| *offset);
             self.base += i64::from(shift);
-            for (at, _) in &mut self.slots {
-                *at -= shift;
+            for (offset, _) in &mut self.slots {
+                *offset -= shift;
             }
         }
-        self.slots.push_back(((now_ms - self.base) as u32, 1));
+        self.slots.push_back(((at - self.base) as u32, 1));
     }
 }
 
@@ -237,7 +239,7 @@ mod tests {
         // A clock stepped back counts in the newest millisecond.
         assert_eq!(rl.check(s, 4_000).remaining, 1_000_000_000 - 100_002);
         assert_eq!(rl.slots(s), 10);
-        // Seven weeks later (past what a slot's 32-bit offset spans), a window rebased.
+        // Seven weeks later every request has left: the window starts afresh from then.
         let later = 5_000 + 7 * 7 * 24 * 3_600_000;
         assert_eq!(rl.check(s, later).remaining, 1_000_000_000 - 1);
         assert_eq!(rl.check(s, later + 1).remaining, 1_000_000_000 - 2);
