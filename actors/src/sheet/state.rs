@@ -520,9 +520,13 @@ impl SheetState {
         // What the earlier items of this request did, which neither the state nor the index
         // shows yet. An update never moves a row to another key (it matched on that key), so
         // the keys created here are all the index lacks.
-        let mut written: HashMap<RowId, Arc<Row>> = HashMap::new();
-        let mut created: HashMap<KeyValue, RowId> = HashMap::new();
-        let mut put = Vec::new();
+        // Sized for every item at once: grown from empty, each body rehashed them a dozen times.
+        let n = prepared.len();
+        let mut written: HashMap<RowId, Arc<Row>, foldhash::fast::RandomState> =
+            HashMap::with_capacity_and_hasher(n, Default::default());
+        let mut created: HashMap<KeyValue, RowId, foldhash::fast::RandomState> =
+            HashMap::with_capacity_and_hasher(n, Default::default());
+        let mut put = Vec::with_capacity(n);
         let results = prepared
             .into_iter()
             .map(|prepared| {
