@@ -887,7 +887,8 @@ fn main() {
         let report_load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
 
         // 5b. bulkUpsert updating existing keys of a big sheet, 2000-row bodies, 8 connections
-        //     (after the RSS figure, which is about reads).
+        //     (after the RSS figure, which is about reads). Its ratio to step 1's load is
+        //     printed, but the target is judged at 8a, where the two run in the same minutes.
         let mut keys: Vec<String> = texts.into_iter().filter(|(_, n)| *n == 1).map(|(t, _)| t).collect();
         keys.sort_unstable();
         let upsert_bodies_n = if quick { 40 } else { 100 };
@@ -1056,7 +1057,7 @@ fn main() {
         row("  the same pages against PostgreSQL's (json_agg, database-side)", peer.against(ours_rps, peer.page_per_s, "pages/s"), "ahead of PostgreSQL");
         row("getRow, 32 conns", peer.against(get_row.requests_per_second, peer.get_per_s, "req/s"), "ahead of PostgreSQL");
         row("bulkAdd, 2000-row bodies, 8 conns", peer.against(bulk.rows_per_second, peer.bulk_rows_per_s, "durable rows/s"), "ahead of PostgreSQL");
-        row(&format!("bulkUpsert on the {big_rows}-row sheet, 2000-row bodies, half updates, 8 conns"), format!("{:.0}k durable rows/s = {:.2} of bulkAdd", upsert_rps / 1e3, upsert_rps / bulk.rows_per_second), ">= 0.8 of bulkAdd");
+        row(&format!("bulkUpsert on the {big_rows}-row sheet, 2000-row bodies, half updates, 8 conns"), format!("{:.0}k durable rows/s = {:.2} of step 1's bulkAdd", upsert_rps / 1e3, upsert_rps / bulk.rows_per_second), "the next row decides");
         row(&format!("  the same beside bulkAdd (sheet 2), alternated in {ROUNDS} rounds"), format!("{:.0}k vs {:.0}k durable rows/s = {:.2}", upsert_beside / 1e3, add_beside / 1e3, upsert_beside / add_beside), ">= 0.8 of bulkAdd");
         row(&format!("first upsert naming a key column ({big_rows} rows, one scan)"), format!("{:.0} ms", index_build * 1e3), "once per column");
         row("  RSS it added (the column's key index)", format!("{:+} MB", index_rss >> 20), "measured");
