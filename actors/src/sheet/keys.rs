@@ -199,7 +199,8 @@ impl KeyIndex {
             column,
             hasher: Default::default(),
             mask,
-            one: HashMap::with_capacity_and_hasher(state.rows.len(), Default::default()),
+            // Grown as keys are found, not sized to the rows: a key column may be mostly empty.
+            one: HashMap::default(),
             many: HashMap::default(),
         };
         for row in state.rows.values() {
