@@ -782,7 +782,7 @@ fn main() {
         for path in ["/me".to_owned(), format!("/sheets/{SMALL}/columns"), format!("/sheets/{SMALL}")] {
             fixed.push((format!("/api/v1{path}"), get(&format!("{url}{path}"), KEY).await.1));
         }
-        let bare_srv = {
+        let (bare_url, bare_handle) = {
             let page = page.clone();
             let listener = TcpListener::bind("127.0.0.1:0").unwrap();
             let addr = listener.local_addr().unwrap();
@@ -810,19 +810,19 @@ fn main() {
         };
         let read_flags = ["--workload", "read-page", "--page-size", "100", "--concurrency", "32",
             "--duration", "2s", "--warmup", "500ms", "--sheet-ids", "3"];
+        let bare_flags = ["--url", bare_url.as_str(), "--key", KEY];
         let before = checkpoints(&server).await;
         // (requests, seconds) of each side, summed over the rounds; each round's ratio.
         let (mut ours, mut bare, mut page_ratios) = ((0u64, 0f64), (0u64, 0f64), Vec::new());
         for _ in 0..PAGE_ROUNDS {
             let ours_run = run_bench(&[&common[..], &read_flags[..]].concat()).await;
-            let bare_flags = ["--url", bare_srv.0.as_str(), "--key", KEY];
             let bare_run = run_bench(&[&bare_flags[..], &read_flags[..]].concat()).await;
             let (o, b) = (&ours_run.levels[0], &bare_run.levels[0]);
             ours = (ours.0 + o.requests, ours.1 + o.elapsed_seconds);
             bare = (bare.0 + b.requests, bare.1 + b.elapsed_seconds);
             page_ratios.push(o.requests_per_second / b.requests_per_second);
         }
-        bare_srv.1.stop(true).await;
+        bare_handle.stop(true).await;
         let page_checkpoints = written(before, checkpoints(&server).await);
         let (ours_rps, bare_rps) = (ours.0 as f64 / ours.1, bare.0 as f64 / bare.1);
         page_ratios.sort_by(f64::total_cmp);
